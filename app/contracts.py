@@ -1,0 +1,162 @@
+"""Pydantic request/result contracts shared by the web tier (`app/`) and the model worker.
+
+Nothing here imports torch: results are plain floats, ints and strings. Heads and layers count
+from 0; heads are named `L{layer}H{head}` (TransformerLens style).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key.
+RESULT_SCHEMA_VERSION = 1
+
+NormMode = Literal["fixed", "recompute"]
+
+
+def head_name(layer: int, head: int) -> str:
+    """`L{layer}H{head}`, the name a head carries in code, JSON and the UI."""
+    return f"L{layer}H{head}"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AnalysisRequest(_Frozen):
+    """What a client asks for; the worker fills in defaults it owns (model, limits)."""
+
+    prompt: str = Field(min_length=1, max_length=100_000)
+    model: str | None = None
+    target: str | None = Field(default=None, max_length=200)
+    labels: list[str] | None = Field(default=None, max_length=64)
+    norm: NormMode = "fixed"
+    top_k_heads: int = Field(default=20, ge=1, le=200)
+    top_k_tokens: int = Field(default=10, ge=1, le=50)
+    extra_heads: list[str] = Field(default_factory=list, max_length=32)
+
+
+class TokenInfo(_Frozen):
+    position: int
+    id: int
+    text: str
+
+
+class Target(_Frozen):
+    id: int
+    token: str
+    logprob: float
+    prob: float
+    source: Literal["predicted", "given"]
+
+
+class LabelInfo(_Frozen):
+    """A label position: the first token of a demonstration's label."""
+
+    position: int
+    token: str
+    word: str
+    is_true: bool
+
+
+class LayerIncrease(_Frozen):
+    layer: int
+    attn_increase: float
+    ffn_increase: float
+
+
+class HeadSummary(_Frozen):
+    layer: int
+    head: int
+    name: str
+    rank: int
+    increase: float
+    attn_true: float
+    attn_false: float
+
+
+class TopToken(_Frozen):
+    id: int
+    token: str
+    value: float
+
+
+class PositionContribution(_Frozen):
+    """One subheadvalue a_p · v_p · W_O^h of a head, at source position p."""
+
+    position: int
+    token: str
+    attention: float
+    increase: float
+    margin: float | None = None
+
+
+class LabelMrr(_Frozen):
+    label: str
+    mrr: float
+
+
+class ValueProjection(_Frozen):
+    """Top tokens of a label position's value v_p W_O^h, unweighted and attention-weighted."""
+
+    position: int
+    token: str
+    is_true: bool
+    label_rank: int
+    value: list[TopToken]
+    weighted_value: list[TopToken]
+
+
+class KeyProjection(_Frozen):
+    """Key side of a label position: the normed layer input, and the released code's variant
+    (the sum of the earlier layers' attention outputs at that position)."""
+
+    position: int
+    token: str
+    is_true: bool
+    layer_input: list[TopToken]
+    prior_attention: list[TopToken]
+
+
+class HeadDetail(_Frozen):
+    layer: int
+    head: int
+    name: str
+    increase: float
+    attention: list[float]
+    positions: list[PositionContribution]
+    values: list[ValueProjection]
+    keys: list[KeyProjection]
+    query: list[TopToken]
+    layer_input: list[TopToken]
+    value_mrr: list[LabelMrr]
+    random_head: str | None
+    random_head_mrr: list[LabelMrr]
+
+
+class AnalysisResult(_Frozen):
+    schema_version: int = RESULT_SCHEMA_VERSION
+    model: str
+    n_layers: int
+    n_heads: int
+    norm: NormMode
+    prompt: str
+    tokens: list[TokenInfo]
+    target: Target
+    separator: str | None
+    labels: list[LabelInfo]
+    margin_labels: list[str] | None
+    layers: list[LayerIncrease]
+    heads: list[HeadSummary]
+    top_heads: list[str]
+    head_details: dict[str, HeadDetail]
+    warnings: list[str] = Field(default_factory=list)
+
+    def head(self, name: str) -> HeadSummary:
+        """The summary of head `name` (`L23H1`); KeyError if there is none."""
+        for summary in self.heads:
+            if summary.name == name:
+                return summary
+        raise KeyError(name)

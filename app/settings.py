@@ -1,0 +1,36 @@
+"""One settings class for the web tier and the worker: `ICL_*` environment variables or `.env`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "smollm2"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ICL_", env_file=".env", extra="ignore")
+
+    model: str = Field(DEFAULT_MODEL, description="Model id, local path or GGUF file to serve.")
+    device: str = Field("auto", description="auto, cpu, cuda, cuda:0, ...")
+    dtype: str = Field("auto", description="auto, float32, bfloat16 or float16.")
+    max_prompt_tokens: int = Field(512, ge=1, description="Longest prompt analysed, in tokens.")
+    cache_dir: Path = Field(
+        Path.home() / ".cache" / "icl-heads",
+        description="Converted model weights and other on-disk caches.",
+    )
+    redis_url: str | None = Field(None, description="Redis URL; unset = embedded single process.")
+    result_ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long results stay cached.")
+    job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")
+    queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
+    host: str = Field("127.0.0.1", description="Address `icl-heads serve` binds to.")
+    port: int = Field(8000, ge=1, le=65535)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

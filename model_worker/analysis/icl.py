@@ -1,0 +1,83 @@
+"""ICL structure of a prompt `d_1 SEP l_1 d_2 SEP l_2 … x SEP`: separator and label positions.
+
+Pure string/offset logic: the caller supplies the tokenizer's character offsets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from model_worker.errors import LabelError
+
+_TRAILING_SEPARATOR = re.compile(r"([^\w\s]+)\s*$")
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class LabelSpan:
+    """A demonstration label: its word, where it starts in the prompt, and its first token."""
+
+    word: str
+    char_start: int
+    position: int
+
+
+@dataclass(frozen=True)
+class IclStructure:
+    separator: str | None
+    labels: tuple[LabelSpan, ...]
+
+
+def detect_separator(prompt: str) -> str | None:
+    """The run of punctuation that ends the prompt (`:`, `->`, `=`), if it also occurs earlier."""
+    match = _TRAILING_SEPARATOR.search(prompt)
+    if match is None:
+        return None
+    separator = match.group(1)
+    return separator if prompt.count(separator) >= 2 else None
+
+
+def _words_after(prompt: str, separator: str) -> list[tuple[str, int]]:
+    """(word, char start) of the first word after every separator but the final one."""
+    words = []
+    start = 0
+    last = prompt.rstrip().rfind(separator)
+    while (found := prompt.find(separator, start, last)) != -1:
+        start = found + len(separator)
+        word = _WORD.search(prompt, start)
+        if word is not None and word.start() < last:
+            words.append((word.group(0), word.start()))
+    return words
+
+
+def token_at(offsets: Sequence[tuple[int, int]], char: int) -> int:
+    """The index of the token whose character span contains `char` (first if several)."""
+    for position, (start, end) in enumerate(offsets):
+        if start <= char < end:
+            return position
+    raise LabelError(f"no token covers character {char} of the prompt")
+
+
+def detect_structure(
+    prompt: str, offsets: Sequence[tuple[int, int]], labels: Sequence[str] | None = None
+) -> IclStructure:
+    """Separator and label spans of `prompt`.
+
+    Detected labels are the single words after each separator; given `labels` keep only the
+    words after a separator that are among them, and every given label must occur. A prompt
+    without ICL structure gives no labels.
+    """
+    separator = detect_separator(prompt)
+    candidates = _words_after(prompt, separator) if separator else []
+    if labels is not None:
+        wanted = [label.strip() for label in labels if label.strip()]
+        missing = [label for label in wanted if label not in {w for w, _ in candidates}]
+        if missing:
+            shown = ", ".join(repr(m) for m in missing)
+            where = f"after the separator {separator!r}" if separator else "(no separator found)"
+            raise LabelError(f"label(s) {shown} do not occur in the prompt {where}")
+        candidates = [(w, c) for w, c in candidates if w in wanted]
+    spans = tuple(LabelSpan(word, char, token_at(offsets, char)) for word, char in candidates)
+    return IclStructure(separator, spans)

@@ -1,0 +1,390 @@
+"""`analyze()`: locate-and-project on one prompt → an AnalysisResult (plain floats, top-k lists).
+
+Work is batched so that each pass over the unembedding serves many vectors: all heads at once
+for the head ranking, all (head, position) pairs of the detailed heads at once, and every
+top-token table of the detailed heads in one more batch.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from app.contracts import (
+    AnalysisResult,
+    HeadDetail,
+    HeadSummary,
+    KeyProjection,
+    LabelInfo,
+    LabelMrr,
+    LayerIncrease,
+    NormMode,
+    PositionContribution,
+    Target,
+    TokenInfo,
+    TopToken,
+    ValueProjection,
+    head_name,
+)
+from model_worker.analysis.contributions import (
+    head_outputs,
+    logprob_increase,
+    subhead_values,
+    value_outputs,
+)
+from model_worker.analysis.icl import IclStructure, detect_structure
+from model_worker.analysis.metrics import VocabSummary, mean_reciprocal_rank, summarize_projections
+from model_worker.analysis.projection import FinalNorm, VocabProjector
+from model_worker.capture import RunCache, run_with_cache
+from model_worker.loading import LoadedModel
+from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
+
+
+def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:
+    """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
+    model, adapter, device = loaded.model, loaded.adapter, x_final.device
+    norm = model.get_submodule(adapter.final_norm)
+    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5)
+    unembed = model.get_submodule(adapter.unembed)
+
+    def fp32(tensor: Tensor | None) -> Tensor | None:
+        return None if tensor is None else tensor.detach().float().to(device)
+
+    final_norm = FinalNorm(
+        adapter.norm_kind,
+        norm.weight.detach().float().to(device),
+        fp32(getattr(norm, "bias", None)),
+        float(eps),
+    )
+    w_u = unembed.weight.detach().float().to(device)
+    return VocabProjector.at(final_norm, w_u, fp32(getattr(unembed, "bias", None)), mode, x_final)
+
+
+class _Projections:
+    """Vectors queued for one batched projection; `run()` answers every queue at once."""
+
+    def __init__(self) -> None:
+        self._vectors: list[Tensor] = []
+        self._rank_ids: list[Tensor] = []
+        self._shapes: dict[str, tuple[int, ...]] = {}
+
+    def add(self, name: str, vectors: Tensor, rank_ids: Tensor | None = None) -> None:
+        """Queue `vectors` [..., D] under `name`, ranking `rank_ids` [...] if given."""
+        shape = tuple(vectors.shape[:-1])
+        self._shapes[name] = shape
+        self._vectors.append(vectors.reshape(-1, vectors.shape[-1]))
+        ids = rank_ids if rank_ids is not None else torch.full(shape, -1, dtype=torch.long)
+        self._rank_ids.append(ids.reshape(-1).to(torch.long).cpu())
+
+    def run(self, projector: VocabProjector, k: int) -> dict[str, VocabSummary]:
+        summary = summarize_projections(
+            projector.project,
+            torch.cat(self._vectors),
+            k,
+            torch.cat(self._rank_ids).to(self._vectors[0].device),
+        )
+        out, start = {}, 0
+        for name, shape in self._shapes.items():
+            size = int(torch.tensor(shape).prod()) if shape else 1
+            part = slice(start, start + size)
+            out[name] = VocabSummary(
+                summary.top_ids[part].reshape(*shape, -1).cpu(),
+                summary.top_values[part].reshape(*shape, -1).cpu(),
+                summary.ranks[part].reshape(shape).cpu(),
+            )
+            start += size
+        return out
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One captured prompt at its analysed (last) position, with its target and labels."""
+
+    loaded: LoadedModel
+    cache: RunCache
+    encoded: Encoded
+    projector: VocabProjector
+    target: int
+    structure: IclStructure
+    k: int
+
+    @property
+    def last(self) -> int:
+        return len(self.encoded.texts) - 1
+
+    @property
+    def label_positions(self) -> list[int]:
+        return [span.position for span in self.structure.labels]
+
+    def is_true(self, position: int) -> bool:
+        return int(self.encoded.ids[position]) == self.target
+
+    def margin_ids(self) -> tuple[int, int] | None:
+        """(target-side label, other label) token ids when the prompt has exactly two labels."""
+        ids = list(dict.fromkeys(int(self.encoded.ids[p]) for p in self.label_positions))
+        if len(ids) != 2:
+            return None
+        return (ids[1], ids[0]) if ids[1] == self.target else (ids[0], ids[1])
+
+    def w_o(self, layer: int) -> Tensor:
+        g = self.loaded.geometry
+        return self.loaded.adapter.w_o(self.loaded.model, layer, g).to(self.cache.z.device)
+
+    def kv_index(self) -> Tensor:
+        g = self.loaded.geometry
+        return torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
+
+    def tops(self, summary: VocabSummary, *index: int) -> list[TopToken]:
+        ids, values = summary.top_ids[index].tolist(), summary.top_values[index].tolist()
+        return [
+            TopToken(id=i, token=self.loaded.token_text(i), value=v)
+            for i, v in zip(ids, values, strict=True)
+        ]
+
+
+def layer_increases(run: _Run) -> list[LayerIncrease]:
+    """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) for every layer (paper Fig. 2)."""
+    c, last = run.cache, run.last
+    attn = logprob_increase(
+        run.projector, c.resid_pre[:, 0, last], c.attn_out[:, 0, last, None], run.target
+    ).increase[:, 0]
+    ffn = logprob_increase(
+        run.projector, c.resid_mid[:, 0, last], c.mlp_out[:, 0, last, None], run.target
+    ).increase[:, 0]
+    return [
+        LayerIncrease(layer=layer, attn_increase=a, ffn_increase=f)
+        for layer, (a, f) in enumerate(zip(attn.tolist(), ffn.tolist(), strict=True))
+    ]
+
+
+def head_increases(run: _Run) -> Tensor:
+    """I(head_{l,h} | resid_pre_l) for every head: [L, H] (paper Fig. 3/4)."""
+    c, last = run.cache, run.last
+    heads = torch.stack(
+        [head_outputs(c.z[layer, 0, last], run.w_o(layer)) for layer in range(c.z.shape[0])]
+    )
+    return logprob_increase(run.projector, c.resid_pre[:, 0, last], heads, run.target).increase
+
+
+def attention_sums(run: _Run) -> tuple[Tensor, Tensor]:
+    """Attention of the last position on true and on false labels: two [L, H]."""
+    row = run.cache.pattern[:, 0, :, run.last, :]  # [L, H, S]
+    true = [p for p in run.label_positions if run.is_true(p)]
+    false = [p for p in run.label_positions if not run.is_true(p)]
+    return row[..., true].sum(-1), row[..., false].sum(-1)
+
+
+def _random_head(layer: int, head: int, n_heads: int) -> int | None:
+    """Another head of the same layer, chosen reproducibly (seeded by layer and head)."""
+    others = [h for h in range(n_heads) if h != head]
+    return random.Random(layer * 100_003 + head).choice(others) if others else None
+
+
+def _mrr(run: _Run, ranks: Tensor) -> list[LabelMrr]:
+    """MRR per label token from the ranks [n_labels] of each position's own label."""
+    per_label: dict[int, list[int]] = {}
+    for position, rank in zip(run.label_positions, ranks.tolist(), strict=True):
+        per_label.setdefault(int(run.encoded.ids[position]), []).append(rank)
+    return [
+        LabelMrr(label=run.loaded.token_text(label), mrr=mean_reciprocal_rank(r))
+        for label, r in per_label.items()
+    ]
+
+
+def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
+    """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
+    if not heads:
+        return []
+    c, last, g = run.cache, run.last, run.loaded.geometry
+    labels, kv = run.label_positions, run.kv_index()
+    label_ids = run.encoded.ids[labels]
+    w_o = {layer: run.w_o(layer) for layer in sorted({layer for layer, _ in heads})}
+
+    def values_of(layer: int, head: int) -> Tensor:  # [S, D]
+        return value_outputs(c.v[layer, 0], w_o[layer][head : head + 1], kv[head : head + 1])[0]
+
+    values = torch.stack([values_of(layer, head) for layer, head in heads])  # [K, S, D]
+    rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
+    layer_of = [layer for layer, _ in heads]
+    per_position = logprob_increase(
+        run.projector,
+        c.resid_pre[layer_of, 0, last],
+        subhead_values(rows, values),
+        run.target,
+        run.margin_ids(),
+    )
+    randoms = [_random_head(layer, head, g.n_heads) for layer, head in heads]
+    random_values = torch.stack(
+        [
+            values_of(layer, r if r is not None else head)[labels]
+            for (layer, head), r in zip(heads, randoms, strict=True)
+        ]
+    )
+    queries = []
+    for layer, head in heads:
+        w_q, b_q, w_k = run.loaded.adapter.w_qk(run.loaded.model, layer, g)
+        x_hat = c.normalized[layer, 0, last]
+        query = x_hat @ w_q[head].to(x_hat.device) + b_q[head].to(x_hat.device)
+        queries.append(w_k[int(kv[head])].to(x_hat.device) @ query)  # W_K^T W_Q x̂, [D]
+    layers = list(w_o)
+    prior = torch.stack(
+        [c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]
+    )  # sum of earlier attention outputs at each label position, [nL, n_labels, D]
+    batch = _Projections()
+    label_ranks = label_ids.expand(len(heads), -1)
+    batch.add("value", values[:, labels], label_ranks)
+    batch.add("weighted", rows[:, labels, None] * values[:, labels])
+    batch.add("random", random_values, label_ranks)
+    batch.add("query", torch.stack(queries))
+    batch.add("key", c.normalized[layers, 0][:, labels])
+    batch.add("prior", prior)
+    batch.add("layer_input", c.resid_pre[layers, 0, last])
+    views = batch.run(run.projector, run.k)
+    texts = run.encoded.texts
+    details = []
+    for i, (layer, head) in enumerate(heads):
+        j = layers.index(layer)
+        margin = per_position.margin
+        details.append(
+            HeadDetail(
+                layer=layer,
+                head=head,
+                name=head_name(layer, head),
+                increase=float(increases[layer, head]),
+                attention=rows[i, : last + 1].tolist(),
+                positions=[
+                    PositionContribution(
+                        position=p,
+                        token=texts[p],
+                        attention=float(rows[i, p]),
+                        increase=float(per_position.increase[i, p]),
+                        margin=None if margin is None else float(margin[i, p]),
+                    )
+                    for p in range(last + 1)
+                ],
+                values=[
+                    ValueProjection(
+                        position=p,
+                        token=texts[p],
+                        is_true=run.is_true(p),
+                        label_rank=int(views["value"].ranks[i, n]),
+                        value=run.tops(views["value"], i, n),
+                        weighted_value=run.tops(views["weighted"], i, n),
+                    )
+                    for n, p in enumerate(labels)
+                ],
+                keys=[
+                    KeyProjection(
+                        position=p,
+                        token=texts[p],
+                        is_true=run.is_true(p),
+                        layer_input=run.tops(views["key"], j, n),
+                        prior_attention=run.tops(views["prior"], j, n) if layer else [],
+                    )
+                    for n, p in enumerate(labels)
+                ],
+                query=run.tops(views["query"], i),
+                layer_input=run.tops(views["layer_input"], j),
+                value_mrr=_mrr(run, views["value"].ranks[i]),
+                random_head=None if randoms[i] is None else head_name(layer, randoms[i]),
+                random_head_mrr=_mrr(run, views["random"].ranks[i])
+                if randoms[i] is not None
+                else [],
+            )
+        )
+    return details
+
+
+def analyze(
+    loaded: LoadedModel,
+    prompt: str,
+    *,
+    target: str | None = None,
+    labels: list[str] | None = None,
+    norm: NormMode = "fixed",
+    top_k_heads: int = 20,
+    top_k_tokens: int = 10,
+    extra_heads: list[str] | None = None,
+    max_tokens: int | None = None,
+) -> AnalysisResult:
+    """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
+
+    Raises a UserInputError subclass with one clear line for bad input.
+    """
+    g = loaded.geometry
+    extra = parse_head_names(extra_heads or [], g.n_layers, g.n_heads)
+    encoded = encode_prompt(loaded, prompt, max_tokens)
+    structure = detect_structure(prompt, encoded.offsets, labels)
+    with loaded.lock:
+        cache = run_with_cache(loaded.model, loaded.adapter, g, encoded.ids[None].to(loaded.device))
+    last = len(encoded.texts) - 1
+    logprobs = torch.log_softmax(cache.logits[0, last], -1)
+    warnings: list[str] = []
+    if target is None:
+        target_token = int(logprobs.argmax())
+    else:
+        target_token, target_warnings = target_id(loaded, prompt, target)
+        warnings += target_warnings
+    warnings += [
+        f"label {span.word!r} at position {span.position} is several tokens; its first token "
+        "is its label position"
+        for span in structure.labels
+        if len(loaded.tokenizer(" " + span.word, add_special_tokens=False)["input_ids"]) > 1
+    ]
+    projector = final_projector(loaded, cache.resid_final[0, last], norm)
+    run = _Run(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
+    increases = head_increases(run)
+    attn_true, attn_false = attention_sums(run)
+    order = increases.flatten().argsort(descending=True).tolist()
+    summaries = [
+        HeadSummary(
+            layer=flat // g.n_heads,
+            head=flat % g.n_heads,
+            name=head_name(flat // g.n_heads, flat % g.n_heads),
+            rank=rank + 1,
+            increase=float(increases.flatten()[flat]),
+            attn_true=float(attn_true.flatten()[flat]),
+            attn_false=float(attn_false.flatten()[flat]),
+        )
+        for rank, flat in enumerate(order)
+    ]
+    top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
+    details = head_details(run, list(dict.fromkeys(top + extra)), increases)
+    margin = run.margin_ids()
+    return AnalysisResult(
+        model=loaded.name,
+        n_layers=g.n_layers,
+        n_heads=g.n_heads,
+        norm=norm,
+        prompt=prompt,
+        tokens=[
+            TokenInfo(position=p, id=i, text=t)
+            for p, (i, t) in enumerate(zip(encoded.ids.tolist(), encoded.texts, strict=True))
+        ],
+        target=Target(
+            id=target_token,
+            token=loaded.token_text(target_token),
+            logprob=float(logprobs[target_token]),
+            prob=float(logprobs[target_token].exp()),
+            source="predicted" if target is None else "given",
+        ),
+        separator=structure.separator,
+        labels=[
+            LabelInfo(
+                position=s.position,
+                token=encoded.texts[s.position],
+                word=s.word,
+                is_true=run.is_true(s.position),
+            )
+            for s in structure.labels
+        ],
+        margin_labels=None if margin is None else [loaded.token_text(i) for i in margin],
+        layers=layer_increases(run),
+        heads=summaries,
+        top_heads=[head_name(layer, head) for layer, head in top],
+        head_details={d.name: d for d in details},
+        warnings=warnings,
+    )

@@ -1,0 +1,148 @@
+"""Forward hooks on unmodified Hugging Face modules → a RunCache of named fp32 tensors.
+
+Names follow TransformerLens: `resid_pre`, `normalized` (the attention block's normed input),
+`attn_out`, `mlp_out`, `z` (per-head mixed values before W_O), `v`, `pattern`, `resid_final`.
+Hooks live only for one forward pass and are removed even when it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from model_worker.architectures import Adapter, HeadGeometry
+
+
+@dataclass(frozen=True)
+class RunCache:
+    """Activations of one batch. Per-layer tensors are stacked on a leading layer axis.
+
+    Shapes: resid_pre, normalized, attn_out, mlp_out [L, B, S, D]; z [L, B, S, H*d_head];
+    v [L, B, S, n_kv, d_head]; pattern [L, B, H, S, S]; resid_final [B, S, D]; logits [B, S, V].
+    """
+
+    resid_pre: Tensor
+    normalized: Tensor
+    attn_out: Tensor
+    mlp_out: Tensor
+    z: Tensor
+    v: Tensor
+    pattern: Tensor
+    resid_final: Tensor
+    logits: Tensor
+
+    @property
+    def resid_mid(self) -> Tensor:
+        """resid_pre + attn_out, [L, B, S, D]."""
+        return self.resid_pre + self.attn_out
+
+    @property
+    def resid_post(self) -> Tensor:
+        """resid_mid + mlp_out, [L, B, S, D]."""
+        return self.resid_mid + self.mlp_out
+
+
+def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Tensor:
+    value = args[0] if args else kwargs[name]
+    assert isinstance(value, Tensor)
+    return value
+
+
+@contextmanager
+def _hooks(handles: list[torch.utils.hooks.RemovableHandle]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def run_with_cache(
+    model: nn.Module,
+    adapter: Adapter,
+    geometry: HeadGeometry,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+) -> RunCache:
+    """One eager forward pass of `input_ids` [B, S] with every tensor the analysis needs.
+
+    Batches are right-padded (so positions stay exact for learned and rotary embeddings);
+    `attention_mask` marks the real tokens.
+    """
+    store: dict[str, list[Tensor | None]] = {
+        key: [None] * geometry.n_layers
+        for key in ("resid_pre", "normalized", "attn_out", "mlp_out", "z", "v", "pattern")
+    }
+    final: dict[str, Tensor] = {}
+    handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def keep(key: str, layer: int, value: Tensor) -> None:
+        store[key][layer] = value.detach().float()
+
+    def pre(key: str, layer: int) -> Callable[..., None]:
+        def hook(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            keep(key, layer, _first_tensor(args, kwargs, "hidden_states"))
+
+        return hook
+
+    def post(key: str, layer: int, pick: Callable[[Any], Tensor]) -> Callable[..., None]:
+        def hook(_m: nn.Module, _args: Any, output: Any) -> None:
+            keep(key, layer, pick(output))
+
+        return hook
+
+    def attn_hook(layer: int) -> Callable[..., None]:
+        def hook(_m: nn.Module, _args: Any, output: Any) -> None:
+            keep("attn_out", layer, output[0])
+            if len(output) < 2 or output[1] is None:
+                raise RuntimeError("attention weights were not returned: load with eager attention")
+            keep("pattern", layer, output[1])
+
+        return hook
+
+    def value_pick(output: Tensor) -> Tensor:
+        batch, seq = output.shape[:2]
+        if adapter.fused_qkv is not None:
+            width = geometry.n_heads * geometry.d_head
+            output = output[..., 2 * width : 2 * width + geometry.n_kv_heads * geometry.d_head]
+        return output.reshape(batch, seq, geometry.n_kv_heads, geometry.d_head)
+
+    for layer in range(geometry.n_layers):
+        block = adapter.layer(model, layer)
+        sub = block.get_submodule
+        handles += [
+            block.register_forward_pre_hook(pre("resid_pre", layer), with_kwargs=True),
+            sub(adapter.ln_attn).register_forward_hook(post("normalized", layer, _tensor)),
+            sub(adapter.attn).register_forward_hook(attn_hook(layer)),
+            sub(adapter.mlp).register_forward_hook(post("mlp_out", layer, _tensor)),
+            sub(adapter.out_proj).register_forward_pre_hook(pre("z", layer), with_kwargs=True),
+            sub(adapter.value_module).register_forward_hook(post("v", layer, value_pick)),
+        ]
+
+    def final_hook(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        final["resid_final"] = _first_tensor(args, kwargs, "hidden_states").detach().float()
+
+    handles.append(
+        model.get_submodule(adapter.final_norm).register_forward_pre_hook(
+            final_hook, with_kwargs=True
+        )
+    )
+    with _hooks(handles), torch.inference_mode():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    device = logits.device  # with device_map="auto", layers may sit on several devices
+    stacked = {
+        key: torch.stack([t.to(device) for t in tensors if t is not None])
+        for key, tensors in store.items()
+    }
+    return RunCache(
+        **stacked, resid_final=final["resid_final"].to(device), logits=logits.detach().float()
+    )
+
+
+def _tensor(output: Any) -> Tensor:
+    return output[0] if isinstance(output, tuple) else output

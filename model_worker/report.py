@@ -1,0 +1,69 @@
+"""Readable terminal tables of an AnalysisResult (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from app.contracts import AnalysisResult, TopToken
+
+
+def print_result(result: AnalysisResult, console: Console | None = None, heads: int = 10) -> None:
+    """Target, labels, layer increases, the top heads and the top head's token tables."""
+    console = console or Console()
+    target = result.target
+    console.print(
+        f"[bold]{result.model}[/]  target {target.token!r} ({target.source}), "
+        f"p = {target.prob:.3f}, norm = {result.norm}"
+    )
+    if result.labels:
+        marks = ", ".join(
+            f"{label.position}:{label.word}{'✓' if label.is_true else '✗'}"
+            for label in result.labels
+        )
+        console.print(f"labels (position:word, ✓ true): {marks}")
+    else:
+        console.print("no ICL structure detected: label views are empty")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+    layers = Table(title="Log-probability increase per layer (paper Fig. 2)")
+    for column in ("layer", "attention", "FFN"):
+        layers.add_column(column, justify="right")
+    for row in result.layers:
+        layers.add_row(str(row.layer), f"{row.attn_increase:+.3f}", f"{row.ffn_increase:+.3f}")
+    console.print(layers)
+
+    top = Table(title=f"Top {heads} heads (in-context heads)")
+    for column in ("rank", "head", "increase", "attn true", "attn false", "label-value MRR"):
+        top.add_column(column, justify="right")
+    for summary in result.heads[:heads]:
+        detail = result.head_details.get(summary.name)
+        mrr = (
+            ", ".join(f"{m.label.strip()}={m.mrr:.3f}" for m in detail.value_mrr) if detail else ""
+        )
+        top.add_row(
+            str(summary.rank),
+            summary.name,
+            f"{summary.increase:+.3f}",
+            f"{summary.attn_true:.3f}",
+            f"{summary.attn_false:.3f}",
+            mrr,
+        )
+    console.print(top)
+
+    if result.top_heads:
+        detail = result.head_details[result.top_heads[0]]
+        tokens = Table(title=f"{detail.name}: vocabulary projections (paper Table 1)")
+        tokens.add_column("view")
+        tokens.add_column("top tokens")
+        for value in detail.values:
+            tokens.add_row(f"{value.position}-value", _words(value.value))
+        for key in detail.keys:
+            tokens.add_row(f"{key.position}-key", _words(key.layer_input))
+        tokens.add_row(f"{len(result.tokens) - 1}-query", _words(detail.query))
+        console.print(tokens)
+
+
+def _words(tops: list[TopToken]) -> str:
+    return ", ".join(repr(t.token.strip()) for t in tops[:8])

@@ -1,0 +1,103 @@
+"""Tiny random GPT-2 and Llama (GQA) models built from configs, with a word-level tokenizer.
+
+No downloads: the tokenizer is built in memory, the weights are random and seeded.
+"""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
+
+from model_worker.loading import LoadedModel, wrap_model
+
+WORDS = [
+    "[PAD]",
+    "[UNK]",
+    ":",
+    "foo",
+    "bar",
+    "baz",
+    "love",
+    "like",
+    "hate",
+    "eight",
+    "two",
+    "one",
+    "three",
+    "four",
+    "five",
+    "good",
+    "bad",
+    "cat",
+    "dog",
+    "france",
+    "spain",
+    "->",
+    "=",
+    ".",
+    ",",
+    "!",
+    "?",
+    "the",
+    "a",
+    "is",
+]
+EXAMPLE_PROMPT = "love : bar like : bar eight : foo two : foo one :"
+
+
+def word_tokenizer() -> PreTrainedTokenizerFast:
+    """A whitespace/punctuation word-level tokenizer over WORDS, with offsets."""
+    vocab = {word: index for index, word in enumerate(WORDS)}
+    backend = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
+
+
+def tiny_gpt2(seed: int = 0) -> LoadedModel:
+    """GPT-2 family: LayerNorm, fused Conv1D qkv, learned positions, biases everywhere."""
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(WORDS),
+        n_positions=64,
+        n_embd=32,
+        n_layer=3,
+        n_head=4,
+        attn_implementation="eager",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return wrap_model(GPT2LMHeadModel(config), word_tokenizer(), name="tiny-gpt2")
+
+
+def tiny_llama(seed: int = 0) -> LoadedModel:
+    """Llama family: RMSNorm, rotary, grouped-query attention (4 query heads on 2 K/V heads)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(WORDS),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # random RMSNorm weights, so γ is not all ones in the tests
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+    return wrap_model(model, word_tokenizer(), name="tiny-llama")
