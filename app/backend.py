@@ -1,0 +1,70 @@
+"""The interface between HTTP routes and whatever computes analyses (embedded or Redis workers)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from app.contracts import AnalysisRequest, AnalysisResult
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class JobState(BaseModel):
+    """What `GET /api/analyses/{id}` answers."""
+
+    id: str
+    status: JobStatus
+    result: AnalysisResult | None = None
+    error: str | None = None
+    position_in_queue: int | None = None
+    progress: float | None = None
+
+
+class ModelInfo(BaseModel):
+    name: str
+    fingerprint: str
+    workers: int
+    ready: bool
+
+
+class BackendError(Exception):
+    """A request the backend cannot take now; `status` is the HTTP code to answer with."""
+
+    def __init__(self, message: str, status: int = 503, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class Backend(Protocol):
+    """Submits analyses and reports on them. Implementations: embedded, Redis + RQ workers."""
+
+    default_model: str
+
+    async def submit(self, request: AnalysisRequest) -> JobState:
+        """Start (or find cached / in flight) the analysis of `request`."""
+        ...
+
+    async def status(self, job_id: str) -> JobState | None:
+        """The state of a job, or None if unknown or expired."""
+        ...
+
+    async def models(self) -> list[ModelInfo]:
+        """Models with a live worker."""
+        ...
+
+    async def health(self) -> dict[str, Any]:
+        """A JSON-able health report."""
+        ...
+
+    async def close(self) -> None:
+        """Release threads and connections."""
+        ...

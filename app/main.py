@@ -1,0 +1,50 @@
+"""create_app(): the FastAPI application (web tier; never imports torch itself)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from app.backend import Backend, BackendError
+from app.routes import analyses, health
+from app.settings import Settings, get_settings
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
+
+def default_backend(settings: Settings) -> Backend:
+    """The embedded single-process backend (the Redis backend comes with ICL_REDIS_URL)."""
+    from app.embedded import EmbeddedBackend
+
+    return EmbeddedBackend(settings)
+
+
+def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
+    """The app; `backend` defaults to what the settings ask for."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.backend = backend or default_backend(settings)
+        try:
+            yield
+        finally:
+            await app.state.backend.close()
+
+    app = FastAPI(title="ICL Heads Explorer", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+
+    @app.exception_handler(BackendError)
+    async def backend_error(_request: Request, exc: BackendError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+
+    app.include_router(analyses.router)
+    app.include_router(health.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
