@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from app.contracts import AnalysisRequest, AnalysisResult
+from app.contracts import AnalysisRequest, AnalysisResult, ExperimentResult
 
 
 class JobStatus(StrEnum):
@@ -23,9 +23,11 @@ class JobState(BaseModel):
     id: str
     status: JobStatus
     result: AnalysisResult | None = None
+    experiment: ExperimentResult | None = None
     error: str | None = None
     position_in_queue: int | None = None
     progress: float | None = None
+    message: str | None = None
 
 
 class ModelInfo(BaseModel):

@@ -160,3 +160,46 @@ class AnalysisResult(_Frozen):
             if summary.name == name:
                 return summary
         raise KeyError(name)
+
+
+ExperimentName = Literal[
+    "accuracy", "heads", "mrr", "attention", "imbalance", "reorder", "ablation", "bias"
+]
+EXPERIMENT_NAMES: tuple[str, ...] = (
+    "accuracy",
+    "heads",
+    "mrr",
+    "attention",
+    "imbalance",
+    "reorder",
+    "ablation",
+    "bias",
+)
+
+
+class ExperimentRequest(_Frozen):
+    """One dataset experiment. `dataset` is a built-in name (`sentiment-number`,
+    `animal-country`) or `upload`, with the file's text and name carried inline."""
+
+    name: ExperimentName
+    dataset: str = Field(min_length=1, max_length=200)
+    model: str | None = None
+    n: int = Field(default=200, ge=1, le=1000)
+    seed: int = 0
+    dataset_text: str | None = Field(default=None, max_length=5 * 1024 * 1024)
+    dataset_filename: str | None = Field(default=None, max_length=200)
+
+
+class ExperimentResult(_Frozen):
+    """Headline metrics, tables (rows of plain values, one CSV each), SVG figures and a
+    Markdown report that puts the measured numbers next to the paper's."""
+
+    name: ExperimentName
+    model: str
+    dataset: str
+    n: int
+    seed: int
+    metrics: dict[str, float]
+    tables: dict[str, list[dict[str, float | int | str | None]]]
+    figures: dict[str, str]
+    report_markdown: str

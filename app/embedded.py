@@ -30,8 +30,12 @@ def _load_from_settings(settings: Settings) -> Callable[[], LoadedModel]:
     def load() -> LoadedModel:
         from model_worker.loading import load_model
 
-        return load_model(settings.model, device=settings.device, dtype=settings.dtype,
-                          cache_dir=settings.cache_dir)
+        return load_model(
+            settings.model,
+            device=settings.device,
+            dtype=settings.dtype,
+            cache_dir=settings.cache_dir,
+        )
 
     return load
 
@@ -118,8 +122,13 @@ class EmbeddedBackend:
             model_state = f"failed: {self._model.exception()}"
         else:
             model_state = "ready" if self._model.done() else "loading"
-        return {"mode": "embedded", "redis": None, "model": self.default_model,
-                "model_state": model_state, "queued": len(self._pending)}
+        return {
+            "mode": "embedded",
+            "redis": None,
+            "model": self.default_model,
+            "model_state": model_state,
+            "queued": len(self._pending),
+        }
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

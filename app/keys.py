@@ -17,9 +17,14 @@ def analysis_job_id(model: str, fingerprint: str, request: AnalysisRequest) -> s
     """
     options = request.model_dump(exclude={"model"})
     payload = json.dumps(
-        {"model": model, "fingerprint": fingerprint, "request": options,
-         "schema": RESULT_SCHEMA_VERSION},
-        sort_keys=True, ensure_ascii=False,
+        {
+            "model": model,
+            "fingerprint": fingerprint,
+            "request": options,
+            "schema": RESULT_SCHEMA_VERSION,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
     )
     return "a-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
 

@@ -16,7 +16,9 @@ router = APIRouter(prefix="/api", tags=["analyses"])
     response_model=JobState,
     responses={202: {"model": JobState, "description": "Queued or running"}},
 )
-async def submit_analysis(request: AnalysisRequest, backend: BackendDep, response: Response) -> JobState:
+async def submit_analysis(
+    request: AnalysisRequest, backend: BackendDep, response: Response
+) -> JobState:
     """200 with the result when cached, else 202 with the job's id and status."""
     state = await backend.submit(request)
     if state.status != JobStatus.DONE:
@@ -28,7 +30,9 @@ async def submit_analysis(request: AnalysisRequest, backend: BackendDep, respons
 async def get_analysis(job_id: str, backend: BackendDep) -> JobState:
     state = await backend.status(job_id)
     if state is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)")
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
+        )
     return state
 
 
