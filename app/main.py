@@ -10,8 +10,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from app import security
 from app.backend import Backend, BackendError
-from app.routes import analyses, health
+from app.routes import analyses, auth, health
 from app.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -46,5 +47,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app.include_router(analyses.router)
     app.include_router(health.router)
+    app.include_router(auth.router)
+    security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "smollm2"
@@ -28,6 +28,23 @@ class Settings(BaseSettings):
     queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
     host: str = Field("127.0.0.1", description="Address `icl-heads serve` binds to.")
     port: int = Field(8000, ge=1, le=65535)
+    auth_token: SecretStr | None = Field(
+        None, description="Shared access token; unset = no login (only safe on 127.0.0.1)."
+    )
+    session_max_age_s: int = Field(12 * 3600, ge=60, description="Login cookie lifetime.")
+    trusted_origins: list[str] = Field(
+        default_factory=list, description="Extra origins allowed to post (a reverse proxy's)."
+    )
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body (413).")
+    max_upload_bytes: int = Field(
+        6 * 1024 * 1024, ge=1024, description="Largest multipart upload body (413)."
+    )
+    rate_limit_per_minute: int = Field(
+        1200, ge=0, description="Requests per client and minute (429); 0 = unlimited."
+    )
+    write_rate_limit_per_minute: int = Field(
+        60, ge=0, description="POST/PUT/PATCH/DELETE per client and minute; 0 = unlimited."
+    )
 
 
 @lru_cache

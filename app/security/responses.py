@@ -1,0 +1,60 @@
+"""Error answers in the client's language: JSON for the API and scripts, a page for browsers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from fastapi.templating import Jinja2Templates
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.types import Scope
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+templates = Jinja2Templates(directory=TEMPLATES_DIR)
+
+
+def wants_json(scope: Scope) -> bool:
+    """API paths and clients that do not ask for HTML get JSON."""
+    path: str = scope.get("path", "")
+    if path.startswith(("/api/", "/openapi")) or path == "/api":
+        return True
+    headers = Headers(scope=scope)
+    return not headers.get("hx-request") and "text/html" not in headers.get("accept", "")
+
+
+def status_title(status: int) -> str:
+    """`Not Found` for 404; a generic title for codes http.HTTPStatus does not know."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def error_response(
+    scope: Scope,
+    status: int,
+    detail: Any,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """`{"detail": …}` for JSON clients; the error page (or an HTMX fragment) for browsers."""
+    if wants_json(scope):
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    message = detail if isinstance(detail, str) else None
+    title = status_title(status)
+    if Headers(scope=scope).get("hx-request"):
+        fragment = (
+            f'<div class="error-message" role="alert" data-status="{status}">'
+            f"<strong>{escape(title)}</strong> {escape(message or '')}</div>"
+        )
+        return HTMLResponse(fragment, status_code=status, headers=headers)
+    errors = detail if isinstance(detail, list) else []
+    context = {"status": status, "title": title, "message": message, "errors": errors}
+    request = Request(scope)
+    return templates.TemplateResponse(
+        request, "pages/error.html", context, status_code=status, headers=headers
+    )
