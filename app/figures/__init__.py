@@ -1,0 +1,1 @@
+"""Server-rendered SVG figures of an analysis, with their data as rows for CSV/JSON export."""

@@ -1,0 +1,73 @@
+"""A tiny SVG writer: escaped text, compact numbers, one root element per figure.
+
+Text colour is `currentColor`, so a figure inherits the page's theme inline and renders black
+on white when downloaded on its own.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
+
+
+def esc(text: str) -> str:
+    """Text or attribute value, XML-escaped (quotes included)."""
+    return escape(text, quote=True)
+
+
+def num(value: float) -> str:
+    """A coordinate with at most one decimal."""
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def signed(value: float, digits: int = 3) -> str:
+    """`+0.989` / `-0.120`: the hover and label format of increases."""
+    return f"{value:+.{digits}f}"
+
+
+def visible(token: str) -> str:
+    """A token as shown on an axis: leading spaces as `␣`, newlines as `⏎`, never empty."""
+    shown = token.replace("\n", "⏎").replace("\t", "⇥")
+    stripped = shown.lstrip(" ")
+    shown = "␣" * (len(shown) - len(stripped)) + stripped
+    return shown or "∅"
+
+
+def clip(text: str, limit: int = 14) -> str:
+    """`text` cut to `limit` characters with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def title_width(title: str) -> float:
+    """The width a 14 px bold title needs (a generous estimate, for the figure's width)."""
+    return 16 + 8.4 * len(title)
+
+
+def text(
+    x: float,
+    y: float,
+    body: str,
+    *,
+    cls: str = "",
+    anchor: str = "start",
+    size: int = 12,
+    extra: str = "",
+) -> str:
+    """One `<text>` element; `body` is escaped here."""
+    cls_attr = f' class="{cls}"' if cls else ""
+    return (
+        f'<text x="{num(x)}" y="{num(y)}" font-size="{size}" text-anchor="{anchor}" '
+        f'fill="currentColor"{cls_attr}{extra}>{esc(body)}</text>'
+    )
+
+
+def document(width: float, height: float, body: list[str], *, title: str, figure: str) -> str:
+    """The root `<svg>`: sized, titled (for screen readers and file previews), themed."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="figure figure--{esc(figure)}" '
+        f'data-figure="{esc(figure)}" viewBox="0 0 {num(width)} {num(height)}" '
+        f'width="{num(width)}" height="{num(height)}" role="img" aria-label="{esc(title)}" '
+        f'font-family="{esc(FONT)}" color="#1b1f24">'
+        f"<title>{esc(title)}</title>" + "".join(body) + "</svg>"
+    )
