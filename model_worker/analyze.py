@@ -7,6 +7,7 @@ top-token table of the detailed heads in one more batch.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from model_worker.analysis.contributions import (
 from model_worker.analysis.icl import IclStructure, detect_structure
 from model_worker.analysis.metrics import VocabSummary, mean_reciprocal_rank, summarize_projections
 from model_worker.analysis.projection import FinalNorm, VocabProjector
+from model_worker.architectures import tensor_attr, weight_of
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
@@ -47,20 +49,22 @@ def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> Voc
     """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
     model, adapter, device = loaded.model, loaded.adapter, x_final.device
     norm = model.get_submodule(adapter.final_norm)
-    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5)
+    eps: float = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5)
     unembed = model.get_submodule(adapter.unembed)
 
-    def fp32(tensor: Tensor | None) -> Tensor | None:
-        return None if tensor is None else tensor.detach().float().to(device)
+    def on_device(tensor: Tensor | None) -> Tensor | None:
+        return None if tensor is None else tensor.to(device)
 
     final_norm = FinalNorm(
         adapter.norm_kind,
-        norm.weight.detach().float().to(device),
-        fp32(getattr(norm, "bias", None)),
+        weight_of(norm).to(device),
+        on_device(tensor_attr(norm, "bias")),
         float(eps),
     )
-    w_u = unembed.weight.detach().float().to(device)
-    return VocabProjector.at(final_norm, w_u, fp32(getattr(unembed, "bias", None)), mode, x_final)
+    w_u = weight_of(unembed).to(device)
+    return VocabProjector.at(
+        final_norm, w_u, on_device(tensor_attr(unembed, "bias")), mode, x_final
+    )
 
 
 class _Projections:
@@ -86,13 +90,13 @@ class _Projections:
             k,
             torch.cat(self._rank_ids).to(self._vectors[0].device),
         )
-        out, start = {}, 0
+        out, start, width = {}, 0, summary.top_ids.shape[1]
         for name, shape in self._shapes.items():
-            size = int(torch.tensor(shape).prod()) if shape else 1
+            size = math.prod(shape)
             part = slice(start, start + size)
             out[name] = VocabSummary(
-                summary.top_ids[part].reshape(*shape, -1).cpu(),
-                summary.top_values[part].reshape(*shape, -1).cpu(),
+                summary.top_ids[part].reshape(*shape, width).cpu(),
+                summary.top_values[part].reshape(*shape, width).cpu(),
                 summary.ranks[part].reshape(shape).cpu(),
             )
             start += size
@@ -217,6 +221,10 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
         run.margin_ids(),
     )
     randoms = [_random_head(layer, head, g.n_heads) for layer, head in heads]
+    random_names = [
+        None if r is None else head_name(layer, r)
+        for (layer, _), r in zip(heads, randoms, strict=True)
+    ]
     random_values = torch.stack(
         [
             values_of(layer, r if r is not None else head)[labels]
@@ -289,7 +297,7 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
                 query=run.tops(views["query"], i),
                 layer_input=run.tops(views["layer_input"], j),
                 value_mrr=_mrr(run, views["value"].ranks[i]),
-                random_head=None if randoms[i] is None else head_name(layer, randoms[i]),
+                random_head=random_names[i],
                 random_head_mrr=_mrr(run, views["random"].ranks[i])
                 if randoms[i] is not None
                 else [],

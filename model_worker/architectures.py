@@ -7,7 +7,7 @@ head-wise maths, whatever the model's dtype or storage layout (Linear vs GPT-2's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +15,20 @@ from torch import Tensor, nn
 from model_worker.errors import UnsupportedModelError
 
 NormKind = Literal["rms", "layer"]
+
+
+def tensor_attr(module: nn.Module, name: str) -> Tensor | None:
+    """`module.weight` / `module.bias` as fp32 detached tensor, or None when absent."""
+    value = getattr(module, name, None)
+    return value.detach().float() if isinstance(value, Tensor) else None
+
+
+def weight_of(module: nn.Module) -> Tensor:
+    """`module.weight`, fp32 and detached."""
+    weight = tensor_attr(module, "weight")
+    if weight is None:
+        raise TypeError(f"{type(module).__name__} has no weight tensor")
+    return weight
 
 
 @dataclass(frozen=True)
@@ -56,7 +70,7 @@ class Adapter:
         assert name is not None
         return name
 
-    def geometry(self, config: object) -> HeadGeometry:
+    def geometry(self, config: Any) -> HeadGeometry:
         """Layer/head sizes read from a Hugging Face config."""
         if self.family == "gpt2":
             n_heads, d_model = config.n_head, config.n_embd
@@ -79,21 +93,20 @@ class Adapter:
 
     def w_o(self, model: nn.Module, index: int, g: HeadGeometry) -> Tensor:
         """W_O per head: [n_heads, d_head, d_model]; head output = z_h @ W_O[h]."""
-        weight = self.sub(model, index, self.out_proj).weight.detach().float()
+        weight = weight_of(self.sub(model, index, self.out_proj))
         if self.fused_qkv is None:  # nn.Linear stores [out=d_model, in=n_heads*d_head]
             weight = weight.T
         return weight.reshape(g.n_heads, g.d_head, g.d_model)
 
     def o_bias(self, model: nn.Module, index: int) -> Tensor | None:
-        bias = self.sub(model, index, self.out_proj).bias
-        return None if bias is None else bias.detach().float()
+        return tensor_attr(self.sub(model, index, self.out_proj), "bias")
 
     def w_qk(self, model: nn.Module, index: int, g: HeadGeometry) -> tuple[Tensor, Tensor, Tensor]:
         """(W_Q [n_heads, d_model, d_head], b_Q [n_heads, d_head], W_K [n_kv, d_model, d_head])."""
         if self.fused_qkv is not None:  # GPT-2 Conv1D: weight [d_model, 3*d_model]
             attn = self.sub(model, index, self.fused_qkv)
-            weight = attn.weight.detach().float()
-            bias = attn.bias.detach().float()
+            weight, bias = weight_of(attn), tensor_attr(attn, "bias")
+            assert bias is not None
             d = g.n_heads * g.d_head
             w_q = weight[:, :d].reshape(g.d_model, g.n_heads, g.d_head).permute(1, 0, 2)
             w_k = weight[:, d : 2 * d].reshape(g.d_model, g.n_kv_heads, g.d_head).permute(1, 0, 2)
@@ -102,11 +115,12 @@ class Adapter:
         assert self.q_proj is not None and self.k_proj is not None
         q = self.sub(model, index, self.q_proj)
         k = self.sub(model, index, self.k_proj)
-        w_q = q.weight.detach().float().T.reshape(g.d_model, g.n_heads, g.d_head).permute(1, 0, 2)
-        w_k = k.weight.detach().float().T.reshape(g.d_model, g.n_kv_heads, g.d_head)
+        w_q = weight_of(q).T.reshape(g.d_model, g.n_heads, g.d_head).permute(1, 0, 2)
+        w_k = weight_of(k).T.reshape(g.d_model, g.n_kv_heads, g.d_head)
+        q_bias = tensor_attr(q, "bias")
         b_q = (
-            q.bias.detach().float().reshape(g.n_heads, g.d_head)
-            if q.bias is not None
+            q_bias.reshape(g.n_heads, g.d_head)
+            if q_bias is not None
             else torch.zeros(g.n_heads, g.d_head, device=w_q.device)
         )
         return w_q, b_q, w_k.permute(1, 0, 2)

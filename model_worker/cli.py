@@ -10,6 +10,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from app.contracts import NormMode
+from model_worker import cli_service
 from model_worker.errors import UserInputError
 
 app = typer.Typer(
@@ -39,10 +40,12 @@ def user_errors() -> Iterator[None]:
 
 def quietly(load: Callable[[], T]) -> T:
     """Run `load` with transformers' progress bars and warnings silenced."""
+    from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    hub_logging.set_verbosity_error()
     return load()
 
 
@@ -89,6 +92,8 @@ def analyze(
     else:
         print_result(result)
 
+
+cli_service.register(app)
 
 if __name__ == "__main__":
     app()

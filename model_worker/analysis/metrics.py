@@ -44,6 +44,6 @@ def summarize_projections(
         rank = (logits > reference).sum(-1) + 1
         ranks.append(torch.where(wanted >= 0, rank, torch.zeros_like(rank)))
     if not ids:
-        empty = torch.zeros(0, k, dtype=torch.long)
-        return VocabSummary(empty, empty.float(), torch.zeros(0, dtype=torch.long))
+        empty = torch.zeros(0, k, dtype=torch.long, device=vectors.device)
+        return VocabSummary(empty, empty.float(), empty[:, 0])
     return VocabSummary(torch.cat(ids), torch.cat(values), torch.cat(ranks))

@@ -1,0 +1,167 @@
+"""Identities the analysis maths must satisfy exactly, on tiny random GPT-2 and Llama-GQA models."""
+
+from __future__ import annotations
+
+import torch
+
+from model_worker.analysis.contributions import (
+    head_outputs,
+    logprob_increase,
+    subhead_values,
+    value_outputs,
+)
+from model_worker.analyze import final_projector
+from model_worker.capture import RunCache, run_with_cache
+from model_worker.loading import LoadedModel
+from tests.tiny_models import EXAMPLE_PROMPT
+
+ATOL = 1e-4
+
+
+def capture(loaded: LoadedModel, prompt: str = EXAMPLE_PROMPT) -> tuple[RunCache, torch.Tensor]:
+    ids = loaded.tokenizer(prompt, return_tensors="pt").input_ids
+    return run_with_cache(loaded.model, loaded.adapter, loaded.geometry, ids), ids
+
+
+def w_o(loaded: LoadedModel, layer: int) -> torch.Tensor:
+    return loaded.adapter.w_o(loaded.model, layer, loaded.geometry)
+
+
+def test_head_outputs_plus_bias_equal_attention_output(tiny_model: LoadedModel) -> None:
+    cache, _ = capture(tiny_model)
+    for layer in range(tiny_model.geometry.n_layers):
+        heads = head_outputs(cache.z[layer, 0], w_o(tiny_model, layer))  # [S, H, D]
+        bias = tiny_model.adapter.o_bias(tiny_model.model, layer)
+        total = heads.sum(-2) + (0 if bias is None else bias)
+        assert (total - cache.attn_out[layer, 0]).abs().max() <= ATOL
+
+
+def test_subheadvalues_sum_to_the_head_output(tiny_model: LoadedModel) -> None:
+    """Σ_p a_{h,p} v_p W_O^h = head_h at the last position; checks the GQA K/V mapping too."""
+    cache, ids = capture(tiny_model)
+    g, last = tiny_model.geometry, ids.shape[1] - 1
+    kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
+    for layer in range(g.n_layers):
+        weights = w_o(tiny_model, layer)
+        values = value_outputs(cache.v[layer, 0], weights, kv)  # [H, S, D]
+        per_position = subhead_values(cache.pattern[layer, 0, :, last], values)
+        heads = head_outputs(cache.z[layer, 0, last], weights)
+        assert (per_position.sum(1) - heads).abs().max() <= ATOL
+
+
+def test_attention_rows_are_causal_distributions(tiny_model: LoadedModel) -> None:
+    cache, ids = capture(tiny_model)
+    rows = cache.pattern[:, 0]  # [L, H, S, S]
+    assert torch.allclose(rows.sum(-1), torch.ones_like(rows[..., 0]), atol=1e-5)
+    assert rows.triu(1).abs().max() == 0
+
+
+def test_residual_bookkeeping(tiny_model: LoadedModel) -> None:
+    """resid_pre + attn + ffn = resid_post = next resid_pre; the last one enters the final norm."""
+    cache, _ = capture(tiny_model)
+    post = cache.resid_post
+    assert (post[:-1] - cache.resid_pre[1:]).abs().max() <= ATOL
+    assert (post[-1, 0] - cache.resid_final[0]).abs().max() <= ATOL
+
+
+def test_recomputed_logits_equal_the_models(tiny_model: LoadedModel) -> None:
+    cache, ids = capture(tiny_model)
+    for position in range(ids.shape[1]):
+        x = cache.resid_final[0, position]
+        for mode in ("fixed", "recompute"):
+            projector = final_projector(tiny_model, x, mode)
+            assert (projector.logits(x) - cache.logits[0, position]).abs().max() <= ATOL
+
+
+def test_fixed_mode_layer_contributions_add_up(tiny_model: LoadedModel) -> None:
+    """bs(resid_final) = bs(embeddings) + Σ_l bs(attn_l) + Σ_l bs(ffn_l) in fixed mode."""
+    cache, ids = capture(tiny_model)
+    last = ids.shape[1] - 1
+    projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
+    parts = projector.linear(cache.attn_out[:, 0, last]).sum(0)
+    parts = parts + projector.linear(cache.mlp_out[:, 0, last]).sum(0)
+    total = projector.logits(cache.resid_pre[0, 0, last]) + parts
+    assert (total - cache.logits[0, last]).abs().max() <= ATOL
+
+
+def test_logprob_increase_matches_its_definition(tiny_model: LoadedModel) -> None:
+    """I(v|x) = log softmax(bs(x+v))[w] − log softmax(bs(x))[w], bs through the real final norm
+    in recompute mode, with margins (bs(x+v) − bs(x))[a] − (…)[b]."""
+    cache, ids = capture(tiny_model)
+    last, target, margin = ids.shape[1] - 1, 3, (3, 4)
+    model, adapter = tiny_model.model, tiny_model.adapter
+    final_norm = model.get_submodule(adapter.final_norm)
+    unembed = model.get_submodule(adapter.unembed)
+    bases = cache.resid_pre[:, 0, last]
+    heads = torch.stack(
+        [head_outputs(cache.z[layer, 0, last], w_o(tiny_model, layer)) for layer in range(3)]
+    )
+    projector = final_projector(tiny_model, cache.resid_final[0, last], "recompute")
+    got = logprob_increase(projector, bases, heads, target, margin, chunk=3)
+    with torch.no_grad():
+        for layer in range(bases.shape[0]):
+            base_logits = unembed(final_norm(bases[layer]))
+            for head in range(heads.shape[1]):
+                logits = unembed(final_norm(bases[layer] + heads[layer, head]))
+                expected = (
+                    torch.log_softmax(logits, -1)[target]
+                    - torch.log_softmax(base_logits, -1)[target]
+                )
+                assert abs(got.increase[layer, head] - expected) <= ATOL
+                delta = logits - base_logits
+                assert got.margin is not None
+                assert abs(got.margin[layer, head] - (delta[3] - delta[4])) <= ATOL
+
+
+def test_fixed_mode_increase_uses_the_frozen_scale(tiny_model: LoadedModel) -> None:
+    cache, ids = capture(tiny_model)
+    last, target = ids.shape[1] - 1, 5
+    projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
+    base, vector = cache.resid_pre[1, 0, last], cache.attn_out[1, 0, last]
+    got = logprob_increase(projector, base[None], vector[None, None], target).increase[0, 0]
+    before = torch.log_softmax(projector.logits(base), -1)[target]
+    after = torch.log_softmax(projector.logits(base) + projector.linear(vector), -1)[target]
+    assert abs(got - (after - before)) <= ATOL
+    # and bs_fixed(base + v) = bs_fixed(base) + bs_linear(v)
+    assert (
+        projector.logits(base + vector) - projector.logits(base) - projector.linear(vector)
+    ).abs().max() <= ATOL
+
+
+def test_query_and_key_weights_reproduce_the_modules(tiny_model: LoadedModel) -> None:
+    """W_Q/b_Q/W_K from the adapter give the module's own (pre-rotary) queries and keys."""
+    loaded = tiny_model
+    cache, ids = capture(loaded)
+    g, layer = loaded.geometry, 1
+    x_hat = cache.normalized[layer, 0]  # [S, D]
+    w_q, b_q, w_k = loaded.adapter.w_qk(loaded.model, layer, g)
+    queries = torch.einsum("sd,hde->she", x_hat, w_q) + b_q
+    keys = torch.einsum("sd,hde->she", x_hat, w_k)
+    with torch.no_grad():
+        if loaded.adapter.fused_qkv is not None:
+            qkv = loaded.adapter.sub(loaded.model, layer, loaded.adapter.fused_qkv)(x_hat)
+            width = g.n_heads * g.d_head
+            q_ref, k_ref = qkv[:, :width], qkv[:, width : 2 * width]
+        else:
+            q_ref = loaded.adapter.sub(loaded.model, layer, "self_attn.q_proj")(x_hat)
+            k_ref = loaded.adapter.sub(loaded.model, layer, "self_attn.k_proj")(x_hat)
+    assert (queries.reshape(len(x_hat), -1) - q_ref).abs().max() <= ATOL
+    assert (keys.reshape(len(x_hat), -1) - k_ref).abs().max() <= ATOL
+
+
+def test_right_padded_batch_matches_single_prompts(tiny_model: LoadedModel) -> None:
+    tokenizer = tiny_model.tokenizer
+    prompts = [EXAMPLE_PROMPT, "good : foo bad : bar cat :"]
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="right")
+    g = tiny_model.geometry
+    together = run_with_cache(
+        tiny_model.model, tiny_model.adapter, g, batch.input_ids, batch.attention_mask
+    )
+    for row, prompt in enumerate(prompts):
+        alone, ids = capture(tiny_model, prompt)
+        n = ids.shape[1]
+        assert (together.logits[row, :n] - alone.logits[0]).abs().max() <= ATOL
+        assert (together.z[:, row, :n] - alone.z[:, 0]).abs().max() <= ATOL
+        assert (
+            together.pattern[:, row, :, n - 1, :n] - alone.pattern[:, 0, :, n - 1]
+        ).abs().max() <= ATOL
