@@ -1,0 +1,97 @@
+"""Pure pieces of the security layer: bind check, token and cookie checks, origin rules."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from starlette.datastructures import Headers
+
+from app.security.auth import safe_next, session_cookie, session_valid, token_matches
+from app.security.bind import bind_refusal, enforce_bind, is_loopback
+from app.security.origin import cross_origin_reason
+from app.settings import Settings
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"])
+def test_loopback_addresses(host: str) -> None:
+    assert is_loopback(host)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "10.0.0.1", "example.org", ""])
+def test_other_addresses_are_not_loopback(host: str) -> None:
+    assert not is_loopback(host)
+
+
+def test_public_bind_without_token_is_refused_with_a_clear_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = Settings(auth_token=None)
+    reason = bind_refusal("0.0.0.0", settings)
+    assert reason is not None and "ICL_AUTH_TOKEN" in reason and "--insecure" in reason
+    with pytest.raises(SystemExit) as exit_info:
+        enforce_bind("0.0.0.0", settings)
+    assert exit_info.value.code == 2
+    assert "refusing to listen on '0.0.0.0'" in capsys.readouterr().err
+
+
+def test_public_bind_passes_with_a_token_or_insecure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bind_refusal("0.0.0.0", Settings(auth_token="t" * 32)) is None
+    assert bind_refusal("127.0.0.1", Settings(auth_token=None)) is None
+    enforce_bind("0.0.0.0", Settings(auth_token=None), insecure=True)
+    assert "without access control" in capsys.readouterr().err
+
+
+def test_empty_token_counts_as_none() -> None:
+    assert bind_refusal("0.0.0.0", Settings(auth_token="")) is not None
+
+
+def test_token_comparison() -> None:
+    assert token_matches("abc", "abc")
+    assert not token_matches("abd", "abc")
+    assert not token_matches("", "abc")
+    assert not token_matches("ab€", "abc")
+
+
+def test_session_cookie_is_bound_to_the_token_and_expires() -> None:
+    cookie = session_cookie("token-one")
+    assert session_valid(cookie, "token-one", max_age_s=60)
+    assert not session_valid(cookie, "token-two", max_age_s=60)
+    assert not session_valid(cookie[:-2] + "xx", "token-one", max_age_s=60)
+    assert not session_valid("garbage", "token-one", max_age_s=60)
+    time.sleep(1.1)
+    assert not session_valid(cookie, "token-one", max_age_s=0)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("/panels?x=1", "/panels?x=1"),
+        (None, "/"),
+        ("", "/"),
+        ("https://evil.example/", "/"),
+        ("//evil.example/", "/"),
+        ("/\\evil.example", "/"),
+        ("relative", "/"),
+    ],
+)
+def test_login_redirects_stay_on_this_site(given: str | None, expected: str) -> None:
+    assert safe_next(given) == expected
+
+
+def headers(**values: str) -> Headers:
+    return Headers({k.replace("_", "-"): v for k, v in values.items()})
+
+
+def test_same_origin_rules() -> None:
+    ok = cross_origin_reason
+    assert ok(headers(host="lab:8000", origin="http://lab:8000")) is None
+    assert ok(headers(host="lab:8000", origin="https://LAB:8000")) is None
+    assert ok(headers(host="lab:8000", origin="http://evil.example")) is not None
+    assert ok(headers(host="lab:8000", origin="null")) is not None
+    assert ok(headers(host="lab:8000", sec_fetch_site="cross-site")) is not None
+    assert ok(headers(host="lab:8000", sec_fetch_site="same-site")) is not None
+    assert ok(headers(host="lab:8000", sec_fetch_site="same-origin")) is None
+    assert ok(headers(host="lab:8000")) is None  # curl, scripts: no browser, no cookie riding
+    proxy = ["https://icl.lab.example"]
+    assert ok(headers(host="127.0.0.1:8000", origin="https://icl.lab.example"), proxy) is None
