@@ -49,7 +49,7 @@ def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> Voc
     """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
     model, adapter, device = loaded.model, loaded.adapter, x_final.device
     norm = model.get_submodule(adapter.final_norm)
-    eps = float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5))
+    eps = float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5) or 1e-5)
     unembed = model.get_submodule(adapter.unembed)
 
     def on_device(tensor: Tensor | None) -> Tensor | None:
