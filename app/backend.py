@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from app.contracts import AnalysisRequest, AnalysisResult, ExperimentResult
+from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest, ExperimentResult
+from app.keys import is_experiment
 
 
 class JobStatus(StrEnum):
@@ -28,6 +30,22 @@ class JobState(BaseModel):
     position_in_queue: int | None = None
     progress: float | None = None
     message: str | None = None
+
+
+def done_body(job_id: str, result_json: bytes) -> bytes:
+    """The JSON of JobState(status=done) around an already serialised result (no re-parsing)."""
+    result, experiment = (b"null", result_json) if is_experiment(job_id) else (result_json, b"null")
+    return b"".join(
+        (
+            b'{"id":',
+            json.dumps(job_id).encode(),
+            b',"status":"done","result":',
+            result,
+            b',"experiment":',
+            experiment,
+            b',"error":null,"position_in_queue":null,"progress":null,"message":null}',
+        )
+    )
 
 
 class ModelInfo(BaseModel):
@@ -55,8 +73,17 @@ class Backend(Protocol):
         """Start (or find cached / in flight) the analysis of `request`."""
         ...
 
+    async def submit_experiment(self, request: ExperimentRequest) -> JobState:
+        """Start (or find cached / in flight) a dataset experiment; it reports progress."""
+        ...
+
     async def status(self, job_id: str) -> JobState | None:
-        """The state of a job, or None if unknown or expired."""
+        """The state of a job (analysis or experiment), or None if unknown or expired."""
+        ...
+
+    async def done_body(self, job_id: str) -> bytes | None:
+        """The JSON of a finished job's JobState, straight from the cache (no re-validation),
+        or None when the job is not done. The hot path of cached reads."""
         ...
 
     async def models(self) -> list[ModelInfo]:

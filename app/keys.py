@@ -1,13 +1,39 @@
-"""Cache-key and queue naming shared by the web tier and the workers (one place, like arq/RQ)."""
+"""Cache-key and queue naming shared by the web tier and the workers (one place, like arq/RQ).
+
+Job ids are content hashes, so identical requests share one id: computed once, then served from
+`result_key(id)` until its TTL runs out. Analysis ids start with `a-`, experiment ids with `e-`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
-from app.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest
+from pydantic import BaseModel
+
+from app.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest, ExperimentRequest
 
 PREFIX = "icl"
+ANALYSIS = "a-"
+EXPERIMENT = "e-"
+#: Sorted set of worker names, scored by the time their heartbeat expires.
+WORKERS_KEY = f"{PREFIX}:workers"
+#: Counter of computations actually run by workers (benchmarks and tests read it).
+COMPUTED_KEY = f"{PREFIX}:stats:computed"
+
+
+def _content_id(kind: str, model: str, fingerprint: str, request: BaseModel) -> str:
+    payload = json.dumps(
+        {
+            "model": model,
+            "fingerprint": fingerprint,
+            "request": request.model_dump(exclude={"model"}),
+            "schema": RESULT_SCHEMA_VERSION,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return kind + hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 def analysis_job_id(model: str, fingerprint: str, request: AnalysisRequest) -> str:
@@ -15,22 +41,36 @@ def analysis_job_id(model: str, fingerprint: str, request: AnalysisRequest) -> s
 
     Identical requests map to one id, so they are computed once and served from the cache.
     """
-    options = request.model_dump(exclude={"model"})
-    payload = json.dumps(
-        {
-            "model": model,
-            "fingerprint": fingerprint,
-            "request": options,
-            "schema": RESULT_SCHEMA_VERSION,
-        },
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return "a-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+    return _content_id(ANALYSIS, model, fingerprint, request)
+
+
+def experiment_job_id(model: str, fingerprint: str, request: ExperimentRequest) -> str:
+    """Content hash of an experiment request, as for analyses (ids start with `e-`)."""
+    return _content_id(EXPERIMENT, model, fingerprint, request)
+
+
+def is_experiment(job_id: str) -> bool:
+    return job_id.startswith(EXPERIMENT)
 
 
 def result_key(job_id: str) -> str:
+    """Where a finished job's result JSON lives (with the result TTL)."""
     return f"{PREFIX}:result:{job_id}"
+
+
+def claim_key(job_id: str) -> str:
+    """A short-lived lock taken while a job is enqueued, so concurrent submits enqueue once."""
+    return f"{PREFIX}:claim:{job_id}"
+
+
+def worker_key(name: str) -> str:
+    """A worker's heartbeat: its model, weights fingerprint and current job (expires if silent)."""
+    return f"{PREFIX}:worker:{name}"
+
+
+def reap_lock_key(queue: str) -> str:
+    """Serialises the search for jobs abandoned by dead workers on one queue."""
+    return f"{PREFIX}:reap:{queue}"
 
 
 def queue_name(model: str) -> str:

@@ -19,7 +19,11 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 
 def default_backend(settings: Settings) -> Backend:
-    """The embedded single-process backend (the Redis backend comes with ICL_REDIS_URL)."""
+    """Redis + workers when ICL_REDIS_URL is set, else the embedded single-process backend."""
+    if settings.redis_url:
+        from app.queue.backend import RedisBackend
+
+        return RedisBackend(settings)
     from app.embedded import EmbeddedBackend
 
     return EmbeddedBackend(settings)
@@ -47,6 +51,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app.include_router(analyses.router)
     app.include_router(health.router)
+    app.include_router(pages.router)
+    app.include_router(panels.router)
+    app.include_router(figures.router)
+    app.add_middleware(SecurityHeadersMiddleware)
     app.include_router(auth.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

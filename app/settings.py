@@ -26,6 +26,13 @@ class Settings(BaseSettings):
     result_ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long results stay cached.")
     job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")
     queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
+    experiment_timeout_s: int = Field(4 * 3600, ge=1, description="Timeout of experiment jobs.")
+    worker_heartbeat_s: float = Field(
+        2.0, gt=0, description="Worker heartbeat period; a worker silent for 5 periods is dead."
+    )
+    redis_timeout_s: float = Field(
+        2.0, gt=0, description="Web tier's Redis connect/read timeout (then 503)."
+    )
     host: str = Field("127.0.0.1", description="Address `icl-heads serve` binds to.")
     port: int = Field(8000, ge=1, le=65535)
     auth_token: SecretStr | None = Field(

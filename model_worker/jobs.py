@@ -1,11 +1,31 @@
-"""Job functions: what a worker (RQ or embedded) runs for one request."""
+"""Job functions: what a worker (RQ or embedded) runs for one request.
+
+The RQ entry points (`analysis_job`, `experiment_job`) run inside `icl-heads worker`, which
+loads its model once and hands it over with `serve_model`. They write the result JSON to Redis
+themselves (with the result TTL), so the web tier serves it without RQ, and record a clear
+message in the job's meta when they fail.
+"""
 
 from __future__ import annotations
 
-from app.contracts import AnalysisRequest, AnalysisResult
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from redis import Redis
+from rq import get_current_job
+from rq.job import Job
+
+from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from app.keys import COMPUTED_KEY, result_key
 from app.settings import get_settings
 from model_worker.analyze import analyze
+from model_worker.errors import UserInputError
 from model_worker.loading import LoadedModel
+
+#: Seconds between two progress writes to Redis (the last one is always written).
+PROGRESS_EVERY_S = 0.25
 
 
 def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
@@ -21,3 +41,126 @@ def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResul
         extra_heads=request.extra_heads,
         max_tokens=get_settings().max_prompt_tokens,
     )
+
+
+def failure_message(exc: BaseException) -> str:
+    """One line for the client: the user's mistake as is, else what went wrong inside."""
+    if isinstance(exc, UserInputError):
+        return str(exc)
+    if type(exc).__name__ == "JobTimeoutException":
+        return f"timed out: {exc}"
+    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
+        return (
+            f"out of memory: {str(exc).splitlines()[0] if str(exc) else ''} (try a shorter prompt)"
+        )
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+class WorkerState:
+    """The model a worker serves and what it is doing (read by its heartbeat thread)."""
+
+    def __init__(self) -> None:
+        self.loaded: LoadedModel | None = None
+        self.current_job: str | None = None
+        self.jobs_done = 0
+        self.mean_job_s: float | None = None
+        self._lock = threading.Lock()
+
+    def finished(self, seconds: float) -> None:
+        with self._lock:
+            self.jobs_done += 1
+            previous = self.mean_job_s
+            self.mean_job_s = seconds if previous is None else 0.8 * previous + 0.2 * seconds
+
+
+STATE = WorkerState()
+
+
+def serve_model(loaded: LoadedModel) -> None:
+    """Make `loaded` the model the job functions of this process run on."""
+    STATE.loaded = loaded
+
+
+def _loaded() -> LoadedModel:
+    if STATE.loaded is None:
+        raise RuntimeError("no model loaded in this worker (serve_model was not called)")
+    return STATE.loaded
+
+
+@contextmanager
+def _job_context(job: Job) -> Iterator[None]:
+    """Track the current job; on failure record a clear message in its meta, then re-raise."""
+    STATE.current_job = job.id
+    started = time.monotonic()
+    try:
+        yield
+    except BaseException as exc:
+        _release_gpu_memory(exc)
+        job.meta["error"] = failure_message(exc)
+        job.save_meta()
+        raise
+    finally:
+        STATE.current_job = None
+        STATE.finished(time.monotonic() - started)
+
+
+def _release_gpu_memory(exc: BaseException) -> None:
+    if type(exc).__name__ == "OutOfMemoryError":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _store(connection: Redis, job_id: str, result_json: str, ttl_s: int) -> None:
+    with connection.pipeline() as pipe:
+        pipe.set(result_key(job_id), result_json, ex=ttl_s)
+        pipe.incr(COMPUTED_KEY)
+        pipe.execute()
+
+
+def _current() -> tuple[Job, Redis]:
+    job = get_current_job()
+    if job is None:
+        raise RuntimeError("job functions run inside an RQ worker")
+    return job, job.connection
+
+
+def analysis_job(request_json: str, result_ttl_s: int) -> None:
+    """RQ job: analyse one prompt on this worker's model and cache the result."""
+    job, connection = _current()
+    if connection.exists(result_key(job.id)):  # a twin enqueued in a race already finished
+        return
+    with _job_context(job):
+        request = AnalysisRequest.model_validate_json(request_json)
+        result = run_analysis(_loaded(), request)
+    _store(connection, job.id, result.model_dump_json(), result_ttl_s)
+
+
+def experiment_job(request_json: str, result_ttl_s: int) -> None:
+    """RQ job: run one dataset experiment, publishing its progress in the job's meta."""
+    job, connection = _current()
+    if connection.exists(result_key(job.id)):
+        return
+    with _job_context(job):
+        from model_worker.experiments.job import run_experiment
+
+        request = ExperimentRequest.model_validate_json(request_json)
+        result = run_experiment(_loaded(), request, progress_reporter(job))
+    _store(connection, job.id, result.model_dump_json(), result_ttl_s)
+
+
+def progress_reporter(job: Job) -> Callable[[float, str], None]:
+    """A `progress(fraction, message)` that writes to the job's meta, at most 4 times a second."""
+    last = 0.0
+
+    def progress(fraction: float, message: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < PROGRESS_EVERY_S and fraction < 1.0:
+            return
+        last = now
+        job.meta["progress"] = max(0.0, min(1.0, float(fraction)))
+        job.meta["message"] = message
+        job.save_meta()
+
+    return progress

@@ -1,4 +1,4 @@
-"""JSON API for analyses: submit, poll, list models."""
+"""JSON API for analyses: submit, poll (analyses and experiments alike), list models."""
 
 from __future__ import annotations
 
@@ -14,12 +14,20 @@ router = APIRouter(prefix="/api", tags=["analyses"])
 @router.post(
     "/analyses",
     response_model=JobState,
-    responses={202: {"model": JobState, "description": "Queued or running"}},
+    responses={
+        202: {"model": JobState, "description": "Queued or running"},
+        404: {"description": "No live worker serves the requested model"},
+        422: {"description": "Invalid request (e.g. an empty prompt)"},
+        429: {"description": "The model's queue is full; see Retry-After"},
+        503: {"description": "The job queue (Redis) is unreachable"},
+    },
 )
 async def submit_analysis(
     request: AnalysisRequest, backend: BackendDep, response: Response
 ) -> JobState:
     """200 with the result when cached, else 202 with the job's id and status."""
+    if not request.prompt.strip():
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the prompt is empty")
     state = await backend.submit(request)
     if state.status != JobStatus.DONE:
         response.status_code = status.HTTP_202_ACCEPTED
@@ -27,7 +35,12 @@ async def submit_analysis(
 
 
 @router.get("/analyses/{job_id}", response_model=JobState)
-async def get_analysis(job_id: str, backend: BackendDep) -> JobState:
+async def get_analysis(job_id: str, backend: BackendDep) -> Response | JobState:
+    """The state of a job: analysis ids start with `a-`, experiment ids with `e-` (their
+    `progress` and `message` change while they run). Finished ones come straight from the cache."""
+    body = await backend.done_body(job_id)
+    if body is not None:
+        return Response(body, media_type="application/json")
     state = await backend.status(job_id)
     if state is None:
         raise HTTPException(

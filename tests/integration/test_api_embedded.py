@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
+from app.contracts import ExperimentRequest
 from app.embedded import EmbeddedBackend
 from app.main import create_app
 from app.settings import Settings
+from tests.integration.worker_entry import FAKE_STEPS, install_fake_experiment
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 
 @pytest.fixture()
 def client() -> Iterator[TestClient]:
-    settings = Settings(model="tiny-llama")
+    settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0)
     backend = EmbeddedBackend(settings, loader=tiny_llama)
     with TestClient(create_app(settings, backend)) as test_client:
         yield test_client
@@ -44,11 +47,52 @@ def test_submit_poll_then_cached(client: TestClient) -> None:
     assert again.json()["result"]["heads"][0]["name"].startswith("L")
 
 
-def test_bad_prompt_fails_the_job_with_its_message(client: TestClient) -> None:
-    job = client.post("/api/analyses", json={"prompt": "   "}).json()
+def test_empty_prompt_is_refused_at_once(client: TestClient) -> None:
+    response = client.post("/api/analyses", json={"prompt": "   "})
+    assert response.status_code == 422
+    assert "empty" in response.json()["detail"]
+
+
+def test_too_long_prompt_fails_the_job_with_its_message(client: TestClient) -> None:
+    job = client.post("/api/analyses", json={"prompt": "love : bar " * 40 + "one :"}).json()
     body = wait_done(client, job["id"])
     assert body["status"] == "failed"
-    assert "empty" in body["error"]
+    assert "token" in body["error"]
+    assert not body["error"].startswith("internal error")
+
+
+def test_experiment_reports_progress_then_its_result(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "model_worker.experiments.job", None)
+        install_fake_experiment()
+        backend = client.app.state.backend  # type: ignore[attr-defined]
+        request = ExperimentRequest(name="accuracy", dataset="sentiment-number", n=4)
+        job = client.portal.call(backend.submit_experiment, request)  # type: ignore[union-attr]
+        body = _follow_progress(client, job.id)
+    assert job.id.startswith("e-")
+    seen, final = body
+    assert final["status"] == "done", final
+    assert final["experiment"]["metrics"]["steps"] == FAKE_STEPS
+    assert final["experiment"]["name"] == "accuracy"
+    assert seen and 0 < max(seen) < 1
+    assert seen == sorted(seen)
+
+
+def _follow_progress(client: TestClient, job_id: str) -> tuple[list[float], dict]:
+    """The progress values seen while `job_id` runs, and its final state."""
+    seen: list[float] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        body = client.get(f"/api/analyses/{job_id}").json()
+        if body["status"] == "running" and body["progress"] is not None:
+            seen.append(body["progress"])
+            assert body["message"].startswith("step")
+        if body["status"] in ("done", "failed"):
+            return seen, body
+        time.sleep(0.05)
+    raise AssertionError(f"experiment {job_id} did not finish")
 
 
 def test_unknown_model_is_refused_at_once(client: TestClient) -> None:

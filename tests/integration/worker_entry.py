@@ -1,0 +1,73 @@
+"""A real `icl-heads worker` for the Redis tests, with test-only hooks set by env variables.
+
+Run as `python -m tests.integration.worker_entry worker --model DIR ...`. Hooks:
+- TEST_JOB_DELAY_S: sleep this long inside every analysis (time to kill a worker mid-job);
+- prompts containing `oom` raise torch.cuda.OutOfMemoryError (a GPU running out of memory);
+- `model_worker.experiments.job.run_experiment` is replaced by `fake_run_experiment`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+from collections.abc import Callable
+
+from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest, ExperimentResult
+from model_worker.loading import LoadedModel
+
+FAKE_STEPS = 5
+
+
+def fake_run_experiment(
+    loaded: LoadedModel, request: ExperimentRequest, progress: Callable[[float, str], None]
+) -> ExperimentResult:
+    """Reports FAKE_STEPS progress steps, 0.3 s apart, then a result counting them."""
+    for step in range(FAKE_STEPS):
+        progress(step / FAKE_STEPS, f"step {step + 1} of {FAKE_STEPS}")
+        time.sleep(0.3)
+    progress(1.0, "done")
+    return ExperimentResult(
+        name=request.name,
+        model=loaded.name,
+        dataset=request.dataset,
+        n=request.n,
+        seed=request.seed,
+        metrics={"steps": float(FAKE_STEPS)},
+        tables={},
+        figures={},
+        report_markdown="",
+    )
+
+
+def install_fake_experiment() -> None:
+    """Make `from model_worker.experiments.job import run_experiment` give the fake."""
+    module = types.ModuleType("model_worker.experiments.job")
+    module.run_experiment = fake_run_experiment  # type: ignore[attr-defined]
+    sys.modules["model_worker.experiments.job"] = module
+
+
+def _install_hooks() -> None:
+    import torch
+
+    from model_worker import jobs
+
+    real = jobs.run_analysis
+    delay = float(os.environ.get("TEST_JOB_DELAY_S", "0"))
+
+    def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
+        if "oom" in request.prompt:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        time.sleep(delay)
+        return real(loaded, request)
+
+    jobs.run_analysis = run_analysis
+    install_fake_experiment()
+
+
+if __name__ == "__main__":
+    _install_hooks()
+    from model_worker.cli import app
+
+    app(prog_name="icl-heads")
