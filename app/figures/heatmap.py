@@ -32,13 +32,15 @@ def heatmap_svg(
     body = [text(12, 18, title, size=14, cls="figure-title", extra=' font-weight="600"')]
     for layer, row in enumerate(grid):
         for head, value in enumerate(row):
-            cls = "cell cell--marked" if marked and (layer, head) in marked else "cell"
+            is_marked = bool(marked) and (layer, head) in (marked or set())
+            cls = "cell cell--marked" if is_marked else "cell"
+            outline = ' stroke="currentColor" stroke-width="1.5"' if is_marked else ""
             extra = link(layer, head) if link else ""
             body.append(
                 f'<rect class="{cls}" data-layer="{layer}" data-head="{head}" '
                 f'data-value="{value:.6g}" x="{num(left + layer * cell)}" '
                 f'y="{num(top + head * cell)}" width="{num(cell - 1)}" height="{num(cell - 1)}" '
-                f'fill="{diverging(value, limit)}"{extra}>'
+                f'fill="{diverging(value, limit)}"{outline}{extra}>'
                 f"<title>L{layer}H{head} {esc(signed(value))}</title></rect>"
             )
     step = 1 if n_layers <= 16 else 5 if n_layers > 40 else 2

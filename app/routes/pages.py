@@ -1,0 +1,236 @@
+"""Full pages: home (prompt form and presets), analysis permalink, compare, view preferences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, HTTPException, Request, Response, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+
+from app.backend import Backend, BackendError, JobStatus
+from app.contracts import AnalysisRequest
+from app.deps import BackendDep
+from app.figures.analysis import comparable, diff_figure
+from app.routes.panels import analysis_context
+from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
+
+router = APIRouter(tags=["pages"])
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str
+    title: str
+    prompt: str
+    note: str
+
+
+PRESETS = [
+    Preset(
+        "paper",
+        "Paper, Table 1",
+        "love : bar like : bar eight : foo two : foo one :",
+        "Sentiment words → bar, numbers → foo; the query “one” should get foo.",
+    ),
+    Preset(
+        "imbalanced",
+        "Imbalanced",
+        "love : bar like : bar eight : foo one :",
+        "One foo demonstration against two bar ones.",
+    ),
+    Preset(
+        "reordered",
+        "Reordered",
+        "eight : foo two : foo love : bar like : bar one :",
+        "Same demonstrations, foo ones first.",
+    ),
+    Preset(
+        "sentence",
+        "Sentences (AGNews style)",
+        "Stocks rallied on Wall Street as oil prices eased. : bar "
+        "The band's new album tops the charts in its first week. : bar "
+        "Liverpool signed two Spanish players on five-year contracts. : foo "
+        "The sprinter was questioned by anti-doping officials before the final. : foo "
+        "Inter Milan advanced to the Champions League group stage. :",
+        "Sport news → foo, other news → bar.",
+    ),
+]
+COMPARE_PRESETS = {
+    "imbalance": ("Balanced vs imbalanced", PRESETS[0].prompt, PRESETS[1].prompt),
+    "reorder": ("Order vs reorder", PRESETS[0].prompt, PRESETS[2].prompt),
+}
+
+
+async def _home(
+    request: Request,
+    backend: Backend,
+    form: dict[str, Any] | None = None,
+    error: str | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    context = {
+        "models": await backend.models(),
+        "default_model": backend.default_model,
+        "presets": PRESETS,
+        "compare_presets": COMPARE_PRESETS,
+        "form": form or {"prompt": PRESETS[0].prompt, "norm": "fixed"},
+        "error": error,
+    }
+    return render(request, "pages/home.html", context, status_code)
+
+
+@router.get("/", response_class=HTMLResponse)
+async def home(request: Request, backend: BackendDep, preset: str | None = None) -> HTMLResponse:
+    chosen = next((p for p in PRESETS if p.key == preset), None)
+    form = {"prompt": chosen.prompt, "norm": "fixed"} if chosen else None
+    return await _home(request, backend, form)
+
+
+def _split_labels(raw: str) -> list[str] | None:
+    labels = [part.strip() for part in raw.replace("\n", ",").split(",") if part.strip()]
+    return labels or None
+
+
+def _problem(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(x) for x in err['loc']) or 'input'}: {err['msg']}" for err in exc.errors()
+    )
+
+
+@router.post("/analyse", response_class=HTMLResponse)
+async def analyse(
+    request: Request,
+    backend: BackendDep,
+    prompt: Annotated[str, Form()] = "",
+    model: Annotated[str, Form()] = "",
+    labels: Annotated[str, Form()] = "",
+    target: Annotated[str, Form()] = "",
+    norm: Annotated[str, Form()] = "fixed",
+) -> Response:
+    """Submit the form's analysis and go to its permalink (the form again, with the reason, if
+    the input is refused)."""
+    form = {"prompt": prompt, "model": model, "labels": labels, "target": target, "norm": norm}
+    try:
+        analysis = AnalysisRequest(
+            prompt=prompt,
+            model=model or None,
+            labels=_split_labels(labels),
+            target=target.strip() or None,
+            norm=norm,
+        )
+        state = await backend.submit(analysis)
+    except ValidationError as exc:
+        return await _home(request, backend, form, _problem(exc), status.HTTP_400_BAD_REQUEST)
+    except BackendError as exc:
+        return await _home(request, backend, form, str(exc), exc.status)
+    return RedirectResponse(f"/a/{state.id}", status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/a/{job_id}", response_class=HTMLResponse)
+async def analysis_page(
+    job_id: str, request: Request, backend: BackendDep, head: str | None = None
+) -> HTMLResponse:
+    """The permalink: rendered whole when done, else a poller that fills it in."""
+    state = await backend.status(job_id)
+    if state is None:
+        return render(
+            request,
+            "pages/not_found.html",
+            {"message": f"No analysis {job_id!r}: unknown or expired."},
+            status.HTTP_404_NOT_FOUND,
+        )
+    context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
+    if state.status == JobStatus.DONE and state.result is not None:
+        context |= analysis_context(job_id, state.result)
+    return render(request, "pages/analysis.html", context)
+
+
+@router.post("/compare", response_class=HTMLResponse)
+async def compare_submit(
+    request: Request,
+    backend: BackendDep,
+    preset: Annotated[str, Form()] = "",
+    prompt_a: Annotated[str, Form()] = "",
+    prompt_b: Annotated[str, Form()] = "",
+) -> Response:
+    """Submit two prompts (or a preset pair) and go to their comparison."""
+    if preset in COMPARE_PRESETS:
+        _, prompt_a, prompt_b = COMPARE_PRESETS[preset]
+    try:
+        a = await backend.submit(AnalysisRequest(prompt=prompt_a))
+        b = await backend.submit(AnalysisRequest(prompt=prompt_b))
+    except ValidationError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, _problem(exc)) from exc
+    return RedirectResponse(f"/compare?a={a.id}&b={b.id}", status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+async def compare_page(
+    request: Request, backend: BackendDep, a: str = "", b: str = ""
+) -> HTMLResponse:
+    """Two analyses side by side with the difference heatmap (B − A)."""
+    context: dict[str, Any] = {"a": a, "b": b, "compare_presets": COMPARE_PRESETS}
+    if a and b:
+        context |= await compare_context(backend, a, b)
+    return render(request, "pages/compare.html", context)
+
+
+async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
+    """States of both; once both are done, their contexts and the difference figure."""
+    states = {key: await backend.status(job) for key, job in (("a", a), ("b", b))}
+    missing = [job for key, job in (("a", a), ("b", b)) if states[key] is None]
+    if missing:
+        return {"error": f"unknown or expired analysis: {', '.join(missing)}", "ready": False}
+    sa, sb = states["a"], states["b"]
+    assert sa is not None and sb is not None
+    failed = [s for s in (sa, sb) if s.status == JobStatus.FAILED]
+    if failed:
+        return {"error": "; ".join(f"{s.id} failed: {s.error}" for s in failed), "ready": False}
+    if sa.result is None or sb.result is None:
+        return {"ready": False, "states": (sa, sb)}
+    problem = comparable(sa.result, sb.result)
+    return {
+        "ready": True,
+        "error": problem,
+        "left": analysis_context(a, sa.result, link=False),
+        "right": analysis_context(b, sb.result, link=False),
+        "diff": None if problem else diff_figure(sa.result, sb.result),
+    }
+
+
+@router.get("/compare/panels/diff", response_class=HTMLResponse)
+async def compare_panel(request: Request, backend: BackendDep, a: str, b: str) -> HTMLResponse:
+    """The comparison body (polls until both analyses are done)."""
+    context = {"a": a, "b": b, **await compare_context(backend, a, b)}
+    return render(request, "partials/_compare_body.html", context)
+
+
+@router.get("/api/compare")
+async def compare_json(backend: BackendDep, a: str, b: str) -> dict[str, Any]:
+    """JSON twin of the comparison: per-head increases of A and B and their difference."""
+    context = await compare_context(backend, a, b)
+    if not context.get("ready"):
+        raise HTTPException(status.HTTP_409_CONFLICT, context.get("error") or "not finished yet")
+    if context["diff"] is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, context["error"])
+    return {"a": a, "b": b, "heads": context["diff"].rows}
+
+
+@router.get("/prefs")
+async def set_prefs(
+    present: str | None = None, theme: str | None = None, next: str = "/"
+) -> RedirectResponse:
+    """Store presentation mode / theme in cookies and go back to `next` (a local path)."""
+    local = next.startswith("/") and not next.startswith("//") and "\\" not in next
+    target = next if local else "/"
+    response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+    year = 365 * 24 * 3600
+    if present is not None:
+        value = "1" if present in ("1", "true", "on") else "0"
+        response.set_cookie(PRESENT_COOKIE, value, max_age=year, samesite="lax")
+    if theme is not None:
+        value = theme if theme in ("light", "dark") else "auto"
+        response.set_cookie(THEME_COOKIE, value, max_age=year, samesite="lax")
+    return response

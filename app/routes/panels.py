@@ -1,0 +1,263 @@
+"""HTMX partials of an analysis (status, tokens, layers, heatmap, top heads, head panel) and
+their JSON twins under `/api/analyses/{id}/...`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.responses import HTMLResponse
+
+from app.backend import Backend, JobState, JobStatus
+from app.contracts import AnalysisRequest, AnalysisResult, HeadDetail
+from app.deps import BackendDep
+from app.figures.analysis import (
+    attention_figure,
+    heatmap_figure,
+    increase_figure,
+    layers_figure,
+    margin_figure,
+)
+from app.figures.heatmap import CellLink
+from app.templating import render
+
+router = APIRouter(tags=["panels"])
+HEAD_NAME = re.compile(r"^L(\d{1,4})H(\d{1,4})$")
+
+
+async def job_state(backend: Backend, job_id: str) -> JobState:
+    """The job's state; 404 with a clear message if it is unknown or expired."""
+    state = await backend.status(job_id)
+    if state is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
+        )
+    return state
+
+
+async def done_result(backend: Backend, job_id: str) -> AnalysisResult:
+    """The finished result of `job_id`; 404 if unknown, 409 if not finished or failed."""
+    state = await job_state(backend, job_id)
+    if state.status == JobStatus.FAILED:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {job_id} failed: {state.error}")
+    if state.result is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {job_id} is {state.status}")
+    return state.result
+
+
+def check_head(result: AnalysisResult, name: str) -> str:
+    """`name` if the model has that head, else 404 with what exists."""
+    match = HEAD_NAME.match(name)
+    if not match or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no head {name!r}: heads are L0H0 … L{result.n_layers - 1}H{result.n_heads - 1}",
+        )
+    return name
+
+
+def heatmap_link(job_id: str) -> CellLink:
+    """Cell attributes that open a head's panel with htmx (page-inline heatmaps only)."""
+
+    def link(layer: int, head: int) -> str:
+        name = f"L{layer}H{head}"
+        return (
+            f' hx-get="/a/{job_id}/heads/{name}" hx-target="#head-panel" hx-swap="innerHTML"'
+            f' hx-push-url="/a/{job_id}?head={name}" tabindex="0"'
+        )
+
+    return link
+
+
+def analysis_context(job_id: str, result: AnalysisResult, link: bool = True) -> dict[str, Any]:
+    """Everything the analysis body and its panels render from (`link`: clickable cells)."""
+    kinds = {label.position: "true" if label.is_true else "false" for label in result.labels}
+    top = [result.head(name) for name in result.top_heads]
+    mrr = {
+        name: {m.label: m.mrr for m in detail.value_mrr}
+        for name, detail in result.head_details.items()
+    }
+    return {
+        "job_id": job_id,
+        "result": result,
+        "kinds": kinds,
+        "last": len(result.tokens) - 1,
+        "top": top,
+        "mrr": mrr,
+        "mrr_labels": sorted({label.word for label in result.labels}),
+        "heatmap": heatmap_figure(result, heatmap_link(job_id) if link else None),
+        "layers": layers_figure(result),
+    }
+
+
+def extra_head_request(result: AnalysisResult, name: str, model: str | None) -> AnalysisRequest:
+    """The request that reproduces `result` (same prompt and options) with `name` detailed."""
+    words = sorted({label.word for label in result.labels})
+    top_k_tokens = next((len(d.query) for d in result.head_details.values()), 10)
+    return AnalysisRequest(
+        prompt=result.prompt,
+        model=model,
+        target=result.target.token if result.target.source == "given" else None,
+        labels=words or None,
+        norm=result.norm,
+        top_k_heads=max(1, len(result.top_heads)),
+        top_k_tokens=top_k_tokens,
+        extra_heads=[name],
+    )
+
+
+async def find_head(
+    backend: Backend, job_id: str, name: str, job: str | None
+) -> tuple[AnalysisResult, str, HeadDetail | None, JobState | None]:
+    """(result, id holding the detail, detail or None while pending, the extra job's state).
+
+    A head outside the stored details is computed by a second analysis with
+    `extra_heads=[name]`; `job` is that analysis' id once submitted.
+    """
+    result = await done_result(backend, job_id)
+    check_head(result, name)
+    if name in result.head_details:
+        return result, job_id, result.head_details[name], None
+    if job is None:
+        served = {info.name for info in await backend.models()}
+        request = extra_head_request(result, name, result.model if result.model in served else None)
+        extra = await backend.submit(request)
+    else:
+        extra = await job_state(backend, job)
+    if extra.status == JobStatus.DONE and extra.result is not None:
+        detail = extra.result.head_details.get(name)
+        if detail is None:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {extra.id} lacks {name}")
+        return result, extra.id, detail, extra
+    return result, extra.id, None, extra
+
+
+def head_context(
+    job_id: str, result: AnalysisResult, source_id: str, detail: HeadDetail
+) -> dict[str, Any]:
+    summary = result.head(detail.name)
+    figures = [attention_figure(result, detail), increase_figure(result, detail)]
+    margin = margin_figure(result, detail)
+    if margin is not None:
+        figures.append(margin)
+    return {
+        "job_id": job_id,
+        "source_id": source_id,
+        "result": result,
+        "detail": detail,
+        "summary": summary,
+        "figures": figures,
+        "kinds": {label.position: label.is_true for label in result.labels},
+    }
+
+
+# --- HTML partials -------------------------------------------------------------------------
+
+
+@router.get("/a/{job_id}/status", response_class=HTMLResponse)
+async def status_panel(job_id: str, request: Request, backend: BackendDep) -> Response:
+    """While queued/running: a poller that re-requests itself; when done: the analysis body."""
+    state = await job_state(backend, job_id)
+    if state.status == JobStatus.DONE and state.result is not None:
+        return render(
+            request, "partials/_analysis_body.html", analysis_context(job_id, state.result)
+        )
+    return render(request, "partials/_status.html", {"job_id": job_id, "state": state})
+
+
+def _panel(name: str) -> Callable[..., Awaitable[Response]]:
+    async def panel(job_id: str, request: Request, backend: BackendDep) -> Response:
+        result = await done_result(backend, job_id)
+        return render(request, f"partials/_{name}.html", analysis_context(job_id, result))
+
+    panel.__name__ = f"{name.replace('-', '_')}_panel"
+    return panel
+
+
+for _name in ("tokens", "layers", "heatmap", "top_heads"):
+    router.add_api_route(
+        f"/a/{{job_id}}/panels/{_name.replace('_', '-')}",
+        _panel(_name),
+        methods=["GET"],
+        response_class=HTMLResponse,
+    )
+
+
+@router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
+async def head_panel(
+    job_id: str, name: str, request: Request, backend: BackendDep, job: str | None = None
+) -> Response:
+    """A head's panel; polls while a head outside the stored details is being computed."""
+    result, source_id, detail, extra = await find_head(backend, job_id, name, job)
+    if detail is None:
+        assert extra is not None
+        context = {"job_id": job_id, "name": name, "state": extra}
+        return render(request, "partials/_head_pending.html", context)
+    return render(request, "partials/_head.html", head_context(job_id, result, source_id, detail))
+
+
+# --- JSON twins ----------------------------------------------------------------------------
+
+
+@router.get("/api/analyses/{job_id}/tokens")
+async def tokens_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+    result = await done_result(backend, job_id)
+    return {
+        "tokens": [t.model_dump() for t in result.tokens],
+        "labels": [label.model_dump() for label in result.labels],
+        "target": result.target.model_dump(),
+        "separator": result.separator,
+        "warnings": result.warnings,
+    }
+
+
+@router.get("/api/analyses/{job_id}/layers")
+async def layers_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+    result = await done_result(backend, job_id)
+    return {"layers": [x.model_dump() for x in result.layers]}
+
+
+@router.get("/api/analyses/{job_id}/heatmap")
+async def heatmap_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+    result = await done_result(backend, job_id)
+    return {
+        "n_layers": result.n_layers,
+        "n_heads": result.n_heads,
+        "heads": [h.model_dump() for h in result.heads],
+    }
+
+
+@router.get("/api/analyses/{job_id}/top-heads")
+async def top_heads_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+    result = await done_result(backend, job_id)
+    return {
+        "top_heads": [
+            {
+                **result.head(name).model_dump(),
+                "value_mrr": [m.model_dump() for m in result.head_details[name].value_mrr]
+                if name in result.head_details
+                else [],
+            }
+            for name in result.top_heads
+        ]
+    }
+
+
+@router.get("/api/analyses/{job_id}/heads/{name}")
+async def head_json(
+    job_id: str, name: str, backend: BackendDep, response: Response, job: str | None = None
+) -> dict[str, Any]:
+    """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`)."""
+    result, source_id, detail, extra = await find_head(backend, job_id, name, job)
+    if detail is None:
+        assert extra is not None
+        response.status_code = status.HTTP_202_ACCEPTED
+        return {"status": extra.status, "job": extra.id, "error": extra.error}
+    return {
+        "status": "done",
+        "job": source_id,
+        "summary": result.head(name).model_dump(),
+        "detail": detail.model_dump(),
+    }
