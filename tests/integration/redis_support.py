@@ -1,0 +1,152 @@
+"""Helpers for tests against a real Redis: a private database, real worker processes, a web app.
+
+A test never touches data it did not create: it claims an *empty* database of the shared server
+(a claim key taken with SET NX), wipes only that database, and releases it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from app.queue.heartbeats import WorkerBeat, live_beats
+from app.settings import Settings
+
+SHARED = "redis://127.0.0.1:6379"
+CLAIM = "icl-test:claim"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def private_db() -> Iterator[str]:
+    """The URL of an empty database of the shared Redis, claimed for the duration."""
+    for db in range(15, 0, -1):
+        connection = Redis.from_url(f"{SHARED}/{db}")
+        if connection.dbsize() == 0 and connection.set(CLAIM, os.getpid(), nx=True, ex=3600):
+            try:
+                yield f"{SHARED}/{db}"
+            finally:
+                for key in connection.scan_iter(count=1000):
+                    connection.delete(key)
+                connection.close()
+            return
+    raise RuntimeError("no empty Redis database (1-15) to claim for the tests")
+
+
+def save_tiny_model(folder: Path) -> Path:
+    """tests.tiny_models.tiny_llama saved with its tokenizer: workers load it like any model."""
+    from tests.tiny_models import tiny_llama
+
+    loaded = tiny_llama()
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def start_worker(
+    model: Path, redis_url: str, log: Path, *, delay_s: float = 0.0, command: str = "worker"
+) -> subprocess.Popen[bytes]:
+    """`icl-heads worker` in a subprocess (through tests.integration.worker_entry's hooks)."""
+    env = os.environ | {
+        "ICL_REDIS_URL": redis_url,
+        "ICL_WORKER_HEARTBEAT_S": "1",
+        "ICL_CACHE_DIR": str(log.parent / "cache"),
+        "TEST_JOB_DELAY_S": str(delay_s),
+        "PYTHONPATH": str(ROOT),
+    }
+    args = [sys.executable, "-m", "tests.integration.worker_entry", command, "--model", str(model)]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*args, "--device", "cpu"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
+    """Poll `predicate` until it returns something truthy; that value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def wait_for_workers(redis_url: str, count: int, timeout: float = 90.0) -> list[WorkerBeat]:
+    connection = Redis.from_url(redis_url)
+    try:
+        return wait_for(
+            lambda: (beats := live_beats(connection)) and len(beats) >= count and beats,
+            timeout,
+            f"{count} live workers",
+        )
+    finally:
+        connection.close()
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    """Stop a process started by these tests (and wait for it)."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def web_settings(model: Path, redis_url: str, **overrides: Any) -> Settings:
+    """Settings of a web tier in front of these workers (no rate limits: tests post a lot)."""
+    return Settings(
+        model=str(model),
+        redis_url=redis_url,
+        write_rate_limit_per_minute=0,
+        rate_limit_per_minute=0,
+        **overrides,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OwnRedis:
+    """A private redis-server on a free port (never the shared one), to stop and restart."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        self._args += ["--save", "", "--appendonly", "no", "--dir", str(folder)]
+        self._server: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._server = subprocess.Popen(self._args, stdout=subprocess.DEVNULL)
+        connection = Redis(port=self.port)
+        wait_for(lambda: _pings(connection), 20, "redis-server to start")
+        connection.close()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            stop(self._server)
+            self._server = None
+
+
+def _pings(connection: Redis) -> bool:
+    try:
+        return bool(connection.ping())
+    except Exception:
+        return False

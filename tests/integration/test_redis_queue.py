@@ -1,0 +1,165 @@
+"""The Redis backend against the real server and a real worker process (tiny model from disk)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from app.contracts import ExperimentRequest
+from app.keys import COMPUTED_KEY
+from app.main import create_app
+from tests.integration.redis_support import (
+    private_db,
+    save_tiny_model,
+    start_worker,
+    stop,
+    wait_for,
+    wait_for_workers,
+    web_settings,
+)
+from tests.integration.worker_entry import FAKE_STEPS
+from tests.tiny_models import EXAMPLE_PROMPT
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+JOB_DELAY_S = 0.4
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """A tiny model on disk and one live worker serving it, on a private Redis database."""
+    folder = tmp_path_factory.mktemp("redis-queue")
+    model = save_tiny_model(folder / "tiny-llama")
+    with private_db() as url:
+        worker = start_worker(model, url, folder / "worker.log", delay_s=JOB_DELAY_S)
+        try:
+            wait_for_workers(url, 1)
+            yield model, url
+        finally:
+            stop(worker)
+
+
+def client_for(setup: tuple[Path, str], **overrides: Any) -> TestClient:
+    model, url = setup
+    return TestClient(create_app(web_settings(model, url, **overrides)))
+
+
+@pytest.fixture()
+def client(setup: tuple[Path, str]) -> Iterator[TestClient]:
+    with client_for(setup) as test_client:
+        yield test_client
+
+
+def computed(setup: tuple[Path, str]) -> int:
+    return int(Redis.from_url(setup[1]).get(COMPUTED_KEY) or 0)
+
+
+def wait_done(client: TestClient, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        body = client.get(f"/api/analyses/{job_id}").json()
+        return body if body["status"] in ("done", "failed") else None
+
+    result: dict[str, Any] = wait_for(finished, timeout, f"job {job_id}")
+    return result
+
+
+def test_enqueue_dedupe_then_cache_hit(client: TestClient, setup: tuple[Path, str]) -> None:
+    before = computed(setup)
+    request = {"prompt": EXAMPLE_PROMPT, "target": "bar"}
+    first = client.post("/api/analyses", json=request)
+    twins = [client.post("/api/analyses", json=request) for _ in range(4)]
+    assert first.status_code == 202
+    assert {twin.status_code for twin in twins} == {202}
+    assert {twin.json()["id"] for twin in twins} == {first.json()["id"]}
+    body = wait_done(client, first.json()["id"])
+    assert body["status"] == "done", body
+    assert body["result"]["target"]["token"] == "bar"
+    assert computed(setup) == before + 1  # five requests, one computation
+
+    hit = client.post("/api/analyses", json=request)
+    assert hit.status_code == 200
+    assert hit.json()["result"] == body["result"]
+    assert computed(setup) == before + 1  # served from Redis, no worker involved
+
+
+def test_results_expire_after_their_ttl(setup: tuple[Path, str]) -> None:
+    with client_for(setup, result_ttl_s=1) as client:
+        request = {"prompt": "good : foo bad : bar cat :", "target": "foo"}
+        job_id = client.post("/api/analyses", json=request).json()["id"]
+        assert wait_done(client, job_id)["status"] == "done"
+        wait_for(lambda: client.get(f"/api/analyses/{job_id}").status_code == 404, 10, "expiry")
+        again = client.post("/api/analyses", json=request)
+        assert again.status_code == 202  # computed afresh
+        assert again.json()["id"] == job_id
+
+
+def test_full_queue_answers_429_with_retry_after(setup: tuple[Path, str]) -> None:
+    with client_for(setup, queue_cap=1) as client:
+        answers = []
+        for number in ("one", "two", "three", "four", "five"):
+            answers.append(client.post("/api/analyses", json={"prompt": f"cat : {number} dog :"}))
+            if answers[-1].status_code == 429:
+                break
+        refused = answers[-1]
+        assert refused.status_code == 429, [a.status_code for a in answers]
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert "full" in refused.json()["detail"]
+        for accepted in answers[:-1]:
+            wait_done(client, accepted.json()["id"])
+
+
+def test_no_worker_for_the_model_is_refused_at_once(client: TestClient) -> None:
+    response = client.post("/api/analyses", json={"prompt": "a : b", "model": "gpt-nowhere"})
+    assert response.status_code == 404
+    detail = response.json()["detail"]
+    assert "gpt-nowhere" in detail and "tiny-llama" in detail
+
+
+def test_a_failing_job_fails_alone(client: TestClient, setup: tuple[Path, str]) -> None:
+    oom = client.post("/api/analyses", json={"prompt": "oom : foo cat :"}).json()
+    bad = client.post("/api/analyses", json={"prompt": "cat : foo dog :", "labels": ["zebra"]})
+    good = client.post("/api/analyses", json={"prompt": "cat : foo dog : bar one :"}).json()
+    oom_state = wait_done(client, oom["id"])
+    assert oom_state["status"] == "failed"
+    assert oom_state["error"].startswith("out of memory")
+    bad_state = wait_done(client, bad.json()["id"])
+    assert bad_state["status"] == "failed"
+    assert "zebra" in bad_state["error"] and "internal" not in bad_state["error"]
+    assert wait_done(client, good["id"])["status"] == "done"  # the worker kept serving
+    assert len(client.get("/api/models").json()) == 1
+
+
+def test_experiment_progress_reaches_the_api(client: TestClient) -> None:
+    backend = client.app.state.backend  # type: ignore[attr-defined]
+    request = ExperimentRequest(name="mrr", dataset="animal-country", n=3, seed=int(time.time()))
+    job = client.portal.call(backend.submit_experiment, request)  # type: ignore[union-attr]
+    assert job.id.startswith("e-")
+    seen: list[float] = []
+    messages: set[str] = set()
+
+    def finished() -> dict[str, Any] | None:
+        body = client.get(f"/api/analyses/{job.id}").json()
+        if body["status"] == "running" and body["progress"] is not None:
+            seen.append(body["progress"])
+            messages.add(body["message"])
+        return body if body["status"] in ("done", "failed") else None
+
+    body = wait_for(finished, 60, "the experiment")
+    assert body["status"] == "done", body
+    assert body["experiment"]["metrics"]["steps"] == FAKE_STEPS
+    assert len(set(seen)) >= 2 and seen == sorted(seen) and max(seen) < 1
+    assert any(message.startswith("step") for message in messages)
+
+
+def test_models_and_health_report_the_worker(client: TestClient, setup: tuple[Path, str]) -> None:
+    models = client.get("/api/models").json()
+    assert [model["name"] for model in models] == [str(setup[0])]
+    assert models[0]["workers"] == 1 and models[0]["fingerprint"]
+    health = client.get("/healthz").json()
+    assert health["mode"] == "redis" and health["redis"] == "ok"
+    assert health["workers"][0]["model"] == str(setup[0])
