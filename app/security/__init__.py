@@ -12,6 +12,7 @@ from app.security.auth import AuthMiddleware
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.errors import install_error_handlers
 from app.security.guard import GuardMiddleware
+from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
 from app.settings import Settings
@@ -20,6 +21,7 @@ from app.settings import Settings
 def install(app: FastAPI, settings: Settings) -> None:
     """Add the security middleware and the JSON/HTML error handlers to `app`."""
     install_error_handlers(app)
+    document_errors(app)
     # add_middleware puts each new layer outside the previous ones: innermost first.
     app.add_middleware(AuthMiddleware, settings=settings)
     app.add_middleware(SameOriginMiddleware, trusted_origins=settings.trusted_origins)
