@@ -1,0 +1,2 @@
+"""Dataset experiments of the paper (accuracy, head location, MRR, attention, variants,
+ablation, bias reduction): batched forward passes over many prompts → ExperimentResult."""

@@ -1,0 +1,219 @@
+"""Batched forward passes over many ICL prompts, summarised at each prompt's last real token.
+
+Prompts are RIGHT-padded with an attention mask, so every real token keeps its position (exact
+for learned and rotary position embeddings) and the analysed position of a row is its last real
+token. A PromptRun keeps only small per-prompt tensors ([L, H] head tables); experiments that
+need more read the RunCache of each batch through an `extra` callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from model_worker.analysis.contributions import head_outputs, logprob_increase
+from model_worker.analysis.icl import detect_structure
+from model_worker.analyze import final_projector
+from model_worker.capture import RunCache, run_with_cache
+from model_worker.datasets import IclPrompt
+from model_worker.experiments.progress import ProgressFn, no_progress
+from model_worker.loading import LoadedModel
+from model_worker.prompting import encode_prompt, target_id
+
+IncreaseMode = Literal["none", "correct", "all"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A tokenized prompt: ids [S], its label positions and the true/false label token ids."""
+
+    prompt: IclPrompt
+    ids: Tensor
+    label_positions: tuple[int, ...]
+    label_true: tuple[bool, ...]
+    true_id: int
+    false_id: int
+
+    @property
+    def last(self) -> int:
+        return int(self.ids.shape[0]) - 1
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded rows: input_ids and attention_mask [B, S], last real position per row [B]."""
+
+    items: list[Prepared]
+    input_ids: Tensor
+    attention_mask: Tensor
+    last: Tensor
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """One prompt's outcome at its last real token.
+
+    `correct`: the true label's token beats the false label's (argmax over the two labels);
+    `correct_vocab`: the true label's token is the argmax over the whole vocabulary.
+    attn_true / attn_false [L, H]: attention of the last token summed over true / false label
+    positions. `increases` [L, H]: I(head | resid_pre) for the true label token, when computed.
+    """
+
+    item: Prepared
+    true_logit: float
+    false_logit: float
+    correct_vocab: bool
+    true_logprob: float
+    attn_true: Tensor
+    attn_false: Tensor
+    increases: Tensor | None
+    extra: Any = None
+
+    @property
+    def correct(self) -> bool:
+        return self.true_logit > self.false_logit
+
+
+Intervene = Callable[[Batch], AbstractContextManager[Any]]
+Extra = Callable[[Batch, RunCache], list[Any]]
+
+
+def prepare(loaded: LoadedModel, prompts: Sequence[IclPrompt]) -> list[Prepared]:
+    """Tokenize `prompts` and find their label positions (first token of each label word)."""
+    label_ids: dict[str, int] = {}
+
+    def label_id(text: str, label: str) -> int:
+        if label not in label_ids:
+            label_ids[label] = target_id(loaded, text, label)[0]
+        return label_ids[label]
+
+    items = []
+    for prompt in prompts:
+        encoded = encode_prompt(loaded, prompt.text)
+        present = list(dict.fromkeys(label for _, label in prompt.demonstrations))
+        structure = detect_structure(prompt.text, encoded.offsets, present)
+        items.append(
+            Prepared(
+                prompt=prompt,
+                ids=encoded.ids,
+                label_positions=tuple(s.position for s in structure.labels),
+                label_true=tuple(s.word == prompt.true_label for s in structure.labels),
+                true_id=label_id(prompt.text, prompt.true_label),
+                false_id=label_id(prompt.text, prompt.false_label),
+            )
+        )
+    return items
+
+
+def make_batches(items: Sequence[Prepared], batch_size: int, pad_id: int = 0) -> Iterator[Batch]:
+    """Consecutive right-padded batches of at most `batch_size` prompts."""
+    for start in range(0, len(items), batch_size):
+        part = list(items[start : start + batch_size])
+        width = max(int(item.ids.shape[0]) for item in part)
+        input_ids = torch.full((len(part), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(part), width), dtype=torch.long)
+        for row, item in enumerate(part):
+            input_ids[row, : item.ids.shape[0]] = item.ids
+            mask[row, : item.ids.shape[0]] = 1
+        last = torch.tensor([item.last for item in part])
+        yield Batch(part, input_ids, mask, last)
+
+
+def forward(loaded: LoadedModel, batch: Batch, intervene: Intervene | None = None) -> RunCache:
+    """One captured forward pass of `batch`, inside the intervention's hooks if any."""
+    device = loaded.device
+    with loaded.lock, intervene(batch) if intervene is not None else nullcontext():
+        return run_with_cache(
+            loaded.model,
+            loaded.adapter,
+            loaded.geometry,
+            batch.input_ids.to(device),
+            batch.attention_mask.to(device),
+        )
+
+
+class HeadIncreases:
+    """I(head_{l,h} | resid_pre_l) at one row's last token, as `analyze()` defines it."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        g = loaded.geometry
+        self.loaded = loaded
+        self.w_o = [loaded.adapter.w_o(loaded.model, layer, g) for layer in range(g.n_layers)]
+
+    def __call__(self, cache: RunCache, row: int, last: int, target: int) -> Tensor:
+        """[L, H] log-probability increases of every head for token `target`."""
+        projector = final_projector(self.loaded, cache.resid_final[row, last], "fixed")
+        z = cache.z[:, row, last]  # [L, H*d_head]
+        heads = torch.stack(
+            [head_outputs(z[layer], w.to(z.device)) for layer, w in enumerate(self.w_o)]
+        )
+        return logprob_increase(projector, cache.resid_pre[:, row, last], heads, target).increase
+
+
+def summarize_row(
+    batch: Batch, cache: RunCache, row: int, increases: HeadIncreases | None, mode: IncreaseMode
+) -> PromptRun:
+    """The PromptRun of one row of a captured batch."""
+    item, last = batch.items[row], int(batch.last[row])
+    logits = cache.logits[row, last]
+    logprobs = torch.log_softmax(logits, -1)
+    pattern = cache.pattern[:, row, :, last, :]  # [L, H, S]
+    true_pos = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if t]
+    false_pos = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if not t]
+    correct = bool(logits[item.true_id] > logits[item.false_id])
+    wanted = mode == "all" or (mode == "correct" and correct)
+    return PromptRun(
+        item=item,
+        true_logit=float(logits[item.true_id]),
+        false_logit=float(logits[item.false_id]),
+        correct_vocab=int(logits.argmax()) == item.true_id,
+        true_logprob=float(logprobs[item.true_id]),
+        attn_true=pattern[..., true_pos].sum(-1).cpu(),
+        attn_false=pattern[..., false_pos].sum(-1).cpu(),
+        increases=increases(cache, row, last, item.true_id).cpu()
+        if increases is not None and wanted
+        else None,
+    )
+
+
+def run_prompts(
+    loaded: LoadedModel,
+    items: Sequence[Prepared],
+    *,
+    batch_size: int = 16,
+    increases: IncreaseMode = "none",
+    intervene: Intervene | None = None,
+    extra: Extra | None = None,
+    progress: ProgressFn = no_progress,
+    label: str = "prompts",
+) -> list[PromptRun]:
+    """Forward every prompt (batched) and summarise each at its last real token."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    computer = HeadIncreases(loaded) if increases != "none" else None
+    pad_id = loaded.tokenizer.pad_token_id or 0
+    runs: list[PromptRun] = []
+    progress(0.0, f"{label}: 0/{len(items)}")
+    for batch in make_batches(items, batch_size, pad_id):
+        cache = forward(loaded, batch, intervene)
+        extras = extra(batch, cache) if extra is not None else [None] * len(batch.items)
+        for row in range(len(batch.items)):
+            run = summarize_row(batch, cache, row, computer, increases)
+            runs.append(run if extras[row] is None else replace(run, extra=extras[row]))
+        progress(len(runs) / max(1, len(items)), f"{label}: {len(runs)}/{len(items)}")
+    return runs
+
+
+def accuracy(runs: Sequence[PromptRun]) -> float:
+    """Fraction of prompts whose true label beats the false one (0.0 for none)."""
+    return sum(r.correct for r in runs) / len(runs) if runs else 0.0
+
+
+def vocab_accuracy(runs: Sequence[PromptRun]) -> float:
+    """Fraction of prompts whose true label token is the argmax over the whole vocabulary."""
+    return sum(r.correct_vocab for r in runs) / len(runs) if runs else 0.0

@@ -1,0 +1,50 @@
+"""What every experiment runner receives, and how it wraps up its ExperimentResult."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.contracts import ExperimentRequest, ExperimentResult
+from model_worker.datasets import Dataset
+from model_worker.experiments.progress import ProgressFn
+from model_worker.loading import LoadedModel
+
+Row = dict[str, float | int | str | None]
+
+
+@dataclass(frozen=True)
+class Context:
+    """An experiment request resolved: the model, the dataset, the batch size, progress."""
+
+    loaded: LoadedModel
+    request: ExperimentRequest
+    dataset: Dataset
+    batch_size: int
+    progress: ProgressFn
+
+    @property
+    def n(self) -> int:
+        return self.request.n
+
+    @property
+    def seed(self) -> int:
+        return self.request.seed
+
+    def result(
+        self,
+        metrics: dict[str, float],
+        tables: dict[str, list[Row]],
+        figures: dict[str, str],
+        report: str,
+    ) -> ExperimentResult:
+        return ExperimentResult(
+            name=self.request.name,
+            model=self.loaded.name,
+            dataset=self.dataset.name,
+            n=self.n,
+            seed=self.seed,
+            metrics={k: float(v) for k, v in metrics.items()},
+            tables=tables,
+            figures=figures,
+            report_markdown=report,
+        )

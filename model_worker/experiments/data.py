@@ -1,0 +1,101 @@
+"""The dataset of an experiment request, and the prompt sets the experiments share."""
+
+from __future__ import annotations
+
+from itertools import permutations
+
+from app.contracts import ExperimentRequest
+from model_worker.datasets import (
+    BUILTIN_DATASETS,
+    Dataset,
+    DatasetError,
+    IclPrompt,
+    Variant,
+    build_prompts,
+    format_prompt,
+    load_dataset,
+    load_user_dataset,
+)
+from model_worker.datasets.prompts import one_line
+from model_worker.errors import UserInputError
+
+#: Prompts used to locate the in-context heads: a set disjoint in seed from the evaluation set.
+LOCATION_PROMPTS = 64
+LOCATION_SEED_OFFSET = 1000
+
+
+class ExperimentInputError(UserInputError):
+    """A dataset or experiment request that cannot be used; the message says why."""
+
+
+def resolve_dataset(request: ExperimentRequest) -> Dataset:
+    """The built-in dataset, the uploaded one (`dataset == "upload"`) or a file path."""
+    try:
+        if request.dataset == "upload":
+            if request.dataset_text is None or not request.dataset_filename:
+                raise DatasetError("an uploaded dataset needs its text and its file name")
+            return load_user_dataset(
+                request.dataset_text.encode("utf-8"), filename=request.dataset_filename
+            )
+        return load_dataset(request.dataset)
+    except DatasetError as exc:
+        raise ExperimentInputError(str(exc)) from exc
+
+
+def other_builtin(dataset: Dataset) -> str:
+    """The built-in dataset to compare head overlap with."""
+    others = [name for name in BUILTIN_DATASETS if name != dataset.name]
+    return others[0]
+
+
+def prompts(
+    dataset: Dataset,
+    n: int,
+    seed: int,
+    *,
+    variant: Variant = "balanced",
+    foo_class: str | None = None,
+    true_label: str | None = None,
+) -> list[IclPrompt]:
+    """`build_prompts` with dataset errors turned into ExperimentInputError."""
+    try:
+        return build_prompts(
+            dataset, n, seed=seed, variant=variant, foo_class=foo_class, true_label=true_label
+        )
+    except (DatasetError, ValueError) as exc:
+        raise ExperimentInputError(str(exc)) from exc
+
+
+def location_prompts(dataset: Dataset, n: int, seed: int) -> list[IclPrompt]:
+    """min(n, LOCATION_PROMPTS) balanced prompts (both label assignments) from seed + 1000."""
+    return prompts(dataset, min(n, LOCATION_PROMPTS), seed + LOCATION_SEED_OFFSET)
+
+
+def class_of(dataset: Dataset) -> dict[str, str]:
+    """Each (one-line) text's class, first class wins for a text listed under several."""
+    classes: dict[str, str] = {}
+    for example in dataset.examples:
+        classes.setdefault(one_line(example.text), example.label)
+    return classes
+
+
+def orders(n_true: int = 2, n_false: int = 2) -> list[str]:
+    """Every distinct sequence of T/F demonstrations (`FFTT`, `FTFT`, …), sorted."""
+    return sorted({"".join(p) for p in permutations("T" * n_true + "F" * n_false)})
+
+
+def arrange(prompt: IclPrompt, order: str) -> IclPrompt:
+    """`prompt` with its demonstrations in `order` (true and false ones keep their own order)."""
+    true = [d for d in prompt.demonstrations if d[1] == prompt.true_label]
+    false = [d for d in prompt.demonstrations if d[1] != prompt.true_label]
+    if len(true) != order.count("T") or len(false) != order.count("F"):
+        raise ValueError(f"order {order!r} does not fit {len(true)} true, {len(false)} false")
+    demos = tuple(true.pop(0) if c == "T" else false.pop(0) for c in order)
+    return IclPrompt(
+        text=format_prompt(demos, prompt.input),
+        input=prompt.input,
+        true_label=prompt.true_label,
+        false_label=prompt.false_label,
+        demonstrations=demos,
+        variant=prompt.variant,
+    )

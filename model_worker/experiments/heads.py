@@ -1,0 +1,148 @@
+"""Experiment 2: the top-20 heads by mean log-probability increase over the correctly
+answered prompts (paper Fig. 3/4), and their overlap with another dataset's top 20.
+
+Increase of a head = I(head | resid_pre) for the true label token at the last position
+(DESIGN.md); prompts use both label assignments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from app.contracts import ExperimentResult, head_name
+from model_worker.datasets import Dataset, load_builtin
+from model_worker.experiments import paper
+from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
+from model_worker.experiments.context import Context, Row
+from model_worker.experiments.data import other_builtin, prompts
+from model_worker.experiments.locate import ranked
+from model_worker.experiments.progress import ProgressFn, Stages
+from model_worker.experiments.report import comparison, header, pct, table
+from model_worker.experiments.svg import bar_chart, heatmap
+from model_worker.loading import LoadedModel
+
+TOP = 20
+
+
+def head_table(
+    loaded: LoadedModel,
+    dataset: Dataset,
+    n: int,
+    seed: int,
+    *,
+    batch_size: int,
+    progress: ProgressFn,
+) -> tuple[list[PromptRun], Tensor]:
+    """Runs of `n` prompts and the [L, H] mean head increase over the correct ones."""
+    items = prepare(loaded, prompts(dataset, n, seed))
+    runs = run_prompts(
+        loaded,
+        items,
+        batch_size=batch_size,
+        increases="correct",
+        progress=progress,
+        label=f"{dataset.name}: head increases",
+    )
+    tables = [r.increases for r in runs if r.increases is not None]
+    g = loaded.geometry
+    mean = torch.stack(tables).mean(0) if tables else torch.zeros(g.n_layers, g.n_heads)
+    return runs, mean
+
+
+def _rows(mean: Tensor, runs: Sequence[PromptRun], other: set[str]) -> list[Row]:
+    tables = [r.increases for r in runs if r.increases is not None]
+    sd = torch.stack(tables).std(0) if len(tables) > 1 else torch.zeros_like(mean)
+    return [
+        {
+            "rank": rank + 1,
+            "head": head_name(layer, head),
+            "layer": layer,
+            "mean_increase": float(mean[layer, head]),
+            "sd": float(sd[layer, head]),
+            "in_other_top20": "yes" if head_name(layer, head) in other else "no",
+        }
+        for rank, (layer, head) in enumerate(ranked(mean)[:TOP])
+    ]
+
+
+def run(ctx: Context) -> ExperimentResult:
+    other_name = other_builtin(ctx.dataset)
+    stages = Stages(ctx.progress, {"main": 1.0, "other": 1.0})
+    common = {"batch_size": ctx.batch_size}
+    runs, mean = head_table(
+        ctx.loaded, ctx.dataset, ctx.n, ctx.seed, progress=stages.stage("main"), **common
+    )
+    other_runs, other_mean = head_table(
+        ctx.loaded,
+        load_builtin(other_name),
+        ctx.n,
+        ctx.seed,
+        progress=stages.stage("other"),
+        **common,
+    )
+    top = [head_name(*h) for h in ranked(mean)[:TOP]]
+    other_top = [head_name(*h) for h in ranked(other_mean)[:TOP]]
+    rows = _rows(mean, runs, set(other_top))
+    other_rows = _rows(other_mean, other_runs, set(top))
+    g = ctx.loaded.geometry
+    deep = sum(int(r["layer"] or 0) >= g.n_layers // 2 for r in rows)
+    overlap = len(set(top) & set(other_top))
+    n_correct = sum(r.correct for r in runs)
+    metrics = {
+        "accuracy": accuracy(runs),
+        "n_correct": float(n_correct),
+        "top20_in_deep_layers": deep / len(rows) if rows else 0.0,
+        "top20_mean_layer": sum(int(r["layer"] or 0) for r in rows) / max(1, len(rows)),
+        "top20_overlap": float(overlap),
+        "other_accuracy": accuracy(other_runs),
+    }
+    figures = {
+        "top_heads": bar_chart(
+            f"Top {TOP} heads by mean log-prob increase — {ctx.dataset.name}",
+            [str(r["head"]) for r in rows],
+            {"mean increase": [float(r["mean_increase"] or 0) for r in rows]},
+            ylabel="log-prob increase",
+            errors={"mean increase": [float(r["sd"] or 0) for r in rows]},
+        ),
+        "other_top_heads": bar_chart(
+            f"Top {TOP} heads by mean log-prob increase — {other_name}",
+            [str(r["head"]) for r in other_rows],
+            {"mean increase": [float(r["mean_increase"] or 0) for r in other_rows]},
+            ylabel="log-prob increase",
+        ),
+        "increase_heatmap": heatmap(
+            f"Mean head log-prob increase, {ctx.dataset.name} (layer × head)", mean.tolist()
+        ),
+    }
+    report = "\n".join(
+        [
+            header(ctx, "Experiment 2 — where the in-context heads are (paper Fig. 3/4)"),
+            f"Mean I(head | resid_pre) for the true label over the {n_correct} correctly "
+            f"answered prompts of {len(runs)} (accuracy {pct(metrics['accuracy'])}); "
+            f"{other_name}: {sum(r.correct for r in other_runs)} of {len(other_runs)}.\n",
+            f"### Top {TOP} — {ctx.dataset.name}\n",
+            table(rows),
+            f"\n### Top {TOP} — {other_name}\n",
+            table(other_rows),
+            "",
+            comparison(
+                [
+                    (
+                        "top-20 heads in the deep half of the layers",
+                        paper.HEADS_LAYERS,
+                        f"{deep} of {len(rows)} in layers ≥ {g.n_layers // 2} of {g.n_layers}; "
+                        f"mean layer {metrics['top20_mean_layer']:.1f}",
+                    ),
+                    (
+                        "overlap of the top 20 between datasets",
+                        "similar head indexes on both datasets",
+                        f"{overlap} of {len(rows)} shared with {other_name}",
+                    ),
+                ]
+            ),
+        ]
+    )
+    return ctx.result(metrics, {"top_heads": rows, "other_top_heads": other_rows}, figures, report)

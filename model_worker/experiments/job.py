@@ -1,0 +1,52 @@
+"""`run_experiment`: the one entry point the CLI, the embedded backend and the workers call."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from app.contracts import ExperimentRequest, ExperimentResult
+from model_worker.experiments.context import Context
+from model_worker.experiments.data import ExperimentInputError, resolve_dataset
+from model_worker.experiments.progress import ProgressFn, no_progress
+from model_worker.loading import LoadedModel
+
+#: Experiment name → module (with a `run(ctx) -> ExperimentResult`) under this package.
+RUNNERS: dict[str, str] = {
+    "accuracy": "accuracy",
+    "heads": "heads",
+    "mrr": "mrr",
+    "attention": "attention",
+    "imbalance": "variants",
+    "reorder": "variants",
+    "ablation": "ablation",
+    "bias": "bias",
+}
+DEFAULT_BATCH_SIZE = 16
+
+
+def _runner(name: str) -> Callable[[Context], ExperimentResult]:
+    module = importlib.import_module(f"model_worker.experiments.{RUNNERS[name]}")
+    runner: Callable[[Context], ExperimentResult] = module.run
+    return runner
+
+
+def run_experiment(
+    loaded: LoadedModel,
+    request: ExperimentRequest,
+    progress: ProgressFn = no_progress,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> ExperimentResult:
+    """Run experiment `request.name` on `loaded`; `progress(fraction, message)` as it goes.
+
+    Raises ExperimentInputError (a UserInputError: one clear line) for a bad dataset or request.
+    """
+    if batch_size < 1:
+        raise ExperimentInputError(f"batch size must be at least 1, got {batch_size}")
+    if request.name not in RUNNERS:
+        raise ExperimentInputError(f"unknown experiment {request.name!r}")
+    ctx = Context(loaded, request, resolve_dataset(request), batch_size, progress)
+    result = _runner(request.name)(ctx)
+    progress(1.0, "done")
+    return result
