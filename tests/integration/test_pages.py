@@ -1,0 +1,263 @@
+"""Explorer pages, HTMX partials, JSON twins and figure downloads over the tiny-model backend."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from xml.etree import ElementTree
+
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from app.embedded import EmbeddedBackend
+from app.main import create_app
+from app.settings import Settings
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+
+XSS = "<script>alert(1)</script> : foo <img src=x onerror=alert(1)> : bar one :"
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(model="tiny-llama")
+    backend = EmbeddedBackend(settings, loader=tiny_llama)
+    with TestClient(create_app(settings, backend)) as test_client:
+        yield test_client
+
+
+def soup(html: str) -> BeautifulSoup:
+    return BeautifulSoup(html, "html.parser")
+
+
+def wait_done(client: TestClient, job_id: str, timeout: float = 30.0) -> BeautifulSoup:
+    """Polls the status partial as htmx would, until it answers with the analysis body."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = client.get(f"/a/{job_id}/status")
+        assert response.status_code == 200
+        page = soup(response.text)
+        status = page.select_one("[data-status]")
+        assert status is not None
+        if status["data-status"] in ("done", "failed"):
+            return page
+        assert status["hx-get"] == f"/a/{job_id}/status"
+        time.sleep(0.05)
+    raise AssertionError(f"{job_id} did not finish in {timeout} s")
+
+
+def analyse(client: TestClient, **form: str) -> str:
+    response = client.post("/analyse", data=form, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    location = response.headers["location"]
+    assert location.startswith("/a/a-")
+    job_id = location.removeprefix("/a/")
+    wait_done(client, job_id)
+    return job_id
+
+
+@pytest.fixture(scope="module")
+def job(client: TestClient) -> str:
+    return analyse(client, prompt=EXAMPLE_PROMPT, target="foo", labels="foo, bar")
+
+
+def test_home_has_form_models_and_presets(client: TestClient) -> None:
+    page = soup(client.get("/").text)
+    assert page.select_one("form.analyse-form textarea[name=prompt]") is not None
+    assert [o.text.strip() for o in page.select("select[name=model] option")] == ["tiny-llama"]
+    keys = [a["data-preset"] for a in page.select("a.preset")]
+    assert keys == ["paper", "imbalanced", "reordered", "sentence"]
+    chosen = soup(client.get("/?preset=reordered").text).select_one("textarea[name=prompt]")
+    assert chosen is not None and chosen.text == "eight : foo two : foo love : bar like : bar one :"
+
+
+def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: str) -> None:
+    page = soup(client.get(f"/a/{job}").text)
+    result = client.get(f"/api/analyses/{job}").json()["result"]
+    tokens = page.select(".token-strip .tok[data-position]")
+    assert [t.text for t in tokens] == [t["text"] for t in result["tokens"]]
+    true_positions = [int(t["data-position"]) for t in page.select(".token-strip .tok--true")]
+    false_positions = [int(t["data-position"]) for t in page.select(".token-strip .tok--false")]
+    assert true_positions == [x["position"] for x in result["labels"] if x["is_true"]] == [8, 11]
+    assert false_positions == [2, 5]
+    target = page.select_one(".target")
+    assert target is not None and target["data-target"] == "foo"
+    assert f"p = {result['target']['prob']:.3f}" in target.text
+    cells = page.select("svg[data-figure=heatmap] rect.cell")
+    assert len(cells) == result["n_layers"] * result["n_heads"]
+    first = result["heads"][0]
+    cell = page.select_one(f"rect.cell[data-layer='{first['layer']}'][data-head='{first['head']}']")
+    assert cell is not None
+    assert cell.title is not None
+    assert cell.title.text == f"{first['name']} {first['increase']:+.3f}"
+    assert cell["hx-get"] == f"/a/{job}/heads/{first['name']}"
+    bars = page.select("svg[data-figure=layers] rect.bar")
+    assert len(bars) == 2 * result["n_layers"]
+    rows = page.select("table.top-heads tbody tr")
+    assert [r["data-head-name"] for r in rows] == result["top_heads"]
+
+
+def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> None:
+    result = client.get(f"/api/analyses/{job}").json()["result"]
+    name = result["top_heads"][0]
+    page = soup(client.get(f"/a/{job}/heads/{name}").text)
+    assert page.select_one(f".head[data-head-name={name}]") is not None
+    attention = page.select("svg[data-figure=attention] rect.bar")
+    assert len(attention) == len(result["tokens"])
+    assert len(page.select("svg[data-figure=attention] rect.bar--true")) == 2
+    assert len(page.select("svg[data-figure=attention] rect.bar--false")) == 2
+    assert len(page.select("svg[data-figure=increase] rect.bar")) == len(result["tokens"])
+    assert len(page.select("svg[data-figure=margin] rect.bar")) == len(result["tokens"])
+    assert len(page.select("table[data-table=values] tbody tr")) == 4
+    assert len(page.select("table[data-table=keys] tbody tr")) == 4
+    detail = result["head_details"][name]
+    query_chips = page.select("table[data-table=query] tr")[0].select(".chip")
+    assert [c.text for c in query_chips] == [t["token"] for t in detail["query"]]
+
+
+def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
+    submitted = client.post("/api/analyses", json={"prompt": EXAMPLE_PROMPT, "top_k_heads": 1})
+    job_id = submitted.json()["id"]
+    wait_done(client, job_id)
+    result = client.get(f"/api/analyses/{job_id}").json()["result"]
+    name = next(h["name"] for h in result["heads"] if h["name"] not in result["head_details"])
+    first = client.get(f"/api/analyses/{job_id}/heads/{name}")
+    assert first.status_code in (200, 202)
+    pending = soup(client.get(f"/a/{job_id}/heads/{name}").text)
+    deadline = time.monotonic() + 30
+    while (poller := pending.select_one("[hx-get]")) is not None:
+        assert f"/a/{job_id}/heads/{name}?job=a-" in poller["hx-get"]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+        pending = soup(client.get(poller["hx-get"]).text)
+    head = pending.select_one(f".head[data-head-name={name}]")
+    assert head is not None and head["data-source"] != job_id
+    twin = client.get(f"/api/analyses/{job_id}/heads/{name}?job={head['data-source']}")
+    assert twin.status_code == 200
+    assert twin.json()["detail"]["name"] == name
+    svg = client.get(f"/figures/{head['data-source']}/heads/{name}/attention.svg")
+    assert svg.status_code == 200
+
+
+def test_panels_and_json_twins(client: TestClient, job: str) -> None:
+    result = client.get(f"/api/analyses/{job}").json()["result"]
+    for panel, selector in [
+        ("tokens", ".token-strip"),
+        ("layers", "svg[data-figure=layers]"),
+        ("heatmap", "svg[data-figure=heatmap]"),
+        ("top-heads", "table.top-heads"),
+    ]:
+        response = client.get(f"/a/{job}/panels/{panel}")
+        assert response.status_code == 200
+        assert soup(response.text).select_one(selector) is not None, panel
+        assert client.get(f"/api/analyses/{job}/{panel}").status_code == 200
+    heatmap = client.get(f"/api/analyses/{job}/heatmap").json()
+    assert len(heatmap["heads"]) == heatmap["n_layers"] * heatmap["n_heads"]
+    assert client.get(f"/api/analyses/{job}/layers").json()["layers"] == result["layers"]
+    top = client.get(f"/api/analyses/{job}/top-heads").json()["top_heads"]
+    assert [h["name"] for h in top] == result["top_heads"]
+
+
+def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
+    result = client.get(f"/api/analyses/{job}").json()["result"]
+    svg = client.get(f"/figures/{job}/heatmap.svg")
+    assert svg.headers["content-type"] == "image/svg+xml"
+    assert "attachment" in svg.headers["content-disposition"]
+    root = ElementTree.fromstring(svg.content)
+    rects = root.findall(".//{http://www.w3.org/2000/svg}rect[@class='cell']")
+    assert len(rects) + len(root.findall(".//*[@class='cell cell--marked']")) == len(
+        result["heads"]
+    )
+    assert "hx-get" not in svg.text
+    png = client.get(f"/figures/{job}/layers.png")
+    assert png.content[:8] == b"\x89PNG\r\n\x1a\n"
+    csv_lines = client.get(f"/figures/{job}/heatmap.csv").text.strip().splitlines()
+    assert csv_lines[0] == "layer,head,name,rank,increase,attn_true,attn_false"
+    assert len(csv_lines) == 1 + len(result["heads"])
+    rows = client.get(f"/figures/{job}/layers.json").json()["rows"]
+    assert rows == result["layers"]
+    name = result["top_heads"][0]
+    for figure in ("attention", "increase", "margin"):
+        response = client.get(f"/figures/{job}/heads/{name}/{figure}.csv")
+        assert response.status_code == 200
+        assert len(response.text.strip().splitlines()) == 1 + len(result["tokens"])
+
+
+def test_compare_shows_difference_heatmap(client: TestClient, job: str) -> None:
+    other = analyse(client, prompt="love : bar like : bar eight : foo one :", target="foo")
+    page = soup(client.get(f"/compare?a={job}&b={other}").text)
+    assert page.select_one(".compare-body[data-status=done]") is not None
+    assert len(page.select("svg[data-figure=diff] rect.cell")) == 12
+    assert len(page.select(".compare-side")) == 2
+    heads = client.get(f"/api/compare?a={job}&b={other}").json()["heads"]
+    a = {
+        h["name"]: h["increase"]
+        for h in client.get(f"/api/analyses/{job}").json()["result"]["heads"]
+    }
+    b = {
+        h["name"]: h["increase"]
+        for h in client.get(f"/api/analyses/{other}").json()["result"]["heads"]
+    }
+    for row in heads:
+        assert row["difference"] == pytest.approx(b[row["name"]] - a[row["name"]])
+    assert client.get(f"/figures/compare/{job}/{other}/diff.csv").status_code == 200
+
+
+def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
+    empty = client.post("/analyse", data={"prompt": ""}, follow_redirects=False)
+    assert empty.status_code == 400
+    assert soup(empty.text).select_one(".error") is not None
+    missing = client.get("/a/a-nothing")
+    assert missing.status_code == 404 and "unknown or expired" in missing.text
+    assert client.get(f"/a/{job}/heads/L99H0").status_code == 404
+    assert client.get(f"/a/{job}/heads/evil").status_code == 404
+    assert client.get(f"/figures/{job}/heatmap.gif").status_code == 422
+    assert client.get(f"/api/compare?a={job}&b=a-nothing").status_code == 409
+
+
+def test_failed_analysis_says_why(client: TestClient) -> None:
+    body = {"prompt": EXAMPLE_PROMPT, "labels": ["zebra"]}
+    job_id = client.post("/api/analyses", json=body).json()["id"]
+    page = wait_done(client, job_id)
+    failed = page.select_one("[data-status=failed]")
+    assert failed is not None and "zebra" in failed.text
+    assert "zebra" in soup(client.get(f"/a/{job_id}").text).select_one(".error").text
+
+
+def test_token_strings_are_escaped(client: TestClient) -> None:
+    job_id = analyse(client, prompt=XSS)
+    html = client.get(f"/a/{job_id}").text
+    assert "<script>alert" not in html and "<img src=x" not in html
+    page = soup(html)
+    assert [s.get("src") for s in page.select("script")] == ["/static/vendor/htmx-2.0.11.min.js"]
+    assert page.select("[onerror]") == []
+    prompt = page.select_one("[data-prompt]")
+    assert prompt is not None and prompt.text == XSS
+    csp = client.get(f"/a/{job_id}").headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp.split("script-src")[1]
+
+
+def test_presentation_mode_by_query_and_cookie(client: TestClient, job: str) -> None:
+    page = soup(client.get(f"/a/{job}?present=1&theme=dark").text)
+    assert page.html is not None
+    assert "present" in page.html["class"] and page.html["data-theme"] == "dark"
+    response = client.get(f"/prefs?present=1&theme=light&next=/a/{job}", follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == f"/a/{job}"
+    client.cookies.update({"icl_present": "1", "icl_theme": "light"})
+    try:
+        page = soup(client.get(f"/a/{job}").text)
+    finally:
+        client.cookies.clear()
+    assert page.html is not None and "present" in page.html["class"]
+    assert page.html["data-theme"] == "light"
+    outside = client.get("/prefs?present=0&next=//evil.example", follow_redirects=False)
+    assert outside.headers["location"] == "/"
+
+
+def test_static_assets_are_vendored(client: TestClient) -> None:
+    htmx = client.get("/static/vendor/htmx-2.0.11.min.js")
+    assert htmx.status_code == 200 and "htmx" in htmx.text[:200]
+    assert client.get("/static/css/app.css").status_code == 200
+    home = client.get("/").text
+    assert not re.search(r"(src|href)=\"https?://", home)
