@@ -1,0 +1,134 @@
+"""Failures against real processes: workers killed mid-job, SIGTERM, Redis going away and back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.integration.redis_support import (
+    OwnRedis,
+    private_db,
+    save_tiny_model,
+    start_worker,
+    stop,
+    wait_for,
+    wait_for_workers,
+    web_settings,
+)
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+def running_on(
+    client: TestClient, job_id: str, dead: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The heartbeat of the worker running `job_id` (waits until one not in `dead` is)."""
+
+    def worker() -> dict[str, Any] | None:
+        assert client.get(f"/api/analyses/{job_id}").json()["status"] != "failed"
+        for beat in client.get("/healthz").json()["workers"]:
+            if beat["current_job"] == job_id and beat["name"] not in dead:
+                return dict(beat)
+        return None
+
+    found: dict[str, Any] = wait_for(worker, 60, f"a worker to run {job_id}")
+    return found
+
+
+def kill_runner(
+    client: TestClient,
+    job_id: str,
+    workers: list[subprocess.Popen[bytes]],
+    dead: frozenset[str] = frozenset(),
+) -> str:
+    """SIGKILL the (live) worker process running `job_id`; its name."""
+    name: str = running_on(client, job_id, dead)["name"]
+    pid = int(name.split(".")[-2])  # worker names are host.pid.random
+    (process,) = [worker for worker in workers if worker.pid == pid]
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return name
+
+
+def final_state(client: TestClient, job_id: str, timeout: float = 90) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        body = client.get(f"/api/analyses/{job_id}").json()
+        return body if body["status"] in ("done", "failed") else None
+
+    state: dict[str, Any] = wait_for(finished, timeout, f"job {job_id} to finish")
+    return state
+
+
+def test_killed_worker_job_is_retried_once_then_failed(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "tiny-llama")
+    with private_db() as url:
+        workers = [
+            start_worker(model, url, tmp_path / f"worker{n}.log", delay_s=4) for n in range(3)
+        ]
+        try:
+            wait_for_workers(url, 3)
+            with TestClient(create_app(web_settings(model, url))) as client:
+                # killed once: a live worker takes it over and finishes it
+                first = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
+                kill_runner(client, first["id"], workers)
+                retried = final_state(client, first["id"])
+                assert retried["status"] == "done", retried
+
+                # killed twice: failed, with the reason
+                second = client.post("/api/analyses", json={"prompt": "dog : bar cat :"}).json()
+                killed = kill_runner(client, second["id"], workers)
+                kill_runner(client, second["id"], workers, frozenset({killed}))
+                failed = final_state(client, second["id"])
+                assert failed["status"] == "failed"
+                assert "stopped" in failed["error"] and "retry" in failed["error"]
+        finally:
+            for worker in workers:
+                stop(worker, signal.SIGKILL)
+
+
+def test_redis_restart_gives_503_then_recovers(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "tiny-llama")
+    redis = OwnRedis(tmp_path / "redis")
+    redis.start()
+    worker = start_worker(model, redis.url, tmp_path / "worker.log", delay_s=2)
+    try:
+        wait_for_workers(redis.url, 1)
+        with TestClient(create_app(web_settings(model, redis.url))) as client:
+            job = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
+            assert final_state(client, job["id"])["status"] == "done"
+
+            redis.stop()
+            started = time.monotonic()
+            for answer in (
+                client.get("/api/models"),
+                client.get(f"/api/analyses/{job['id']}"),
+                client.post("/api/analyses", json={"prompt": "dog : bar cat :"}),
+                client.get("/healthz"),
+            ):
+                assert answer.status_code == 503
+                assert "Redis" in answer.json()["detail"]
+                assert answer.headers["Retry-After"]
+            assert time.monotonic() - started < 30  # a guard against hanging, not a benchmark
+
+            redis.start()  # empty: the worker must come back by itself
+            wait_for(lambda: client.get("/api/models").json(), 60, "the worker to reappear")
+            again = client.post("/api/analyses", json={"prompt": "dog : bar cat :"}).json()
+            running_on(client, again["id"])
+
+            # SIGTERM mid-job: the job finishes, then the worker leaves
+            worker.send_signal(signal.SIGTERM)
+            assert final_state(client, again["id"])["status"] == "done"
+            assert worker.wait(timeout=30) == 0
+            assert client.get("/api/models").json() == []
+    finally:
+        stop(worker, signal.SIGKILL)
+        redis.stop()
+        assert os.path.isdir(tmp_path / "redis")
