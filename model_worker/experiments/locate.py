@@ -26,6 +26,8 @@ from torch import Tensor
 from app.contracts import head_name
 from model_worker.datasets import LABELS, IclPrompt
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
+from model_worker.experiments.context import Context
+from model_worker.experiments.data import location_prompts
 from model_worker.experiments.progress import ProgressFn, Stages, no_progress
 from model_worker.interventions import Head, zero_heads
 from model_worker.loading import LoadedModel
@@ -159,4 +161,24 @@ def locate_heads(
         n_prompts=len(runs),
         n_correct=sum(r.correct for r in runs),
         accuracy=accuracy(runs),
+    )
+
+
+def locate_for(ctx: Context, progress: ProgressFn) -> Location:
+    """The in-context heads of the experiment's model, located on its dataset's location set."""
+    return locate_heads(
+        ctx.loaded,
+        location_prompts(ctx.dataset, ctx.n, ctx.seed),
+        batch_size=ctx.batch_size,
+        progress=progress,
+    )
+
+
+def location_note(location: Location) -> str:
+    """One Markdown paragraph saying which heads were located and how."""
+    return (
+        f"In-context heads located (recipe in `model_worker/experiments/locate.py`: deep-layer "
+        f"heads ranked by mean head increase and by the accuracy drop when zeroed alone, on "
+        f"{location.n_prompts} location prompts, {location.n_correct} correct): "
+        f"**{', '.join(location.names)}**.\n"
     )

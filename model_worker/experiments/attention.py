@@ -1,0 +1,200 @@
+"""Experiment 4: attention from the last token to true vs false labels in the in-context heads
+(paper Fig. 6), and attention weight vs log-probability increase of label subheadvalues in the
+three in-context heads with the largest mean increase (Fig. 7; here over all prompts, not one).
+
+Attention on true (false) labels = the last row of the head's pattern summed over the label
+positions whose label is (is not) the input's true label. Subheadvalue increase =
+I(a_p v_p W_O^h | resid_pre) for the true label token.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from app.contracts import ExperimentResult, head_name
+from model_worker.analysis.contributions import logprob_increase
+from model_worker.analyze import final_projector
+from model_worker.capture import RunCache
+from model_worker.experiments import paper
+from model_worker.experiments.batching import Batch, Extra, prepare, run_prompts
+from model_worker.experiments.context import Context, Row
+from model_worker.experiments.data import prompts
+from model_worker.experiments.locate import locate_for, location_note
+from model_worker.experiments.progress import Stages
+from model_worker.experiments.report import comparison, header, table
+from model_worker.experiments.svg import bar_chart, scatter
+from model_worker.experiments.values import Values
+from model_worker.interventions import Head
+from model_worker.loading import LoadedModel
+
+BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)
+
+
+def subhead_increases(loaded: LoadedModel, heads: Sequence[Head]) -> Extra:
+    """Per row: attention [K, P] and subheadvalue increases [K, P] of `heads` at label positions."""
+    values = Values(loaded)
+
+    def extra(batch: Batch, cache: RunCache) -> list[tuple[Tensor, Tensor]]:
+        out = []
+        for row, item in enumerate(batch.items):
+            last, positions = item.last, list(item.label_positions)
+            projector = final_projector(loaded, cache.resid_final[row, last], "fixed")
+            vectors = torch.stack([values.weighted(cache, row, last, h, positions) for h in heads])
+            bases = cache.resid_pre[[layer for layer, _ in heads], row, last]
+            increase = logprob_increase(projector, bases, vectors, item.true_id).increase
+            attention = torch.stack(
+                [cache.pattern[layer, row, h, last, positions] for layer, h in heads]
+            )
+            out.append((attention.cpu(), increase.cpu()))
+        return out
+
+    return extra
+
+
+def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); 0.0 below three points."""
+    if len(xs) < 3:
+        return 0.0
+
+    def ranks(values: Sequence[float]) -> Tensor:
+        t = torch.tensor(values, dtype=torch.float64)
+        return (t[:, None] > t[None, :]).sum(1) + ((t[:, None] == t[None, :]).sum(1) + 1) / 2
+
+    rx, ry = ranks(xs).double(), ranks(ys).double()
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denominator = float((rx.pow(2).sum() * ry.pow(2).sum()).sqrt())
+    return float((rx * ry).sum()) / denominator if denominator else 0.0
+
+
+def run(ctx: Context) -> ExperimentResult:
+    stages = Stages(ctx.progress, {"locate": 2.0, "attend": 1.0})
+    location = locate_for(ctx, stages.stage("locate"))
+    top3 = sorted(location.heads, key=lambda h: -float(location.mean_increase[h]))[:3]
+    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
+    runs = run_prompts(
+        ctx.loaded,
+        items,
+        batch_size=ctx.batch_size,
+        extra=subhead_increases(ctx.loaded, top3),
+        progress=stages.stage("attend"),
+        label="attention",
+    )
+    rows: list[Row] = []
+    for layer, h in location.heads:
+        true = [float(r.attn_true[layer, h]) for r in runs]
+        false = [float(r.attn_false[layer, h]) for r in runs]
+        rows.append(
+            {
+                "head": head_name(layer, h),
+                "attn_true_mean": statistics.fmean(true),
+                "attn_true_sd": statistics.pstdev(true),
+                "attn_false_mean": statistics.fmean(false),
+                "attn_false_sd": statistics.pstdev(false),
+                "true_gt_false": sum(t > f for t, f in zip(true, false, strict=True)) / len(true),
+            }
+        )
+    points: list[Row] = []
+    for i, r in enumerate(runs):
+        attention, increase = r.extra
+        for k, head in enumerate(top3):
+            for p, is_true in enumerate(r.item.label_true):
+                points.append(
+                    {
+                        "prompt": i,
+                        "head": head_name(*head),
+                        "position": r.item.label_positions[p],
+                        "is_true": "true" if is_true else "false",
+                        "attention": float(attention[k, p]),
+                        "increase": float(increase[k, p]),
+                    }
+                )
+    true_points = [p for p in points if p["is_true"] == "true"]
+    bins: list[Row] = []
+    for low, high in zip(BINS, BINS[1:], strict=False):
+        inside = [
+            float(p["increase"] or 0)
+            for p in true_points
+            if low <= float(p["attention"] or 0) < high
+        ]
+        bins.append(
+            {
+                "attention_bin": f"{low:.1f}–{min(high, 1.0):.1f}",
+                "n": len(inside),
+                "mean_increase": statistics.fmean(inside) if inside else None,
+            }
+        )
+    rho = rank_correlation(
+        [float(p["attention"] or 0) for p in true_points],
+        [float(p["increase"] or 0) for p in true_points],
+    )
+    metrics = {
+        "attn_true": statistics.fmean(float(r["attn_true_mean"] or 0) for r in rows),
+        "attn_false": statistics.fmean(float(r["attn_false_mean"] or 0) for r in rows),
+        "true_gt_false": statistics.fmean(float(r["true_gt_false"] or 0) for r in rows),
+        "spearman_attention_increase": rho,
+    }
+    figures = {
+        "attention": bar_chart(
+            f"Last-token attention on true vs false labels — {ctx.dataset.name}",
+            [str(r["head"]) for r in rows],
+            {
+                "true labels": [float(r["attn_true_mean"] or 0) for r in rows],
+                "false labels": [float(r["attn_false_mean"] or 0) for r in rows],
+            },
+            ylabel="attention (sum)",
+            errors={
+                "true labels": [float(r["attn_true_sd"] or 0) for r in rows],
+                "false labels": [float(r["attn_false_sd"] or 0) for r in rows],
+            },
+        ),
+        "attention_vs_increase": scatter(
+            "Attention vs log-prob increase of label subheadvalues "
+            f"({', '.join(head_name(*h) for h in top3)})",
+            {
+                "true labels": [
+                    (float(p["attention"] or 0), float(p["increase"] or 0)) for p in true_points
+                ],
+                "false labels": [
+                    (float(p["attention"] or 0), float(p["increase"] or 0))
+                    for p in points
+                    if p["is_true"] == "false"
+                ],
+            },
+            xlabel="attention weight",
+            ylabel="log-prob increase",
+        ),
+    }
+    report = "\n".join(
+        [
+            header(ctx, "Experiment 4 — attention on true vs false labels (Fig. 6, 7)"),
+            location_note(location),
+            f"Mean over in-context heads and {len(runs)} prompts: attention on true labels "
+            f"**{metrics['attn_true']:.3f}**, on false labels **{metrics['attn_false']:.3f}**; "
+            f"true > false in {100 * metrics['true_gt_false']:.0f}% of (head, prompt) pairs.\n",
+            table(rows),
+            "\n### Attention vs subheadvalue increase (true labels, top-3 in-context heads)\n",
+            f"Spearman ρ = {rho:.3f} over {len(true_points)} (prompt, head, label) points.\n",
+            table(bins),
+            "",
+            comparison(
+                [
+                    (
+                        "attention on true vs false labels",
+                        paper.ATTENTION,
+                        f"{metrics['attn_true']:.3f} vs {metrics['attn_false']:.3f}",
+                    ),
+                    ("attention vs subheadvalue increase", paper.FIG7, f"Spearman ρ = {rho:.3f}"),
+                ]
+            ),
+        ]
+    )
+    return ctx.result(
+        metrics,
+        {"attention": rows, "subheadvalues": points, "bins": bins, "location": location.candidates},
+        figures,
+        report,
+    )

@@ -1,0 +1,165 @@
+"""Experiment 3: MRR of the label tokens in the label-value projections of the in-context heads
+vs random heads of the same layers (paper Fig. 5).
+
+For each label position p of every prompt, the unweighted value v_p W_O^h is projected onto the
+vocabulary (final norm frozen at the prompt's final residual, no biases: ranks do not depend on
+that scale) and the rank of p's own label token ("foo" or "bar") taken. MRR per head and label
+= mean 1/rank over all positions carrying that label. Each in-context head is compared with a
+random other head of its layer (seeded, paper style) and with the mean over all other
+non-located heads of that layer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from app.contracts import ExperimentResult, head_name
+from model_worker.analyze import final_projector
+from model_worker.capture import RunCache
+from model_worker.experiments import paper
+from model_worker.experiments.batching import Batch, Extra, prepare, run_prompts
+from model_worker.experiments.context import Context, Row
+from model_worker.experiments.data import prompts
+from model_worker.experiments.locate import locate_for, location_note
+from model_worker.experiments.progress import Stages
+from model_worker.experiments.report import comparison, header, table
+from model_worker.experiments.svg import bar_chart
+from model_worker.experiments.values import Values
+from model_worker.interventions import Head
+from model_worker.loading import LoadedModel
+
+
+def random_partner(head: Head, n_heads: int, avoid: Sequence[Head], seed: int) -> int | None:
+    """Another head of the same layer, not located, drawn reproducibly from `seed`."""
+    layer, h = head
+    others = [o for o in range(n_heads) if o != h and (layer, o) not in set(avoid)]
+    return random.Random(seed * 1_000_003 + layer * 1009 + h).choice(others) if others else None
+
+
+def label_ranks(loaded: LoadedModel, layers: Sequence[int]) -> Extra:
+    """Per row: ranks [len(layers), H, P] of each label position's own token in v_p W_O^h of
+    every head of `layers`, and the label token ids [P]."""
+    values = Values(loaded)
+    heads = list(range(loaded.geometry.n_heads))
+
+    def extra(batch: Batch, cache: RunCache) -> list[tuple[Tensor, Tensor]]:
+        out = []
+        for row, item in enumerate(batch.items):
+            positions = list(item.label_positions)
+            ids = item.ids[positions].to(cache.v.device)
+            vectors = torch.stack([values.at(cache, row, la, heads, positions) for la in layers])
+            projector = final_projector(loaded, cache.resid_final[row, item.last], "fixed")
+            logits = projector.project(vectors)  # [nL, H, P, V]
+            reference = logits.gather(-1, ids.expand(*logits.shape[:-1])[..., None])
+            out.append((((logits > reference).sum(-1) + 1).cpu(), ids.cpu()))
+        return out
+
+    return extra
+
+
+def _mrr(ranks: list[int]) -> float:
+    return sum(1 / r for r in ranks) / len(ranks) if ranks else 0.0
+
+
+def run(ctx: Context) -> ExperimentResult:
+    stages = Stages(ctx.progress, {"locate": 2.0, "project": 1.0})
+    location = locate_for(ctx, stages.stage("locate"))
+    g = ctx.loaded.geometry
+    layers = sorted({layer for layer, _ in location.heads})
+    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
+    runs = run_prompts(
+        ctx.loaded,
+        items,
+        batch_size=ctx.batch_size,
+        extra=label_ranks(ctx.loaded, layers),
+        progress=stages.stage("project"),
+        label="label-value projections",
+    )
+    # ranks[(layer, head)][token id] → list of ranks
+    ranks: dict[Head, dict[int, list[int]]] = {}
+    for r in runs:
+        table_ranks, ids = r.extra
+        for i, layer in enumerate(layers):
+            for h in range(g.n_heads):
+                per = ranks.setdefault((layer, h), {})
+                for p, token in enumerate(ids.tolist()):
+                    per.setdefault(token, []).append(int(table_ranks[i, h, p]))
+    tokens = sorted({t for per in ranks.values() for t in per})
+    rows: list[Row] = []
+    for head in location.heads:
+        partner = random_partner(head, g.n_heads, location.heads, ctx.seed)
+        layer_others = [
+            (head[0], o) for o in range(g.n_heads) if (head[0], o) not in location.heads
+        ]
+        for token in tokens:
+            own = ranks[head].get(token, [])
+            rows.append(
+                {
+                    "head": head_name(*head),
+                    "label": ctx.loaded.token_text(token),
+                    "mrr": _mrr(own),
+                    "median_rank": float(torch.tensor(own).float().median()) if own else None,
+                    "random_head": head_name(head[0], partner) if partner is not None else None,
+                    "random_mrr": _mrr(ranks[(head[0], partner)].get(token, []))
+                    if partner is not None
+                    else None,
+                    "layer_other_heads_mrr": sum(
+                        _mrr(ranks[o].get(token, [])) for o in layer_others
+                    )
+                    / len(layer_others)
+                    if layer_others
+                    else None,
+                }
+            )
+    located = [float(r["mrr"] or 0) for r in rows]
+    randoms = [float(r["random_mrr"]) for r in rows if r["random_mrr"] is not None]
+    layer_means = [float(r["layer_other_heads_mrr"]) for r in rows if r["layer_other_heads_mrr"]]
+    metrics = {
+        "mrr_in_context": sum(located) / max(1, len(located)),
+        "mrr_random": sum(randoms) / max(1, len(randoms)),
+        "mrr_layer_others": sum(layer_means) / max(1, len(layer_means)),
+        "min_mrr_in_context": min(located, default=0.0),
+    }
+    names = [f"{r['head']} {str(r['label']).strip()}" for r in rows]
+    figure = bar_chart(
+        f"MRR of label tokens in label values — {ctx.dataset.name}",
+        names,
+        {
+            "in-context head": located,
+            "random head, same layer": [float(r["random_mrr"] or 0) for r in rows],
+            "other heads of the layer (mean)": [
+                float(r["layer_other_heads_mrr"] or 0) for r in rows
+            ],
+        },
+        ylabel="MRR",
+    )
+    ratio = metrics["mrr_in_context"] / metrics["mrr_random"] if metrics["mrr_random"] else 0.0
+    report = "\n".join(
+        [
+            header(ctx, "Experiment 3 — label-value MRR, in-context vs random heads (Fig. 5)"),
+            location_note(location),
+            f"Over {len(runs)} prompts, every label position. Mean MRR: in-context "
+            f"**{metrics['mrr_in_context']:.4f}**, random same-layer heads "
+            f"{metrics['mrr_random']:.4f}, all other heads of those layers "
+            f"{metrics['mrr_layer_others']:.4f}.\n",
+            table(rows),
+            "",
+            comparison(
+                [
+                    (
+                        "label-value MRR, in-context vs random heads",
+                        paper.MRR,
+                        f"{metrics['mrr_in_context']:.4f} vs {metrics['mrr_random']:.4f} "
+                        f"(×{ratio:.1f}); smallest in-context {metrics['min_mrr_in_context']:.4f}",
+                    )
+                ]
+            ),
+        ]
+    )
+    return ctx.result(
+        metrics, {"mrr": rows, "location": location.candidates}, {"mrr": figure}, report
+    )

@@ -1,0 +1,145 @@
+"""Experiment 5: imbalanced (last true demonstration removed) and reordered (true
+demonstrations first, false ones nearest the input) variants vs the balanced prompts
+(paper Fig. 8–11).
+
+Both prompt sets come from the same seed, so prompt i of the variant has the same input and
+demonstrations as prompt i of the balanced set. Per head: attention of the last token summed
+over true and over false label positions, averaged over prompts. Heads shown: the 20 with the
+largest mean increase on the location prompts (Fig. 10/11) and the located in-context heads
+(Fig. 8/9).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from app.contracts import ExperimentResult, head_name
+from model_worker.datasets import Variant
+from model_worker.experiments import paper
+from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
+from model_worker.experiments.context import Context, Row
+from model_worker.experiments.data import prompts
+from model_worker.experiments.locate import locate_for, location_note
+from model_worker.experiments.progress import Stages
+from model_worker.experiments.report import comparison, header, pct, table
+from model_worker.experiments.svg import bar_chart
+from model_worker.interventions import Head
+
+TOP = 20
+
+
+def _mean(runs: Sequence[PromptRun], head: Head, true: bool) -> float:
+    return statistics.fmean(float((r.attn_true if true else r.attn_false)[head]) for r in runs)
+
+
+def run(ctx: Context) -> ExperimentResult:
+    variant: Variant = "imbalanced" if ctx.request.name == "imbalance" else "reordered"
+    stages = Stages(ctx.progress, {"locate": 2.0, "balanced": 1.0, variant: 1.0})
+    location = locate_for(ctx, stages.stage("locate"))
+    sets: dict[str, list[PromptRun]] = {}
+    names: tuple[Variant, Variant] = ("balanced", variant)
+    for name in names:
+        items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed, variant=name))
+        sets[name] = run_prompts(
+            ctx.loaded,
+            items,
+            batch_size=ctx.batch_size,
+            progress=stages.stage(name),
+            label=f"{name} prompts",
+        )
+    balanced, changed = sets["balanced"], sets[variant]
+    shown = list(dict.fromkeys(location.top(TOP) + location.heads))
+    rows: list[Row] = [
+        {
+            "head": head_name(*head),
+            "increase_rank": location.top(len(location.mean_increase.flatten())).index(head) + 1,
+            "located": "yes" if head in location.heads else "no",
+            "attn_true_balanced": _mean(balanced, head, True),
+            f"attn_true_{variant}": _mean(changed, head, True),
+            "attn_false_balanced": _mean(balanced, head, False),
+            f"attn_false_{variant}": _mean(changed, head, False),
+        }
+        for head in shown
+    ]
+    top_rows = [r for r in rows if int(r["increase_rank"] or 0) <= TOP]
+    located_rows = [r for r in rows if r["located"] == "yes"]
+
+    def avg(rs: Sequence[Row], key: str) -> float:
+        return statistics.fmean(float(r[key] or 0) for r in rs) if rs else 0.0
+
+    true_drops = sum(
+        float(r[f"attn_true_{variant}"] or 0) < float(r["attn_true_balanced"] or 0)
+        for r in top_rows
+    )
+    false_rises = sum(
+        float(r[f"attn_false_{variant}"] or 0) > float(r["attn_false_balanced"] or 0)
+        for r in top_rows
+    )
+    metrics = {
+        "accuracy_balanced": accuracy(balanced),
+        f"accuracy_{variant}": accuracy(changed),
+        "located_attn_true_balanced": avg(located_rows, "attn_true_balanced"),
+        f"located_attn_true_{variant}": avg(located_rows, f"attn_true_{variant}"),
+        "located_attn_false_balanced": avg(located_rows, "attn_false_balanced"),
+        f"located_attn_false_{variant}": avg(located_rows, f"attn_false_{variant}"),
+        "top20_true_attention_drops": true_drops / max(1, len(top_rows)),
+        "top20_false_attention_rises": false_rises / max(1, len(top_rows)),
+    }
+    figures = {
+        f"{variant}_located": bar_chart(
+            f"Attention on true/false labels, balanced vs {variant} — in-context heads",
+            [str(r["head"]) for r in located_rows],
+            {
+                "true, balanced": [float(r["attn_true_balanced"] or 0) for r in located_rows],
+                f"true, {variant}": [float(r[f"attn_true_{variant}"] or 0) for r in located_rows],
+                "false, balanced": [float(r["attn_false_balanced"] or 0) for r in located_rows],
+                f"false, {variant}": [float(r[f"attn_false_{variant}"] or 0) for r in located_rows],
+            },
+            ylabel="attention (sum)",
+        ),
+        f"{variant}_top20": bar_chart(
+            f"True-label attention, balanced vs {variant} — top {TOP} heads by increase",
+            [str(r["head"]) for r in top_rows],
+            {
+                "balanced": [float(r["attn_true_balanced"] or 0) for r in top_rows],
+                variant: [float(r[f"attn_true_{variant}"] or 0) for r in top_rows],
+            },
+            ylabel="attention on true labels",
+        ),
+    }
+    expected = paper.IMBALANCE if variant == "imbalanced" else paper.REORDER
+    title = (
+        "imbalanced labels (Fig. 8, 10)" if variant == "imbalanced" else "re-ordered (Fig. 9, 11)"
+    )
+    report = "\n".join(
+        [
+            header(ctx, f"Experiment 5 — {title}"),
+            location_note(location),
+            f"Accuracy: balanced {pct(metrics['accuracy_balanced'])}, {variant} "
+            f"{pct(metrics[f'accuracy_{variant}'])} ({len(balanced)} paired prompts).\n",
+            table(rows),
+            "",
+            comparison(
+                [
+                    (
+                        f"attention on true labels, balanced → {variant}",
+                        expected,
+                        f"in-context heads {metrics['located_attn_true_balanced']:.3f} → "
+                        f"{metrics[f'located_attn_true_{variant}']:.3f}; drops in {true_drops} of "
+                        f"the top {len(top_rows)} heads",
+                    ),
+                    (
+                        f"attention on false labels, balanced → {variant}",
+                        "rises (imbalanced)" if variant == "imbalanced" else "—",
+                        f"in-context heads {metrics['located_attn_false_balanced']:.3f} → "
+                        f"{metrics[f'located_attn_false_{variant}']:.3f}; rises in {false_rises} "
+                        f"of the top {len(top_rows)} heads",
+                    ),
+                ]
+            ),
+        ]
+    )
+    return ctx.result(
+        metrics, {"attention": rows, "location": location.candidates}, figures, report
+    )
