@@ -59,6 +59,8 @@ def bar_chart(
         x += 30 + 6.5 * len(name)
     for tick in _ticks(low, high):
         ty = y(tick)
+        if tick != 0 and abs(ty - y(0.0)) < 12:
+            continue  # too close to the zero line's label
         body.append(
             f'<line x1="{num(left - 4)}" x2="{num(left + n * group)}" y1="{num(ty)}" '
             f'y2="{num(ty)}" stroke="currentColor" stroke-opacity="{0.6 if tick == 0 else 0.15}"/>'

@@ -86,7 +86,9 @@ def analysis_context(job_id: str, result: AnalysisResult, link: bool = True) -> 
         "last": len(result.tokens) - 1,
         "top": top,
         "mrr": mrr,
-        "mrr_labels": sorted({label.word for label in result.labels}),
+        "mrr_labels": list(
+            dict.fromkeys(m.label for d in result.head_details.values() for m in d.value_mrr)
+        ),
         "heatmap": heatmap_figure(result, heatmap_link(job_id) if link else None),
         "layers": layers_figure(result),
     }

@@ -96,6 +96,9 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     assert len(bars) == 2 * result["n_layers"]
     rows = page.select("table.top-heads tbody tr")
     assert [r["data-head-name"] for r in rows] == result["top_heads"]
+    mrr = result["head_details"][result["top_heads"][0]]["value_mrr"]
+    shown = [td.text for td in rows[0].select("td.num")][3:]
+    assert shown == [f"{m['mrr']:.2f}" for m in mrr] and len(shown) == 2
 
 
 def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> None:

@@ -1,0 +1,138 @@
+"""Browser benchmark of the explorer on SmolLM2 (CPU): Analyse → heatmap, cached page → paint.
+
+Runs the app (embedded backend, SmolLM2 loaded once) on a local port and drives Debian's
+Chromium with Playwright. Prints, measured in this one run (the machine is shared and noisy):
+- click Analyse → heatmap visible, cache cold (target ≤ 2 s), for several ≤ 64-token prompts;
+- a cached analysis page: navigation → first paint / first contentful paint (target ≤ 100 ms);
+- the HTML size of a 64-token prompt's analysis page (limit 300 KB).
+It also saves the README screenshot (the paper's prompt with its top head open).
+
+    PYTHONPATH=. .venv/bin/python bench/bench_browser.py [--repeats 5] [--screenshot PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+from app.contracts import AnalysisRequest
+from app.embedded import EmbeddedBackend
+from app.main import create_app
+from app.settings import Settings
+from model_worker.loading import LoadedModel, load_model
+from tests.browser.live import launch, serve
+
+PAPER_PROMPT = "love : bar like : bar eight : foo two : foo one :"
+WORDS = [
+    ("love", "bar"), ("eight", "foo"), ("hate", "bar"), ("two", "foo"), ("happy", "bar"),
+    ("six", "foo"), ("good", "bar"), ("nine", "foo"), ("awful", "bar"), ("three", "foo"),
+    ("nice", "bar"), ("seven", "foo"), ("sad", "bar"), ("four", "foo"), ("great", "bar"),
+]  # fmt: skip
+
+
+class TimedBackend(EmbeddedBackend):
+    """The embedded backend, recording each job's compute time (to split model vs web time)."""
+
+    compute_s: list[float] = []
+
+    def _run(self, job_id: str, loaded: LoadedModel, request: AnalysisRequest) -> None:
+        start = time.perf_counter()
+        super()._run(job_id, loaded, request)
+        self.compute_s.append(time.perf_counter() - start)
+
+
+def prompt_of(loaded: LoadedModel, tokens: int, shift: int) -> str:
+    """A word-classification prompt of at most `tokens` tokens; `shift` varies it (cold cache)."""
+    demos = [f"{w} : {label}" for w, label in WORDS[shift % len(WORDS) :] + WORDS[: shift % 15]]
+    best = f"{demos[0]} one :"
+    for n in range(1, 60):
+        candidate = " ".join([demos[i % len(demos)] for i in range(n)] + ["one :"])
+        if len(loaded.tokenizer(candidate).input_ids) > tokens:
+            break
+        best = candidate
+    return best
+
+
+def analyse_to_heatmap(page: Page, base_url: str, prompt: str) -> float:
+    """Seconds from clicking Analyse to the heatmap's cells being visible."""
+    page.goto(base_url + "/")
+    page.fill("textarea[name=prompt]", prompt)
+    start = time.perf_counter()
+    page.click("#analyse")
+    page.locator("svg[data-figure=heatmap] rect.cell").first.wait_for(timeout=60_000)
+    return time.perf_counter() - start
+
+
+def first_paint_ms(page: Page, url: str) -> tuple[float, float]:
+    """(first paint, first contentful paint) of a fresh navigation to `url`, in ms."""
+    page.goto(url, wait_until="load")
+    page.wait_for_function("performance.getEntriesByType('paint').length >= 2")
+    entries = page.evaluate("performance.getEntriesByType('paint').map(e => [e.name, e.startTime])")
+    paints = dict(entries)
+    return paints.get("first-paint", float("nan")), paints.get(
+        "first-contentful-paint", float("nan")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--screenshot", type=Path, default=Path("docs/screenshot.png"))
+    args = parser.parse_args()
+
+    loaded = load_model(device="cpu", dtype="float32")
+    settings = Settings()
+    app = create_app(settings, TimedBackend(settings, loader=lambda: loaded))
+    with serve(app) as base_url, sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        analyse_to_heatmap(page, base_url, prompt_of(loaded, 40, 7))  # warm-up: JIT, fonts
+
+        cold, web = [], []
+        for shift in range(args.repeats):
+            prompt = prompt_of(loaded, 64, shift)
+            cold.append(analyse_to_heatmap(page, base_url, prompt))
+            web.append(cold[-1] - TimedBackend.compute_s[-1])
+        n_tokens = len(loaded.tokenizer(prompt).input_ids)
+        url = page.url.split("?")[0]
+        html_kb = len(urllib.request.urlopen(url).read()) / 1024
+
+        paints = [first_paint_ms(page, url) for _ in range(args.repeats + 1)][1:]
+        fp = [p[0] for p in paints]
+        fcp = [p[1] for p in paints]
+
+        print(f"SmolLM2 on CPU, prompt {n_tokens} tokens, {args.repeats} runs")
+        print(
+            f"Analyse → heatmap visible (cache cold): median {statistics.median(cold):.2f} s, "
+            f"max {max(cold):.2f} s  (target ≤ 2 s)"
+        )
+        print(
+            f"  of which the analysis job (model compute): median "
+            f"{statistics.median(TimedBackend.compute_s[1:]):.2f} s; web + browser (submit, "
+            f"polling, render): median {statistics.median(web):.2f} s"
+        )
+        print(
+            f"cached analysis page first paint: median {statistics.median(fp):.0f} ms, "
+            f"first contentful paint median {statistics.median(fcp):.0f} ms  (target ≤ 100 ms)"
+        )
+        print(f"analysis page HTML: {html_kb:.0f} KB  (limit 300 KB)")
+
+        if args.screenshot:
+            page.set_viewport_size({"width": 1440, "height": 900})
+            analyse_to_heatmap(page, base_url, PAPER_PROMPT)
+            top = page.locator("table.top-heads tbody tr").first.get_attribute("data-head-name")
+            page.goto(f"{page.url.split('?')[0]}?head={top}")
+            page.locator("#head-panel .head").wait_for(timeout=60_000)
+            args.screenshot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=args.screenshot, full_page=True)
+            print(f"screenshot: {args.screenshot}")
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()
