@@ -12,3 +12,11 @@ from tests.tiny_models import tiny_gpt2, tiny_llama
 def tiny_model(request: pytest.FixtureRequest) -> LoadedModel:
     """Each test using this runs once per family."""
     return tiny_gpt2() if request.param == "gpt2" else tiny_llama()
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> LoadedModel:
+    """The real default model (SmolLM2-135M-Instruct from its GGUF), loaded once per session."""
+    from model_worker.loading import load_model
+
+    return load_model(device="cpu", dtype="float32")
