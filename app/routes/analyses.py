@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.backend import JobState, JobStatus, ModelInfo
 from app.contracts import AnalysisRequest
@@ -35,12 +35,17 @@ async def submit_analysis(
 
 
 @router.get("/analyses/{job_id}", response_model=JobState)
-async def get_analysis(job_id: str, backend: BackendDep) -> Response | JobState:
+async def get_analysis(job_id: str, backend: BackendDep, request: Request) -> Response | JobState:
     """The state of a job: analysis ids start with `a-`, experiment ids with `e-` (their
-    `progress` and `message` change while they run). Finished ones come straight from the cache."""
+    `progress` and `message` change while they run). Finished ones come straight from the cache;
+    the id is a content hash, so the id is their ETag (`If-None-Match` answers 304)."""
     body = await backend.done_body(job_id)
     if body is not None:
-        return Response(body, media_type="application/json")
+        etag = f'"{job_id}"'
+        headers = {"ETag": etag, "Cache-Control": "private, max-age=3600"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
     state = await backend.status(job_id)
     if state is None:
         raise HTTPException(

@@ -45,6 +45,11 @@ def test_submit_poll_then_cached(client: TestClient) -> None:
     assert again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["result"]["heads"][0]["name"].startswith("L")
+    cached = client.get(f"/api/analyses/{body['id']}")
+    assert cached.json() == body
+    etag = cached.headers["ETag"]
+    revalidated = client.get(f"/api/analyses/{body['id']}", headers={"If-None-Match": etag})
+    assert revalidated.status_code == 304 and not revalidated.content
 
 
 def test_empty_prompt_is_refused_at_once(client: TestClient) -> None:
