@@ -207,7 +207,7 @@ async def compare_panel(request: Request, backend: BackendDep, a: str, b: str) -
     return render(request, "partials/_compare_body.html", context)
 
 
-@router.get("/api/compare")
+@router.get("/api/compare", responses={409: {"description": "An analysis is unfinished or failed"}})
 async def compare_json(backend: BackendDep, a: str, b: str) -> dict[str, Any]:
     """JSON twin of the comparison: per-head increases of A and B and their difference."""
     context = await compare_context(backend, a, b)

@@ -1,5 +1,5 @@
 """Document in the OpenAPI schema the error answers the security layer adds to every route
-(401, 403, 413, 429, 500, ...), so clients and the schema fuzzer know every status they can get."""
+(400, 401, 403, 413, 429, 500, ...), so clients and the schema fuzzer know every status they can get."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ COMMON = {
     "500": "Internal error (a reference to the server log, never a stack trace)",
 }
 FOR_WRITES = {
+    "400": "Malformed request body (e.g. not UTF-8) or Content-Length",
     "403": "Cross-origin request refused",
     "413": "Request body too large",
 }

@@ -1,7 +1,7 @@
 """Schemathesis fuzzing of the OpenAPI schema (bounded): no 5xx, every answer matches the schema.
 
 Runs in-process over ASGI against the real app (tiny Llama, embedded backend, access token on).
-Each operation gets a few dozen generated requests, valid and invalid ones.
+Each operation gets a few dozen generated requests, valid (positive) and invalid (negative).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import pytest
 import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.embedded import EmbeddedBackend
 from app.main import create_app
@@ -43,17 +46,22 @@ def operations(app: FastAPI) -> list[schemathesis.APIOperation]:
 
 
 def fuzz(operation: schemathesis.APIOperation, checks: list[Any] | None) -> None:
-    """Up to EXAMPLES_PER_OPERATION generated requests; `checks` None = every built-in check."""
+    """Up to EXAMPLES_PER_OPERATION generated requests; `checks` None = every built-in check
+    but positive_data_acceptance: the API rightly refuses some schema-valid requests with 422
+    (a prompt of only whitespace)."""
 
-    @given(case=operation.as_strategy())
+    @given(case=st.one_of(operation.as_strategy(mode) for mode in GenerationMode))
     @settings(
         max_examples=EXAMPLES_PER_OPERATION,
         deadline=None,
         database=None,
+        derandomize=True,  # the same examples every run: a failure in CI reproduces locally
         suppress_health_check=list(HealthCheck),
     )
     def check(case: schemathesis.Case) -> None:
-        case.call_and_validate(headers=AUTH, checks=checks)
+        case.call_and_validate(
+            headers=AUTH, checks=checks, excluded_checks=[positive_data_acceptance]
+        )
 
     check()
 
