@@ -1,5 +1,5 @@
 """Document in the OpenAPI schema the error answers the security layer adds to every route
-(400, 401, 403, 413, 429, 500, ...), so clients and the schema fuzzer know every status they can get."""
+(400, 401, 403, 413, 429, 500, ...), so clients and the fuzzer know every status they can get."""
 
 from __future__ import annotations
 
