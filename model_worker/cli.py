@@ -10,7 +10,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from app.contracts import NormMode
-from model_worker import cli_service
+from model_worker import cli_experiments, cli_service
 from model_worker.errors import UserInputError
 
 app = typer.Typer(
@@ -94,6 +94,7 @@ def analyze(
 
 
 cli_service.register(app)
+cli_experiments.register(app)
 
 if __name__ == "__main__":
     app()

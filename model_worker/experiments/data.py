@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from itertools import permutations
+from pathlib import Path
 
 from app.contracts import ExperimentRequest
 from model_worker.datasets import (
@@ -37,7 +38,13 @@ def resolve_dataset(request: ExperimentRequest) -> Dataset:
             return load_user_dataset(
                 request.dataset_text.encode("utf-8"), filename=request.dataset_filename
             )
-        return load_dataset(request.dataset)
+        name = request.dataset
+        if name not in BUILTIN_DATASETS and not Path(name).suffix:
+            raise DatasetError(
+                f"unknown dataset {name!r}; use {', '.join(BUILTIN_DATASETS)} "
+                "or a .csv/.jsonl file with text and label columns"
+            )
+        return load_dataset(name)
     except DatasetError as exc:
         raise ExperimentInputError(str(exc)) from exc
 

@@ -1,0 +1,112 @@
+"""`icl-heads experiment NAME`: run one of the paper's dataset experiments from the shell.
+
+A progress bar goes to stderr; `--json` prints the ExperimentResult on stdout; `--out DIR`
+writes report.md, result.json, one CSV per table and one SVG per figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
+from model_worker.errors import UserInputError
+
+
+def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
+    """Write report.md, result.json, `<table>.csv` and `<figure>.svg` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "report.md", out / "result.json"]
+    written[0].write_text(result.report_markdown + "\n", encoding="utf-8")
+    written[1].write_text(result.model_dump_json(indent=1), encoding="utf-8")
+    for name, rows in result.tables.items():
+        buffer = io.StringIO()
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        writer = csv.DictWriter(buffer, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        written.append(out / f"{name}.csv")
+        written[-1].write_text(buffer.getvalue(), encoding="utf-8")
+    for name, svg in result.figures.items():
+        written.append(out / f"{name}.svg")
+        written[-1].write_text(svg, encoding="utf-8")
+    return written
+
+
+def experiment(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(EXPERIMENT_NAMES)}.")],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset", "-d", help="sentiment-number, animal-country, or a CSV/JSONL file."
+        ),
+    ] = "sentiment-number",
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="HF id, local folder or .gguf.")
+    ] = None,
+    n: Annotated[int, typer.Option("--n", help="Prompts per prompt set (1–1000).")] = 200,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report, JSON, CSVs, SVGs here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the prompt sets.")] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per pass.")] = 16,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
+) -> None:
+    """Run one of the paper's dataset experiments over N prompts."""
+    from pydantic import ValidationError
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from model_worker.cli import quietly, user_errors
+    from model_worker.experiments.job import run_experiment
+    from model_worker.loading import load_model
+
+    with user_errors():
+        if name not in EXPERIMENT_NAMES:
+            raise UserInputError(
+                f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENT_NAMES)}"
+            )
+        if not 1 <= n <= 1000:
+            raise UserInputError(f"--n must be between 1 and 1000, got {n}")
+        if batch_size < 1:
+            raise UserInputError(f"--batch-size must be at least 1, got {batch_size}")
+        try:
+            request = ExperimentRequest(name=name, dataset=dataset, model=model, n=n, seed=seed)
+        except ValidationError as exc:
+            raise UserInputError(exc.errors()[0]["msg"]) from None
+        from model_worker.experiments.data import resolve_dataset
+
+        resolve_dataset(request)  # a bad dataset fails before the model loads
+        loaded = quietly(lambda: load_model(model, device=device, dtype=dtype))
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True), transient=as_json) as bar:
+            task = bar.add_task(name, total=1.0)
+
+            def progress(fraction: float, message: str) -> None:
+                bar.update(task, completed=fraction, description=f"{name}: {message}")
+
+            result = run_experiment(loaded, request, progress, batch_size=batch_size)
+    if out is not None:
+        written = write_outputs(result, out)
+        typer.echo(f"wrote {len(written)} files to {out}", err=True)
+    if as_json:
+        sys.stdout.write(result.model_dump_json() + "\n")
+    elif out is None:
+        typer.echo(result.report_markdown)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `experiment` to the `icl-heads` command."""
+    app.command()(experiment)

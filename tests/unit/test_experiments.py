@@ -1,0 +1,168 @@
+"""Dataset experiments on tiny random models: bookkeeping, shapes, determinism, progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.contracts import EXPERIMENT_NAMES, ExperimentRequest
+from model_worker.analyze import analyze
+from model_worker.datasets import Dataset, Example, build_prompts
+from model_worker.experiments.batching import make_batches, prepare, run_prompts
+from model_worker.experiments.bias import minority
+from model_worker.experiments.data import ExperimentInputError, arrange, orders
+from model_worker.experiments.job import run_experiment
+from model_worker.experiments.locate import locate_heads, n_located
+from model_worker.experiments.mrr import random_partner
+from model_worker.loading import LoadedModel
+from tests.tiny_models import tiny_gpt2
+
+SENTIMENT = ["love", "like", "hate", "good", "bad"]
+NUMBER = ["one", "two", "three", "four", "five", "eight"]
+TINY = Dataset(
+    "tiny",
+    ("sentiment", "number"),
+    tuple([Example(w, "sentiment") for w in SENTIMENT] + [Example(w, "number") for w in NUMBER]),
+)
+
+
+def tiny_csv(tmp_path: Path) -> str:
+    """The tiny dataset as an uploaded CSV's text (every word is in the tiny vocabulary)."""
+    lines = ["text,label"] + [f"{e.text},{e.label}" for e in TINY.examples]
+    return "\n".join(lines) + "\n"
+
+
+def request(name: str, tmp_path: Path, n: int = 6, seed: int = 0) -> ExperimentRequest:
+    return ExperimentRequest(
+        name=name,  # type: ignore[arg-type]
+        dataset="upload",
+        n=n,
+        seed=seed,
+        dataset_text=tiny_csv(tmp_path),
+        dataset_filename="tiny.csv",
+    )
+
+
+def test_batched_head_increases_equal_analyze(tiny_model: LoadedModel) -> None:
+    """Right padding is exact: each row's numbers equal a one-prompt analyze() to 1e-4."""
+    prompts = build_prompts(TINY, 6, seed=3, variant="imbalanced") + build_prompts(TINY, 3, seed=1)
+    items = prepare(tiny_model, prompts)
+    assert len({int(i.ids.shape[0]) for i in items}) > 1  # the batch really is padded
+    runs = run_prompts(tiny_model, items, batch_size=4, increases="all")
+    for run in runs:
+        result = analyze(tiny_model, run.item.prompt.text, target=run.item.prompt.true_label)
+        assert run.increases is not None
+        for head in result.heads:
+            assert run.increases[head.layer, head.head] == pytest.approx(head.increase, abs=1e-4)
+            assert run.attn_true[head.layer, head.head] == pytest.approx(head.attn_true, abs=1e-5)
+            assert run.attn_false[head.layer, head.head] == pytest.approx(head.attn_false, abs=1e-5)
+        assert run.true_logprob == pytest.approx(result.target.logprob, abs=1e-4)
+
+
+def test_batches_are_right_padded() -> None:
+    loaded = tiny_gpt2()
+    items = prepare(loaded, build_prompts(TINY, 5, seed=0, variant="imbalanced"))
+    items += prepare(loaded, build_prompts(TINY, 2, seed=0))
+    for batch in make_batches(items, 3, pad_id=0):
+        for row, item in enumerate(batch.items):
+            length = int(item.ids.shape[0])
+            assert int(batch.last[row]) == length - 1
+            assert batch.attention_mask[row, :length].all()
+            assert not batch.attention_mask[row, length:].any()
+            assert torch.equal(batch.input_ids[row, :length], item.ids)
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_NAMES)
+def test_every_experiment_runs_on_a_tiny_model(name: str, tmp_path: Path) -> None:
+    seen: list[float] = []
+    result = run_experiment(
+        tiny_gpt2(), request(name, tmp_path), lambda f, _m: seen.append(f), batch_size=4
+    )
+    assert result.name == name and result.dataset == "tiny" and result.n == 6
+    assert result.metrics and all(isinstance(v, float) for v in result.metrics.values())
+    assert result.tables and all(rows for rows in result.tables.values())
+    assert result.figures and all(svg.startswith("<svg") for svg in result.figures.values())
+    assert "Paper vs this run" in result.report_markdown
+    assert seen[-1] == 1.0 and seen == sorted(seen)  # progress only moves forward
+
+
+def test_accuracy_bookkeeping(tmp_path: Path) -> None:
+    result = run_experiment(tiny_gpt2(), request("accuracy", tmp_path, n=8), batch_size=3)
+    rows = result.tables["accuracy"]
+    assert sum(int(r["n"] or 0) for r in rows) == 16  # n prompts per label assignment
+    assert {(r["input_class"], r["true_label"]) for r in rows} == {
+        (c, label) for c in ("sentiment", "number") for label in ("foo", "bar")
+    }
+    weighted = sum(float(r["accuracy"] or 0) * int(r["n"] or 0) for r in rows) / 16
+    assert result.metrics["accuracy"] == pytest.approx(weighted)
+
+
+def test_same_seed_same_result_other_seed_other_prompts(tmp_path: Path) -> None:
+    loaded = tiny_gpt2()
+    first = run_experiment(loaded, request("ablation", tmp_path, seed=5), batch_size=4)
+    again = run_experiment(loaded, request("ablation", tmp_path, seed=5), batch_size=2)
+    other = run_experiment(loaded, request("ablation", tmp_path, seed=6), batch_size=4)
+    assert first.tables == again.tables and first.metrics == again.metrics
+    assert first.tables["ablation"] != other.tables["ablation"]
+
+
+def test_located_heads_are_deep_and_half_per_label() -> None:
+    loaded = tiny_gpt2()
+    location = locate_heads(loaded, build_prompts(TINY, 8, seed=2), batch_size=4)
+    assert len(location.heads) == n_located(3, 4) == 2
+    assert all(layer >= 1 for layer, _ in location.heads)
+    located = [r for r in location.candidates if r["located"] == "yes"]
+    assert sorted(r["label"] for r in located) == ["bar", "foo"]
+    assert location.mean_increase.shape == (3, 4)
+
+
+def test_n_located_is_about_one_percent() -> None:
+    assert n_located(32, 32) == 12  # the later paper: 12 of 1,024 heads in Llama-7B
+    assert n_located(30, 9) == 4
+    assert n_located(2, 2) == 2
+
+
+def test_orders_and_arrange() -> None:
+    assert orders() == ["FFTT", "FTFT", "FTTF", "TFFT", "TFTF", "TTFF"]
+    prompt = build_prompts(TINY, 1, seed=0)[0]
+    moved = arrange(prompt, "TFTF")
+    assert [d[1] == prompt.true_label for d in moved.demonstrations] == [True, False, True, False]
+    assert sorted(moved.demonstrations) == sorted(prompt.demonstrations)
+    assert moved.text.endswith(f"{prompt.input} :")
+    assert arrange(prompt, "FFTT").text == prompt.text
+
+
+def test_minority_label_of_an_imbalanced_prompt() -> None:
+    loaded = tiny_gpt2()
+    balanced, imbalanced = (
+        prepare(loaded, build_prompts(TINY, 1, seed=0, variant=v))[0]
+        for v in ("balanced", "imbalanced")
+    )
+    assert minority(balanced) == ([], 1.0)
+    positions, a_v = minority(imbalanced)
+    true_positions = [
+        p for p, t in zip(imbalanced.label_positions, imbalanced.label_true, strict=True) if t
+    ]
+    assert positions == true_positions and len(positions) == 1 and a_v == 2.0
+
+
+def test_random_partner_is_another_unlocated_head_of_the_layer() -> None:
+    for seed in range(20):
+        partner = random_partner((5, 2), 4, [(5, 2), (5, 0)], seed)
+        assert partner in (1, 3)
+    assert random_partner((1, 0), 1, [(1, 0)], 0) is None
+
+
+def test_bad_upload_is_a_clear_input_error(tmp_path: Path) -> None:
+    bad = ExperimentRequest(
+        name="accuracy",
+        dataset="upload",
+        dataset_text="words,kind\na,b\n",
+        dataset_filename="x.csv",
+    )
+    with pytest.raises(ExperimentInputError, match="expected columns 'text' and 'label'"):
+        run_experiment(tiny_gpt2(), bad)
+    with pytest.raises(ExperimentInputError, match="unknown dataset .nope.; use sentiment-number"):
+        run_experiment(tiny_gpt2(), ExperimentRequest(name="accuracy", dataset="nope"))
