@@ -19,7 +19,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 from rq import Retry as JobRetry
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.job import JobStatus as RqStatus
 
@@ -188,9 +188,14 @@ class RedisBackend:
         if raw is not None:
             return self._done(job_id, raw)
         try:
-            job = fetch_job(job_id, self._redis)
-        except NoSuchJobError:
-            return None
+            return self._job_status(fetch_job(job_id, self._redis))
+        except (NoSuchJobError, InvalidJobOperation):
+            # the job finished (and RQ dropped it) or vanished while we looked: read again
+            raw = self._redis.get(result_key(job_id))
+            return None if raw is None else self._done(job_id, raw)
+
+    def _job_status(self, job: Job) -> JobState | None:
+        job_id = job.id
         status: RqStatus | None = job.get_status()
         if status == RqStatus.STARTED or status in QUEUED:
             status = self._check_workers(job, status)
