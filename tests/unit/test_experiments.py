@@ -166,3 +166,35 @@ def test_bad_upload_is_a_clear_input_error(tmp_path: Path) -> None:
         run_experiment(tiny_gpt2(), bad)
     with pytest.raises(ExperimentInputError, match="unknown dataset .nope.; use sentiment-number"):
         run_experiment(tiny_gpt2(), ExperimentRequest(name="accuracy", dataset="nope"))
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from model_worker.cli import app
+
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("sentence,kind\nhello,a\n", encoding="utf-8")
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b'{"text": "\xff\xfe", "label": "a"}\n')
+    empty = tmp_path / "empty.csv"
+    empty.write_text("", encoding="utf-8")
+    one_class = tmp_path / "one.jsonl"
+    one_class.write_text(
+        "\n".join(f'{{"text": "t{i}", "label": "a"}}' for i in range(5)), encoding="utf-8"
+    )
+    cases = [
+        (["experiment", "nope"], "unknown experiment"),
+        (["experiment", "accuracy", "--n", "0"], "--n must be between 1 and 1000"),
+        (["experiment", "accuracy", "--dataset", str(wrong)], "expected columns"),
+        (["experiment", "accuracy", "--dataset", str(binary)], "not UTF-8"),
+        (["experiment", "accuracy", "--dataset", str(empty)], "empty"),
+        (["experiment", "accuracy", "--dataset", str(one_class)], "two classes"),
+        (["experiment", "accuracy", "--dataset", str(tmp_path / "none.csv")], "no such file"),
+        (["experiment", "heads", "--dataset", "imdb"], "unknown dataset"),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
