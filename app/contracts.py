@@ -6,14 +6,23 @@ from 0; heads are named `L{layer}H{head}` (TransformerLens style).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key.
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
 
 NormMode = Literal["fixed", "recompute"]
+
+
+def _fp32_digits(value: float) -> float:
+    """7 significant digits: what an fp32 computation carries (float64 reprs print 17)."""
+    return float(f"{value:.7g}")
+
+
+#: A float computed in fp32; JSON keeps the 7 significant digits fp32 can hold.
+Fp32 = Annotated[float, PlainSerializer(_fp32_digits, return_type=float, when_used="json")]
 
 
 def head_name(layer: int, head: int) -> str:
@@ -47,8 +56,8 @@ class TokenInfo(_Frozen):
 class Target(_Frozen):
     id: int
     token: str
-    logprob: float
-    prob: float
+    logprob: Fp32
+    prob: Fp32
     source: Literal["predicted", "given"]
 
 
@@ -63,8 +72,8 @@ class LabelInfo(_Frozen):
 
 class LayerIncrease(_Frozen):
     layer: int
-    attn_increase: float
-    ffn_increase: float
+    attn_increase: Fp32
+    ffn_increase: Fp32
 
 
 class HeadSummary(_Frozen):
@@ -72,15 +81,15 @@ class HeadSummary(_Frozen):
     head: int
     name: str
     rank: int
-    increase: float
-    attn_true: float
-    attn_false: float
+    increase: Fp32
+    attn_true: Fp32
+    attn_false: Fp32
 
 
 class TopToken(_Frozen):
     id: int
     token: str
-    value: float
+    value: Fp32
 
 
 class PositionContribution(_Frozen):
@@ -88,14 +97,14 @@ class PositionContribution(_Frozen):
 
     position: int
     token: str
-    attention: float
-    increase: float
-    margin: float | None = None
+    attention: Fp32
+    increase: Fp32
+    margin: Fp32 | None = None
 
 
 class LabelMrr(_Frozen):
     label: str
-    mrr: float
+    mrr: Fp32
 
 
 class ValueProjection(_Frozen):
@@ -124,8 +133,8 @@ class HeadDetail(_Frozen):
     layer: int
     head: int
     name: str
-    increase: float
-    attention: list[float]
+    increase: Fp32
+    attention: list[Fp32]
     positions: list[PositionContribution]
     values: list[ValueProjection]
     keys: list[KeyProjection]
