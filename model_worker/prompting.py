@@ -12,7 +12,7 @@ from app.settings import get_settings
 from model_worker.errors import LabelError, PromptError
 from model_worker.loading import LoadedModel
 
-_HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+_HEAD_NAME = re.compile(r"^L(\d{1,6})H(\d{1,6})$")  # bounded: int() refuses 4,300+ digits
 
 
 @dataclass(frozen=True)

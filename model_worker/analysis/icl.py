@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from model_worker.errors import LabelError
 
-_TRAILING_SEPARATOR = re.compile(r"([^\w\s]+)\s*$")
+#: Matched on the reversed prompt: anchored at its start, so it cannot backtrack quadratically.
+_TRAILING_SEPARATOR_REVERSED = re.compile(r"\s*([^\w\s]+)")
 _WORD = re.compile(r"\S+")
 
 
@@ -32,10 +33,10 @@ class IclStructure:
 
 def detect_separator(prompt: str) -> str | None:
     """The run of punctuation that ends the prompt (`:`, `->`, `=`), if it also occurs earlier."""
-    match = _TRAILING_SEPARATOR.search(prompt)
+    match = _TRAILING_SEPARATOR_REVERSED.match(prompt[::-1])
     if match is None:
         return None
-    separator = match.group(1)
+    separator = match.group(1)[::-1]
     return separator if prompt.count(separator) >= 2 else None
 
 
