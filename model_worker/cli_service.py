@@ -65,13 +65,18 @@ def worker(
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (default ICL_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default ICL_PORT).")] = None,
+    insecure: Annotated[
+        bool, typer.Option(help="Allow a non-loopback address without ICL_AUTH_TOKEN.")
+    ] = False,
 ) -> None:
     """Serve the dashboard and JSON API (embedded worker unless ICL_REDIS_URL is set)."""
     import uvicorn
 
     from app.main import create_app
+    from app.security.bind import enforce_bind
 
     settings = _settings(host=host, port=port)
+    enforce_bind(settings.host, settings, insecure)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
 

@@ -95,3 +95,21 @@ def test_same_origin_rules() -> None:
     assert ok(headers(host="lab:8000")) is None  # curl, scripts: no browser, no cookie riding
     proxy = ["https://icl.lab.example"]
     assert ok(headers(host="127.0.0.1:8000", origin="https://icl.lab.example"), proxy) is None
+
+
+def test_serve_command_refuses_a_public_address_without_a_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from app.settings import get_settings
+    from model_worker.cli import app
+
+    monkeypatch.delenv("ICL_AUTH_TOKEN", raising=False)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--port", "8765"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 2
+    assert "ICL_AUTH_TOKEN" in result.output and "--insecure" in result.output
