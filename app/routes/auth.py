@@ -15,7 +15,7 @@ from app.security.auth import (
     session_cookie,
     token_matches,
 )
-from app.security.responses import templates
+from app.templating import render
 
 router = APIRouter(tags=["auth"], include_in_schema=False)
 
@@ -23,7 +23,7 @@ router = APIRouter(tags=["auth"], include_in_schema=False)
 def login_page(request: Request, next_path: str, error: str | None = None) -> Response:
     code = status.HTTP_401_UNAUTHORIZED if error else status.HTTP_200_OK
     context = {"next": safe_next(next_path), "error": error}
-    return templates.TemplateResponse(request, "pages/login.html", context, status_code=code)
+    return render(request, "pages/login.html", context, status_code=code)
 
 
 @router.get("/login")

@@ -5,17 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from html import escape
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
-from fastapi.templating import Jinja2Templates
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import Scope
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
-templates = Jinja2Templates(directory=TEMPLATES_DIR)
+from app.templating import render
 
 
 def wants_json(scope: Scope) -> bool:
@@ -54,7 +51,6 @@ def error_response(
         return HTMLResponse(fragment, status_code=status, headers=headers)
     errors = detail if isinstance(detail, list) else []
     context = {"status": status, "title": title, "message": message, "errors": errors}
-    request = Request(scope)
-    return templates.TemplateResponse(
-        request, "pages/error.html", context, status_code=status, headers=headers
-    )
+    response = render(Request(scope), "pages/error.html", context, status_code=status)
+    response.headers.update(headers or {})
+    return response
