@@ -157,7 +157,8 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
         assert client.get(f"/api/analyses/{job}/{panel}").status_code == 200
     heatmap = client.get(f"/api/analyses/{job}/heatmap").json()
     assert len(heatmap["heads"]) == heatmap["n_layers"] * heatmap["n_heads"]
-    assert client.get(f"/api/analyses/{job}/layers").json()["layers"] == result["layers"]
+    layers = client.get(f"/api/analyses/{job}/layers").json()["layers"]
+    assert layers == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
     top = client.get(f"/api/analyses/{job}/top-heads").json()["top_heads"]
     assert [h["name"] for h in top] == result["top_heads"]
 
@@ -179,7 +180,7 @@ def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
     assert csv_lines[0] == "layer,head,name,rank,increase,attn_true,attn_false"
     assert len(csv_lines) == 1 + len(result["heads"])
     rows = client.get(f"/figures/{job}/layers.json").json()["rows"]
-    assert rows == result["layers"]
+    assert rows == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
     name = result["top_heads"][0]
     for figure in ("attention", "increase", "margin"):
         response = client.get(f"/figures/{job}/heads/{name}/{figure}.csv")
@@ -203,7 +204,7 @@ def test_compare_shows_difference_heatmap(client: TestClient, job: str) -> None:
         for h in client.get(f"/api/analyses/{other}").json()["result"]["heads"]
     }
     for row in heads:
-        assert row["difference"] == pytest.approx(b[row["name"]] - a[row["name"]])
+        assert row["difference"] == pytest.approx(b[row["name"]] - a[row["name"]], abs=1e-6)
     assert client.get(f"/figures/compare/{job}/{other}/diff.csv").status_code == 200
 
 
