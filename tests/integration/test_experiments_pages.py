@@ -1,0 +1,98 @@
+"""The experiments dashboard page over the embedded backend with a tiny model: the form, an
+upload that runs, live progress, figures, report and downloads, and refused uploads."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.embedded import EmbeddedBackend
+from app.main import create_app
+from app.settings import Settings
+from tests.tiny_models import tiny_gpt2
+
+WORDS = {"sentiment": ["love", "like", "hate", "good", "bad"], "number": ["one", "two", "three"]}
+CSV = "text,label\n" + "".join(f"{w},{c}\n" for c, ws in WORDS.items() for w in ws)
+
+
+@pytest.fixture()
+def client() -> Iterator[TestClient]:
+    settings = Settings(model="tiny-gpt2", write_rate_limit_per_minute=0)
+    backend = EmbeddedBackend(settings, loader=tiny_gpt2)
+    with TestClient(create_app(settings, backend)) as test_client:
+        yield test_client
+
+
+def upload(client: TestClient, content: bytes, filename: str = "mine.csv", n: str = "6"):  # type: ignore[no-untyped-def]
+    return client.post(
+        "/experiments",
+        data={"name": "accuracy", "dataset": "upload", "n": n, "seed": "0"},
+        files={"file": (filename, content, "text/csv")},
+        follow_redirects=False,
+    )
+
+
+def test_form_lists_experiments_and_datasets(client: TestClient) -> None:
+    page = client.get("/experiments")
+    assert page.status_code == 200
+    for name in ("accuracy", "heads", "ablation", "bias", "sentiment-number", "upload"):
+        assert name in page.text
+
+
+def test_uploaded_dataset_runs_and_shows_figures_report_downloads(client: TestClient) -> None:
+    answer = upload(client, CSV.encode())
+    assert answer.status_code == 303
+    location = answer.headers["location"]
+    job_id = location.rsplit("/", 1)[1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = client.get(f"/e/{job_id}/status")
+        assert status.status_code == 200
+        if 'data-status="done"' in status.text:
+            break
+        assert "<progress" in status.text and 'data-status="failed"' not in status.text
+        time.sleep(0.1)
+    page = client.get(location)
+    assert 'data-figure="accuracy"' in page.text and "<svg" in page.text
+    assert "Paper vs this run" in page.text and "<table>" in page.text
+    csv_file = client.get(f"/e/{job_id}/download/accuracy.csv")
+    assert csv_file.status_code == 200 and csv_file.text.startswith("foo_class,input_class")
+    assert client.get(f"/e/{job_id}/download/accuracy.svg").text.startswith("<svg")
+    assert "# Experiment 1" in client.get(f"/e/{job_id}/download/report.md").text
+    assert client.get(f"/e/{job_id}/download/nothing.csv").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("content", "filename", "message"),
+    [
+        (b"sentence,kind\nx,a\n", "bad.csv", "expected columns"),
+        (b"", "empty.csv", "empty"),
+        (b"text,label\n\xff\xfe,a\n", "latin.csv", "not UTF-8"),
+        (b"text,label\na,x\nb,x\nc,x\n", "one.csv", "two classes"),
+        (CSV.encode(), "data.txt", "unsupported file type"),
+        (b"text,label\n" + b"word,a\n" * 800_000, "huge.csv", "limit"),
+    ],
+)
+def test_bad_uploads_are_refused_with_the_reason(
+    client: TestClient, content: bytes, filename: str, message: str
+) -> None:
+    answer = upload(client, content, filename)
+    assert answer.status_code in (400, 413)
+    assert message in answer.text
+
+
+def test_unknown_dataset_and_bad_n_are_refused(client: TestClient) -> None:
+    answer = client.post(
+        "/experiments", data={"name": "accuracy", "dataset": "/etc/passwd", "n": "5"}
+    )
+    assert answer.status_code == 400 and "unknown dataset" in answer.text
+    answer = client.post(
+        "/experiments", data={"name": "accuracy", "dataset": "sentiment-number", "n": "0"}
+    )
+    assert answer.status_code == 400 and "n:" in answer.text
+    api = client.post("/api/experiments", json={"name": "heads", "dataset": "/etc/passwd"})
+    assert api.status_code == 422 and "unknown dataset" in api.json()["detail"]
+    assert client.get("/e/e-nothing").status_code == 404
