@@ -33,6 +33,7 @@ from app.contracts import (
 from model_worker.analysis.contributions import (
     head_outputs,
     logprob_increase,
+    position_views_fixed,
     subhead_values,
     value_outputs,
 )
@@ -90,15 +91,10 @@ class _Projections:
             k,
             torch.cat(self._rank_ids).to(self._vectors[0].device),
         )
-        out, start, width = {}, 0, summary.top_ids.shape[1]
+        out, start = {}, 0
         for name, shape in self._shapes.items():
             size = math.prod(shape)
-            part = slice(start, start + size)
-            out[name] = VocabSummary(
-                summary.top_ids[part].reshape(*shape, width).cpu(),
-                summary.top_values[part].reshape(*shape, width).cpu(),
-                summary.ranks[part].reshape(shape).cpu(),
-            )
+            out[name] = summary.rows(start, start + size).reshaped(shape)
             start += size
         return out
 
@@ -212,14 +208,28 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
 
     values = torch.stack([values_of(layer, head) for layer, head in heads])  # [K, S, D]
     rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
-    layer_of = [layer for layer, _ in heads]
-    per_position = logprob_increase(
-        run.projector,
-        c.resid_pre[layer_of, 0, last],
-        subhead_values(rows, values),
-        run.target,
-        run.margin_ids(),
-    )
+    bases = c.resid_pre[[layer for layer, _ in heads], 0, last]
+    label_ranks = label_ids.expand(len(heads), -1)
+    batch = _Projections()
+    if run.projector.mode == "fixed":  # one projection per value serves all its views
+        fast = position_views_fixed(
+            run.projector,
+            bases,
+            values,
+            rows,
+            run.target,
+            labels,
+            label_ids,
+            run.k,
+            run.margin_ids(),
+        )
+        per_position, plain, weighted = fast.contribution, fast.value, fast.weighted
+    else:
+        per_position = logprob_increase(
+            run.projector, bases, subhead_values(rows, values), run.target, run.margin_ids()
+        )
+        batch.add("value", values[:, labels], label_ranks)
+        batch.add("weighted", rows[:, labels, None] * values[:, labels])
     randoms = [_random_head(layer, head, g.n_heads) for layer, head in heads]
     random_names = [
         None if r is None else head_name(layer, r)
@@ -241,16 +251,15 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     prior = torch.stack(
         [c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]
     )  # sum of earlier attention outputs at each label position, [nL, n_labels, D]
-    batch = _Projections()
-    label_ranks = label_ids.expand(len(heads), -1)
-    batch.add("value", values[:, labels], label_ranks)
-    batch.add("weighted", rows[:, labels, None] * values[:, labels])
     batch.add("random", random_values, label_ranks)
     batch.add("query", torch.stack(queries))
     batch.add("key", c.normalized[layers, 0][:, labels])
     batch.add("prior", prior)
     batch.add("layer_input", c.resid_pre[layers, 0, last])
     views = batch.run(run.projector, run.k)
+    if run.projector.mode == "fixed":
+        shape = (len(heads), len(labels))
+        views["value"], views["weighted"] = plain.reshaped(shape), weighted.reshaped(shape)
     texts = run.encoded.texts
     details = []
     for i, (layer, head) in enumerate(heads):

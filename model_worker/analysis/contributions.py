@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from model_worker.analysis.metrics import VocabSummary, concat, summarize_logits
 from model_worker.analysis.projection import VocabProjector
 
 
@@ -45,6 +46,27 @@ class Increase:
     margin: Tensor | None
 
 
+def _increase(
+    base_logits: Tensor, delta: Tensor, target: int, margin_ids: tuple[int, int] | None
+) -> tuple[Tensor, Tensor | None]:
+    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V]."""
+    full = base_logits[:, None, :] + delta
+    logprob = full[..., target] - torch.logsumexp(full, -1)
+    base = base_logits[:, target] - torch.logsumexp(base_logits, -1)
+    margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
+    return logprob - base[:, None], margin
+
+
+def _chunks(n_bases: int, n_vectors: int, chunk: int) -> list[slice]:
+    rows = max(1, chunk // max(1, n_vectors))
+    return [slice(start, start + rows) for start in range(0, n_bases, rows)]
+
+
+def _join(parts: list[tuple[Tensor, Tensor | None]]) -> Increase:
+    margins = [m for _, m in parts if m is not None]
+    return Increase(torch.cat([i for i, _ in parts]), torch.cat(margins) if margins else None)
+
+
 def logprob_increase(
     projector: VocabProjector,
     bases: Tensor,
@@ -59,16 +81,59 @@ def logprob_increase(
     the margin (bs(x + v) − bs(x))[a] − (…)[b]. Vectors are projected `chunk` at a time.
     """
     base_logits = projector.logits(bases)  # [B, V]
-    base_logprob = torch.log_softmax(base_logits, -1)[:, target]  # [B]
-    n_bases, n_vectors = vectors.shape[:2]
-    rows = max(1, chunk // max(1, n_vectors))
-    increases, margins = [], []
-    for start in range(0, n_bases, rows):
-        part = slice(start, start + rows)
-        delta = projector.delta(base_logits[part], bases[part], vectors[part])  # [b, M, V]
-        full = base_logits[part, None, :] + delta
-        logprob = full[..., target] - torch.logsumexp(full, -1)
-        increases.append(logprob - base_logprob[part, None])
-        if margin_ids is not None:
-            margins.append(delta[..., margin_ids[0]] - delta[..., margin_ids[1]])
-    return Increase(torch.cat(increases), torch.cat(margins) if margin_ids is not None else None)
+    return _join(
+        [
+            _increase(
+                base_logits[part],
+                projector.delta(base_logits[part], bases[part], vectors[part]),
+                target,
+                margin_ids,
+            )
+            for part in _chunks(vectors.shape[0], vectors.shape[1], chunk)
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class PositionViews:
+    """Per-position contributions [K, S] of K heads, and the vocabulary views of their
+    values at chosen positions, unweighted and attention-weighted ([K, P] summaries)."""
+
+    contribution: Increase
+    value: VocabSummary
+    weighted: VocabSummary
+
+
+def position_views_fixed(
+    projector: VocabProjector,
+    bases: Tensor,
+    values: Tensor,
+    rows: Tensor,
+    target: int,
+    positions: list[int],
+    rank_ids: Tensor,
+    k: int,
+    margin_ids: tuple[int, int] | None = None,
+    chunk: int = 256,
+) -> PositionViews:
+    """Fixed mode only: bs is linear, so one projection L = bs(v_p W_O^h) of each value serves
+    both its subheadvalue (a_p · L) and the label tables at `positions`.
+
+    bases [K, D], values [K, S, D], rows [K, S] (attention of the last position),
+    rank_ids [P] (the token to rank at each kept position).
+    """
+    if projector.mode != "fixed":
+        raise ValueError("position_views_fixed needs the fixed norm mode")
+    base_logits = projector.logits(bases)
+    parts, plain, weighted = [], [], []
+    for part in _chunks(values.shape[0], values.shape[1], chunk):
+        value_logits = projector.linear(values[part])  # [b, S, V]
+        weights = rows[part, :, None]
+        parts.append(_increase(base_logits[part], weights * value_logits, target, margin_ids))
+        kept = value_logits[:, positions]  # [b, P, V]
+        n, p, vocab = kept.shape
+        ranks = rank_ids.expand(n, -1).reshape(-1)
+        plain.append(summarize_logits(kept.reshape(n * p, vocab), k, ranks))
+        scaled = (weights[:, positions] * kept).reshape(n * p, vocab)
+        weighted.append(summarize_logits(scaled, k, ranks))
+    return PositionViews(_join(parts), concat(plain), concat(weighted))

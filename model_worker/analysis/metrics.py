@@ -22,6 +22,37 @@ class VocabSummary:
     top_values: Tensor
     ranks: Tensor
 
+    def rows(self, start: int, stop: int) -> VocabSummary:
+        return VocabSummary(
+            self.top_ids[start:stop], self.top_values[start:stop], self.ranks[start:stop]
+        )
+
+    def reshaped(self, shape: tuple[int, ...]) -> VocabSummary:
+        """Rows [N] laid out as `shape` (N = prod(shape)), on the CPU for reading."""
+        width = self.top_ids.shape[-1]
+        return VocabSummary(
+            self.top_ids.reshape(*shape, width).cpu(),
+            self.top_values.reshape(*shape, width).cpu(),
+            self.ranks.reshape(shape).cpu(),
+        )
+
+
+def summarize_logits(logits: Tensor, k: int, rank_ids: Tensor) -> VocabSummary:
+    """Top-k of `logits` [N, V] and the 1-based rank of `rank_ids` [N] (−1 entries: rank 0)."""
+    top = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    reference = logits.gather(-1, rank_ids.clamp(min=0)[:, None])
+    rank = (logits > reference).sum(-1) + 1
+    return VocabSummary(top.indices, top.values, torch.where(rank_ids >= 0, rank, 0))
+
+
+def concat(summaries: list[VocabSummary]) -> VocabSummary:
+    """The summaries of consecutive chunks as one."""
+    return VocabSummary(
+        torch.cat([s.top_ids for s in summaries]),
+        torch.cat([s.top_values for s in summaries]),
+        torch.cat([s.ranks for s in summaries]),
+    )
+
 
 def summarize_projections(
     project: Callable[[Tensor], Tensor],
@@ -31,19 +62,15 @@ def summarize_projections(
     chunk: int = 256,
 ) -> VocabSummary:
     """Project `vectors` [N, D] through `project` `chunk` rows at a time (one pass over the
-    unembedding per chunk), keeping the top k tokens and the 1-based rank of `rank_ids` [N]
-    (−1 entries get rank 0)."""
-    ids, values, ranks = [], [], []
-    for start in range(0, vectors.shape[0], chunk):
-        logits = project(vectors[start : start + chunk])
-        top = logits.topk(min(k, logits.shape[-1]), dim=-1)
-        ids.append(top.indices)
-        values.append(top.values)
-        wanted = rank_ids[start : start + chunk]
-        reference = logits.gather(-1, wanted.clamp(min=0)[:, None])
-        rank = (logits > reference).sum(-1) + 1
-        ranks.append(torch.where(wanted >= 0, rank, torch.zeros_like(rank)))
-    if not ids:
+    unembedding per chunk), keeping the top k tokens and the rank of `rank_ids` [N]."""
+    if vectors.shape[0] == 0:
         empty = torch.zeros(0, k, dtype=torch.long, device=vectors.device)
         return VocabSummary(empty, empty.float(), empty[:, 0])
-    return VocabSummary(torch.cat(ids), torch.cat(values), torch.cat(ranks))
+    return concat(
+        [
+            summarize_logits(
+                project(vectors[start : start + chunk]), k, rank_ids[start : start + chunk]
+            )
+            for start in range(0, vectors.shape[0], chunk)
+        ]
+    )

@@ -7,9 +7,11 @@ import torch
 from model_worker.analysis.contributions import (
     head_outputs,
     logprob_increase,
+    position_views_fixed,
     subhead_values,
     value_outputs,
 )
+from model_worker.analysis.metrics import summarize_projections
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
@@ -165,3 +167,36 @@ def test_right_padded_batch_matches_single_prompts(tiny_model: LoadedModel) -> N
         assert (
             together.pattern[:, row, :, n - 1, :n] - alone.pattern[:, 0, :, n - 1]
         ).abs().max() <= ATOL
+
+
+def test_fixed_mode_fast_path_equals_the_direct_computation(tiny_model: LoadedModel) -> None:
+    """position_views_fixed (one projection per value) = separate projections of a·v and v."""
+    cache, ids = capture(tiny_model)
+    g, last = tiny_model.geometry, ids.shape[1] - 1
+    kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
+    layer, labels = 2, [2, 5, 8, 11]
+    values = value_outputs(cache.v[layer, 0], w_o(tiny_model, layer), kv)  # [H, S, D]
+    rows = cache.pattern[layer, 0, :, last]
+    bases = cache.resid_pre[layer, 0, last].expand(g.n_heads, -1)
+    projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
+    rank_ids = ids[0, labels]
+    fast = position_views_fixed(
+        projector, bases, values, rows, 3, labels, rank_ids, 5, (3, 4), chunk=7
+    )
+    slow = logprob_increase(projector, bases, subhead_values(rows, values), 3, (3, 4))
+    assert (fast.contribution.increase - slow.increase).abs().max() <= ATOL
+    assert fast.contribution.margin is not None and slow.margin is not None
+    assert (fast.contribution.margin - slow.margin).abs().max() <= ATOL
+    flat_ranks = rank_ids.expand(g.n_heads, -1).reshape(-1)
+    plain = summarize_projections(
+        projector.project, values[:, labels].reshape(-1, values.shape[-1]), 5, flat_ranks
+    )
+    weighted = summarize_projections(
+        projector.project,
+        (rows[:, labels, None] * values[:, labels]).reshape(-1, values.shape[-1]),
+        5,
+        flat_ranks,
+    )
+    assert torch.equal(fast.value.ranks, plain.ranks)
+    assert torch.allclose(fast.value.top_values, plain.top_values, atol=ATOL)
+    assert torch.allclose(fast.weighted.top_values, weighted.top_values, atol=ATOL)
