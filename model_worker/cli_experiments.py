@@ -1,7 +1,7 @@
 """`icl-heads experiment NAME`: run one of the paper's dataset experiments from the shell.
 
 A progress bar goes to stderr; `--json` prints the ExperimentResult on stdout; `--out DIR`
-writes report.md, result.json, one CSV per table and one SVG per figure.
+writes report.md, result.json, one CSV per table and an SVG and a PNG per figure.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from model_worker.errors import UserInputError
 
 
 def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
-    """Write report.md, result.json, `<table>.csv` and `<figure>.svg` into `out`."""
+    """Write report.md, result.json, `<table>.csv` and `<figure>.svg`/`.png` into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "report.md", out / "result.json"]
     written[0].write_text(result.report_markdown + "\n", encoding="utf-8")
@@ -35,7 +35,16 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
     for name, svg in result.figures.items():
         written.append(out / f"{name}.svg")
         written[-1].write_text(svg, encoding="utf-8")
+        written.append(out / f"{name}.png")
+        written[-1].write_bytes(svg_to_png(svg))
     return written
+
+
+def svg_to_png(svg: str, zoom: float = 2.0) -> bytes:
+    """A PNG of `svg` at `zoom`× its size on white, rasterised with resvg (no browser)."""
+    import resvg_py
+
+    return bytes(resvg_py.svg_to_bytes(svg_string=svg, zoom=zoom, background="#ffffff"))
 
 
 def experiment(

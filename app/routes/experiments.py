@@ -148,7 +148,7 @@ async def experiment_status(job_id: str, request: Request, backend: BackendDep) 
 
 @router.get("/e/{job_id}/download/{item}")
 async def experiment_download(job_id: str, item: str, backend: BackendDep) -> Response:
-    """`report.md`, `result.json`, `<table>.csv` or `<figure>.svg` of a finished experiment."""
+    """`report.md`, `result.json`, `<table>.csv`, `<figure>.svg` or `.png` of a done experiment."""
     state = await _state(backend, job_id)
     result = state.experiment
     if result is None:
@@ -165,6 +165,11 @@ async def experiment_download(job_id: str, item: str, backend: BackendDep) -> Re
         return Response(
             _csv(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
         )
+    if suffix == "png" and stem in result.figures:
+        import resvg_py
+
+        png = resvg_py.svg_to_bytes(svg_string=result.figures[stem], zoom=2.0, background="#fff")
+        return Response(bytes(png), media_type="image/png", headers=attachment)
     if suffix == "svg" and stem in result.figures:
         return Response(result.figures[stem], media_type="image/svg+xml", headers=attachment)
     raise HTTPException(status.HTTP_404_NOT_FOUND, f"no download {item!r} in this experiment")

@@ -61,6 +61,8 @@ def test_uploaded_dataset_runs_and_shows_figures_report_downloads(client: TestCl
     csv_file = client.get(f"/e/{job_id}/download/accuracy.csv")
     assert csv_file.status_code == 200 and csv_file.text.startswith("foo_class,input_class")
     assert client.get(f"/e/{job_id}/download/accuracy.svg").text.startswith("<svg")
+    png = client.get(f"/e/{job_id}/download/accuracy.png")
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
     assert "# Experiment 1" in client.get(f"/e/{job_id}/download/report.md").text
     assert client.get(f"/e/{job_id}/download/nothing.csv").status_code == 404
 
