@@ -1,0 +1,336 @@
+"""Load test on loopback: virtual users submit analyses and poll them until answered.
+
+Starts the real processes (a private redis-server on a free port, `icl-heads worker` ×N with the
+tiny test model saved to a temp folder, `icl-heads serve` with an access token), runs a closed
+loop of `--users` concurrent clients over `--total` distinct prompts, and prints p50/p99 of the
+HTTP requests and of the submit→answer time, the error count, and whether every submitted
+analysis got its answer. Clients behave like the dashboard: on 429/503 they wait Retry-After.
+Optional faults during the run: `--kill-worker-after N` (SIGKILL one worker once N analyses
+are answered), `--restart-redis-after N` (stop Redis for `--outage-s`, then start it again).
+
+    .venv/bin/python bench/load_test.py [--total 200] [--users 16] [--workers 2]
+    .venv/bin/python bench/load_test.py --workers 0   # the embedded single process instead
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.redis_support import (  # noqa: E402
+    OwnRedis,
+    free_port,
+    save_tiny_model,
+    start_worker,
+    stop,
+    wait_for,
+    wait_for_workers,
+)
+from tests.tiny_models import WORDS  # noqa: E402
+
+TOKEN = "load-test-token-0123456789abcdef"
+FINAL = ("done", "failed")
+MAX_WAIT_S = 2.0  # longest Retry-After a client honours before asking again
+
+
+def distinct_prompts(total: int, seed: int = 0) -> list[str]:
+    """`total` different ICL prompts over the tiny model's vocabulary (no cache hits)."""
+    words = [w for w in WORDS if w.isalpha()]
+    n = len(words)
+    assert total <= n**4, f"at most {n**4} distinct prompts"
+    made = []
+    for i in range(seed, seed + total):
+        a, b, c, d = (words[(i // n**k) % n] for k in range(4))
+        made.append(f"{a} : foo {b} : bar {c} : foo {d} :")
+    return made
+
+
+class PersistentRedis(OwnRedis):
+    """A private redis-server with an append-only file: a restart keeps the queues."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self._args += ["--appendonly", "yes", "--appendfsync", "always"]
+
+
+@dataclass
+class Analysis:
+    """What one virtual user saw for one prompt."""
+
+    prompt: str
+    status: str = "unanswered"  # done / failed / refused / lost / unanswered
+    job_id: str | None = None
+    detail: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Report:
+    analyses: list[Analysis]
+    request_seconds: list[float] = field(default_factory=list)
+    http_codes: Counter[int] = field(default_factory=Counter)
+    transport_errors: int = 0
+    wall_s: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(a.status == status for a in self.analyses)
+
+    @property
+    def errors(self) -> int:
+        """HTTP 5xx other than 503 (which carries Retry-After), and connection failures."""
+        server = sum(n for code, n in self.http_codes.items() if code >= 500 and code != 503)
+        return server + self.transport_errors
+
+    def summary(self) -> str:
+        answer_s = [a.seconds for a in self.analyses if a.status in FINAL]
+        lines = [
+            f"analyses: {len(self.analyses)} submitted, {self.count('done')} done, "
+            f"{self.count('failed')} failed (with a reason), {self.count('refused')} refused, "
+            f"{self.count('lost')} lost, {self.count('unanswered')} unanswered; "
+            f"wall {self.wall_s:.1f} s",
+            f"HTTP requests: {len(self.request_seconds)}, p50 {pct(self.request_seconds, 50)}, "
+            f"p99 {pct(self.request_seconds, 99)}; codes {dict(sorted(self.http_codes.items()))}",
+            f"submit→answer: p50 {pct(answer_s, 50)}, p99 {pct(answer_s, 99)}",
+            f"errors (5xx but 503, connection failures): {self.errors}",
+        ]
+        return "\n".join(lines)
+
+
+def pct(values: list[float], q: int) -> str:
+    if len(values) < 2:
+        return f"{values[0] * 1000:.0f} ms" if values else "n/a"
+    return f"{statistics.quantiles(values, n=100)[q - 1] * 1000:.0f} ms"
+
+
+async def _request(
+    client: httpx.AsyncClient, report: Report, method: str, url: str, **kwargs: Any
+) -> httpx.Response | None:
+    """One request, timed; None on a transport failure (counted)."""
+    started = time.perf_counter()
+    try:
+        response = await client.request(method, url, **kwargs)
+    except httpx.HTTPError:
+        report.transport_errors += 1
+        await asyncio.sleep(0.5)
+        return None
+    report.request_seconds.append(time.perf_counter() - started)
+    report.http_codes[response.status_code] += 1
+    return response
+
+
+def _wait_s(response: httpx.Response | None) -> float:
+    if response is None:
+        return 0.5
+    return min(MAX_WAIT_S, float(response.headers.get("retry-after", "0.5")))
+
+
+async def analyse(
+    client: httpx.AsyncClient, report: Report, item: Analysis, body: dict[str, Any], until: float
+) -> None:
+    """Submit, then poll until answered; retry on 429/503 and transport errors until `until`."""
+    started = time.monotonic()
+    while time.monotonic() < until:
+        response = await _request(client, report, "POST", "/api/analyses", json=body)
+        if response is not None and response.status_code in (200, 202):
+            item.job_id = response.json()["id"]
+            break
+        if response is not None and response.status_code not in (429, 503):
+            item.status, item.detail = "refused", f"{response.status_code}: {response.text[:200]}"
+            item.seconds = time.monotonic() - started
+            return
+        await asyncio.sleep(_wait_s(response))
+    while item.job_id and time.monotonic() < until:
+        response = await _request(client, report, "GET", f"/api/analyses/{item.job_id}")
+        if response is not None and response.status_code == 200:
+            state = response.json()
+            if state["status"] in FINAL:
+                item.status, item.detail = state["status"], state.get("error")
+                item.seconds = time.monotonic() - started
+                return
+            await asyncio.sleep(0.1)
+        elif response is not None and response.status_code == 404:
+            item.status, item.detail = "lost", response.text[:200]
+            return
+        else:
+            await asyncio.sleep(_wait_s(response))
+
+
+async def run_load(
+    base_url: str,
+    bodies: list[dict[str, Any]],
+    users: int,
+    timeout_s: float,
+    token: str | None = TOKEN,
+    fault: Callable[[Report], Awaitable[None]] | None = None,
+) -> Report:
+    """`users` concurrent clients work through `bodies`; `fault` runs alongside them."""
+    report = Report([Analysis(body["prompt"]) for body in bodies])
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    until = time.monotonic() + timeout_s
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(len(bodies)):
+        queue.put_nowait(index)
+    limits = httpx.Limits(max_connections=users)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=10, limits=limits
+    ) as client:
+
+        async def user() -> None:
+            while not queue.empty():
+                index = queue.get_nowait()
+                await analyse(client, report, report.analyses[index], bodies[index], until)
+
+        started = time.perf_counter()
+        tasks = [asyncio.create_task(user()) for _ in range(users)]
+        if fault is not None:
+            tasks.append(asyncio.create_task(fault(report)))
+        await asyncio.gather(*tasks)
+        report.wall_s = time.perf_counter() - started
+    return report
+
+
+async def when_answered(report: Report, count: int, timeout_s: float = 300) -> None:
+    """Wait until `count` analyses are answered (a trigger for faults)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(a.status in FINAL for a in report.analyses) < count:
+        if time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.05)
+
+
+class Stack:
+    """Private Redis + N workers + `icl-heads serve` (token on, rate limits off: one client IP).
+
+    With `workers=0` the server runs the embedded backend (no Redis)."""
+
+    def __init__(self, folder: Path, workers: int = 2, delay_s: float = 0.0, **env: str) -> None:
+        self.folder = folder
+        self.model = save_tiny_model(folder / "tiny-llama")
+        self.redis = PersistentRedis(folder / "redis") if workers else None
+        self.n_workers = workers
+        self.delay_s = delay_s
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.env = env
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Stack:
+        try:
+            if self.redis is not None:
+                self.redis.start()
+                for n in range(self.n_workers):
+                    self.start_worker(n)
+                wait_for_workers(self.redis.url, self.n_workers, timeout=180)
+            self.server = self._serve()
+            wait_for(self.answers, 120, "the web server")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for process in [*self.workers, *([self.server] if self.server else [])]:
+            stop(process, signal.SIGKILL)
+        if self.redis is not None:
+            self.redis.stop()
+
+    def start_worker(self, n: int) -> None:
+        assert self.redis is not None
+        log = self.folder / f"worker{n}.log"
+        self.workers.append(start_worker(self.model, self.redis.url, log, delay_s=self.delay_s))
+
+    def _serve(self) -> subprocess.Popen[bytes]:
+        env = os.environ | {
+            "ICL_MODEL": str(self.model),
+            "ICL_AUTH_TOKEN": TOKEN,
+            "ICL_RATE_LIMIT_PER_MINUTE": "0",
+            "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
+            "ICL_QUEUE_CAP": "10000",
+            "ICL_CACHE_DIR": str(self.folder / "cache"),
+            "PYTHONPATH": str(ROOT),
+            **self.env,
+        }
+        if self.redis is not None:
+            env["ICL_REDIS_URL"] = self.redis.url
+        else:
+            env.pop("ICL_REDIS_URL", None)
+        args = [sys.executable, "-m", "model_worker.cli", "serve", "--port", str(self.port)]
+        with (self.folder / "serve.log").open("ab") as log:
+            return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def answers(self) -> bool:
+        """The server answers /api/models with a ready model."""
+        try:
+            response = httpx.get(
+                f"{self.base_url}/api/models",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+                timeout=5,
+            )
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200 and any(m["ready"] for m in response.json())
+
+    def kill_worker(self, n: int = 0) -> None:
+        self.workers[n].send_signal(signal.SIGKILL)
+        self.workers[n].wait()
+
+    async def restart_redis(self, outage_s: float) -> None:
+        assert self.redis is not None
+        self.redis.stop()
+        await asyncio.sleep(outage_s)
+        self.redis.start()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--total", type=int, default=200, help="distinct analyses")
+    parser.add_argument("--users", type=int, default=16, help="concurrent clients")
+    parser.add_argument("--workers", type=int, default=2, help="0 = embedded backend")
+    parser.add_argument("--timeout", type=float, default=600, help="give up after (s)")
+    parser.add_argument("--delay", type=float, default=0.0, help="extra seconds per job")
+    parser.add_argument("--kill-worker-after", type=int, default=None)
+    parser.add_argument("--restart-redis-after", type=int, default=None)
+    parser.add_argument("--outage-s", type=float, default=3.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), args.workers, args.delay) as stack:
+
+        async def faults(report: Report) -> None:
+            if args.kill_worker_after is not None:
+                await when_answered(report, args.kill_worker_after)
+                stack.kill_worker(0)
+                print(f"SIGKILLed worker 0 after {args.kill_worker_after} answers", flush=True)
+            if args.restart_redis_after is not None:
+                await when_answered(report, args.restart_redis_after)
+                await stack.restart_redis(args.outage_s)
+                print(f"restarted Redis after {args.restart_redis_after} answers", flush=True)
+
+        bodies = [{"prompt": p} for p in distinct_prompts(args.total)]
+        mode = f"{args.workers} workers" if args.workers else "embedded backend"
+        print(f"{len(bodies)} distinct analyses, {args.users} users, {mode}", flush=True)
+        load = run_load(stack.base_url, bodies, args.users, args.timeout, fault=faults)
+        report = asyncio.run(load)
+        print(report.summary())
+        answered = report.count("done") + report.count("failed")
+        print("every submitted analysis answered:", "yes" if answered == len(bodies) else "NO")
+
+
+if __name__ == "__main__":
+    main()
