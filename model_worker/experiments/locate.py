@@ -17,8 +17,10 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -164,14 +166,28 @@ def locate_heads(
     )
 
 
+_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int, int], Location]] = (
+    weakref.WeakKeyDictionary()
+)
+MAX_REMEMBERED = 8
+
+
 def locate_for(ctx: Context, progress: ProgressFn) -> Location:
-    """The in-context heads of the experiment's model, located on its dataset's location set."""
-    return locate_heads(
-        ctx.loaded,
-        location_prompts(ctx.dataset, ctx.n, ctx.seed),
-        batch_size=ctx.batch_size,
-        progress=progress,
-    )
+    """The in-context heads of the experiment's model, located on its dataset's location set.
+
+    Remembered per (model, dataset, location-set size, seed) for this process, so experiments
+    run one after another on the same model and dataset share one location.
+    """
+    prompts = location_prompts(ctx.dataset, ctx.n, ctx.seed)
+    remembered = _LOCATIONS.setdefault(ctx.loaded.model, {})
+    key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed)
+    if key not in remembered:
+        location = locate_heads(ctx.loaded, prompts, batch_size=ctx.batch_size, progress=progress)
+        while len(remembered) >= MAX_REMEMBERED:
+            remembered.pop(next(iter(remembered)))
+        remembered[key] = location
+    progress(1.0, "in-context heads located")
+    return remembered[key]
 
 
 def location_note(location: Location) -> str:

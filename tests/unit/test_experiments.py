@@ -198,3 +198,25 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+def test_experiments_on_one_model_share_one_location(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import model_worker.experiments.locate as locate
+
+    calls: list[int] = []
+    real = locate.locate_heads
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(locate, "locate_heads", counting)
+    loaded = tiny_gpt2(seed=9)
+    mrr = run_experiment(loaded, request("mrr", tmp_path), batch_size=4)
+    attention = run_experiment(loaded, request("attention", tmp_path), batch_size=4)
+    assert len(calls) == 1
+    assert mrr.tables["location"] == attention.tables["location"]
+    run_experiment(tiny_gpt2(seed=9), request("mrr", tmp_path), batch_size=4)
+    assert len(calls) == 2  # another model object locates again
