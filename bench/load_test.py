@@ -110,6 +110,13 @@ class Report:
             f"submit→answer: p50 {pct(answer_s, 50)}, p99 {pct(answer_s, 99)}",
             f"errors (5xx but 503, connection failures): {self.errors}",
         ]
+        for a in self.analyses:
+            if a.status in ("lost", "unanswered"):
+                lines.append(f"  {a.status}: job {a.job_id} ({a.prompt!r}): {a.detail}")
+        reasons = Counter(
+            f"{a.status}: {(a.detail or '')[:90]}" for a in self.analyses if a.status != "done"
+        )
+        lines += [f"  {n} × {reason}" for reason, n in reasons.most_common(5)]
         return "\n".join(lines)
 
 
@@ -166,7 +173,8 @@ async def analyse(
                 return
             await asyncio.sleep(0.1)
         elif response is not None and response.status_code == 404:
-            item.status, item.detail = "lost", response.text[:200]
+            elapsed = time.monotonic() - started
+            item.status, item.detail = "lost", f"after {elapsed:.1f} s: {response.text[:200]}"
             return
         else:
             await asyncio.sleep(_wait_s(response))
