@@ -8,6 +8,7 @@ thread (one forward pass at a time), reporting progress into their JobState.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections import OrderedDict
@@ -21,6 +22,8 @@ from app.keys import analysis_job_id, experiment_job_id
 from app.settings import Settings
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from model_worker.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ class EmbeddedBackend:
         )
         self._jobs: OrderedDict[str, _Entry] = OrderedDict()
         self._pending: list[str] = []
+        self._max_tokens = settings.max_prompt_tokens
+        self._tokenizer: PreTrainedTokenizerBase | None = None
 
     async def _loaded(self) -> LoadedModel:
         try:
@@ -88,6 +93,7 @@ class EmbeddedBackend:
 
     async def submit(self, request: AnalysisRequest) -> JobState:
         model_name, loaded = await self._model_for(request.model)
+        self._check_length(loaded, request.prompt)
         job_id = analysis_job_id(model_name, loaded.fingerprint, request)
 
         def work(progress: Progress) -> JobState:
@@ -96,6 +102,20 @@ class EmbeddedBackend:
             return JobState(id=job_id, status=JobStatus.DONE, result=run_analysis(loaded, request))
 
         return await self._enqueue(job_id, work)
+
+    def _check_length(self, loaded: LoadedModel, prompt: str) -> None:
+        """422 at once, with both numbers, for a prompt longer than the limit (the worker
+        thread has its own tokenizer: fast tokenizers must not be shared across threads)."""
+        from model_worker.errors import PromptError
+        from model_worker.prompting import check_length, token_limit
+
+        if self._tokenizer is None:
+            self._tokenizer = copy.deepcopy(loaded.tokenizer)
+        n_tokens = len(self._tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        try:
+            check_length(n_tokens, token_limit(loaded, self._max_tokens))
+        except PromptError as exc:
+            raise BackendError(str(exc), status=422) from exc
 
     async def submit_experiment(self, request: ExperimentRequest) -> JobState:
         model_name, loaded = await self._model_for(request.model)

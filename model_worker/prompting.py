@@ -24,6 +24,18 @@ class Encoded:
     texts: list[str]
 
 
+def token_limit(loaded: LoadedModel, max_tokens: int | None = None) -> int:
+    """The longest prompt analysed: the configured maximum, or the model's context if shorter."""
+    limit = max_tokens or get_settings().max_prompt_tokens
+    return limit if loaded.max_positions is None else min(limit, loaded.max_positions)
+
+
+def check_length(n_tokens: int, limit: int) -> None:
+    """PromptError with both numbers when `n_tokens` exceeds `limit`."""
+    if n_tokens > limit:
+        raise PromptError(f"the prompt has {n_tokens} tokens; the limit is {limit}")
+
+
 def encode_prompt(loaded: LoadedModel, prompt: str, max_tokens: int | None = None) -> Encoded:
     """Tokenize `prompt`; PromptError if empty or longer than the model or `max_tokens` allow."""
     if not prompt.strip():
@@ -31,11 +43,7 @@ def encode_prompt(loaded: LoadedModel, prompt: str, max_tokens: int | None = Non
     tokenizer = loaded.tokenizer
     encoding = tokenizer(prompt, return_offsets_mapping=True, add_special_tokens=True)
     ids: list[int] = encoding["input_ids"]
-    limit = max_tokens or get_settings().max_prompt_tokens
-    if loaded.max_positions is not None:
-        limit = min(limit, loaded.max_positions)
-    if len(ids) > limit:
-        raise PromptError(f"the prompt has {len(ids)} tokens; the limit is {limit}")
+    check_length(len(ids), token_limit(loaded, max_tokens))
     texts = [loaded.token_text(i) for i in ids]
     offsets = [(int(s), int(e)) for s, e in encoding["offset_mapping"]]
     return Encoded(torch.tensor(ids), offsets, texts)

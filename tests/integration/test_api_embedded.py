@@ -58,11 +58,11 @@ def test_empty_prompt_is_refused_at_once(client: TestClient) -> None:
     assert "empty" in response.json()["detail"]
 
 
-def test_too_long_prompt_fails_the_job_with_its_message(client: TestClient) -> None:
-    job = client.post("/api/analyses", json={"prompt": "love : bar " * 40 + "one :"}).json()
+def test_labels_missing_from_the_prompt_fail_the_job_with_its_message(client: TestClient) -> None:
+    job = client.post("/api/analyses", json={"prompt": EXAMPLE_PROMPT, "labels": ["baz"]}).json()
     body = wait_done(client, job["id"])
     assert body["status"] == "failed"
-    assert "token" in body["error"]
+    assert "'baz' do not occur" in body["error"]
     assert not body["error"].startswith("internal error")
 
 
@@ -108,3 +108,9 @@ def test_unknown_model_is_refused_at_once(client: TestClient) -> None:
 
 def test_unknown_job_is_404(client: TestClient) -> None:
     assert client.get("/api/analyses/a-nothing").status_code == 404
+
+
+def test_too_long_prompt_is_422_with_the_numbers(client: TestClient) -> None:
+    response = client.post("/api/analyses", json={"prompt": "one : " * 40})
+    assert response.status_code == 422
+    assert response.json()["detail"] == "the prompt has 80 tokens; the limit is 64"
