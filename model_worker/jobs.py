@@ -8,12 +8,15 @@ message in the job's meta when they fail.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from redis import Redis
+from redis.exceptions import RedisError
 from rq import get_current_job
 from rq.job import Job
 
@@ -26,6 +29,28 @@ from model_worker.loading import LoadedModel
 
 #: Seconds between two progress writes to Redis (the last one is always written).
 PROGRESS_EVERY_S = 0.25
+#: Longest pause between two attempts at a Redis write while Redis is away.
+MAX_BACKOFF_S = 5.0
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def until_redis_answers(write: Callable[[], T], what: str) -> T:
+    """`write()`, retried with backoff while Redis is unreachable (restarting, network blip).
+
+    A job's result or failure reason is worth waiting for: it reaches Redis once Redis is back,
+    even after a restart that lost everything. The job's timeout bounds the wait; a second
+    SIGTERM (or Ctrl-C) stops the worker at once.
+    """
+    pause = 0.25
+    while True:
+        try:
+            return write()
+        except RedisError as exc:
+            log.warning("could not write %s (%s); retrying in %.2g s", what, exc, pause)
+            time.sleep(pause)
+            pause = min(MAX_BACKOFF_S, pause * 2)
 
 
 def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
@@ -97,7 +122,7 @@ def _job_context(job: Job) -> Iterator[None]:
     except BaseException as exc:
         _release_gpu_memory(exc)
         job.meta["error"] = failure_message(exc)
-        job.save_meta()
+        until_redis_answers(job.save_meta, f"the failure of job {job.id}")
         raise
     finally:
         STATE.current_job = None
@@ -112,10 +137,23 @@ def _release_gpu_memory(exc: BaseException) -> None:
 
 
 def _store(connection: Redis, job_id: str, result_json: str, ttl_s: int) -> None:
-    with connection.pipeline() as pipe:
-        pipe.set(result_key(job_id), result_json, ex=ttl_s)
-        pipe.incr(COMPUTED_KEY)
-        pipe.execute()
+    """Write the result (waiting for Redis if it is away: the work is not thrown away)."""
+
+    def write() -> None:
+        with connection.pipeline() as pipe:
+            pipe.set(result_key(job_id), result_json, ex=ttl_s)
+            pipe.incr(COMPUTED_KEY)
+            pipe.execute()
+
+    until_redis_answers(write, f"the result of job {job_id}")
+
+
+def _computed(connection: Redis, job_id: str) -> bool:
+    """A twin enqueued in a race already finished (unknown while Redis is away: compute)."""
+    try:
+        return bool(connection.exists(result_key(job_id)))
+    except RedisError:
+        return False
 
 
 def _current() -> tuple[Job, Redis]:
@@ -128,7 +166,7 @@ def _current() -> tuple[Job, Redis]:
 def analysis_job(request_json: str, result_ttl_s: int) -> None:
     """RQ job: analyse one prompt on this worker's model and cache the result."""
     job, connection = _current()
-    if connection.exists(result_key(job.id)):  # a twin enqueued in a race already finished
+    if _computed(connection, job.id):
         return
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
@@ -139,7 +177,7 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
 def experiment_job(request_json: str, result_ttl_s: int) -> None:
     """RQ job: run one dataset experiment, publishing its progress in the job's meta."""
     job, connection = _current()
-    if connection.exists(result_key(job.id)):
+    if _computed(connection, job.id):
         return
     with _job_context(job):
         from model_worker.experiments.job import run_experiment
@@ -161,6 +199,9 @@ def progress_reporter(job: Job) -> Callable[[float, str], None]:
         last = now
         job.meta["progress"] = max(0.0, min(1.0, float(fraction)))
         job.meta["message"] = message
-        job.save_meta()
+        try:
+            job.save_meta()
+        except RedisError as exc:  # progress is best effort: the next write may pass
+            log.warning("could not write the progress of job %s: %s", job.id, exc)
 
     return progress

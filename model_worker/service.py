@@ -4,10 +4,17 @@ RQ's SimpleWorker runs each job in this process (no fork after CUDA is initialis
 model stays loaded). A heartbeat thread publishes the model id and weights fingerprint every
 `worker_heartbeat_s` and hands back jobs left behind by dead workers. SIGTERM or Ctrl-C: the
 current job finishes, then the worker leaves (a second signal stops it at once).
+
+Redis going away (a restart, even one that lost everything) does not stop the worker: a job's
+result waits for Redis (model_worker.jobs), and when RQ's own bookkeeping fails, RQ's work loop
+quits; the worker then waits for Redis with backoff, settles the job it was running (finished:
+dropped from the registries; else handed back: retried once, or failed with the reason; lost
+with the data: enqueued again) and serves again under the same name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -18,16 +25,21 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
+from rq.exceptions import NoSuchJobError, StopRequested
+from rq.job import Job, JobStatus
 from rq.worker import SimpleWorker
 
-from app.keys import queue_name
+from app.keys import queue_name, result_key
 from app.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
-from app.queue.reaper import reap_abandoned, rq_queue
+from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.settings import Settings
 from model_worker.jobs import STATE, serve_model
 from model_worker.loading import LoadedModel
 
 log = logging.getLogger(__name__)
+#: Longest pause between two attempts to reach Redis again.
+MAX_RECONNECT_S = 5.0
+LOST_REDIS = "lost its connection to Redis"
 
 
 def _no_retry_after_exception(job: Any, *_exc_info: Any) -> bool:
@@ -39,6 +51,31 @@ def _no_retry_after_exception(job: Any, *_exc_info: Any) -> bool:
 def redis_for_worker(url: str) -> Redis:
     """A connection that tolerates the worker's long blocking dequeue, and reconnects."""
     return Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+
+
+class _Worker(SimpleWorker):
+    """RQ's SimpleWorker, remembering the job it was running when its work loop broke off and
+    whether the loop ended because the queue was empty (burst mode)."""
+
+    running: Job | None = None
+    drained = False
+
+    def execute_job(self, job: Job, queue: Any) -> None:
+        self.running = job
+        super().execute_job(job, queue)
+        self.running = None
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> Any:
+        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        self.drained = result is None
+        return result
+
+    @property
+    def stopping(self) -> bool:
+        """SIGTERM/SIGINT received (RQ records when)."""
+        return self._shutdown_requested_date is not None or self._stop_requested
 
 
 class ModelWorker:
@@ -96,16 +133,9 @@ class ModelWorker:
         self.heartbeat()
         beating = threading.Thread(target=self._beat_forever, name="icl-heartbeat", daemon=True)
         beating.start()
-        worker = SimpleWorker(
-            [self.queue],
-            connection=self.connection,
-            name=self.name,
-            serializer=self.queue.serializer,
-            exception_handlers=[_no_retry_after_exception],
-        )
         log.info("worker %s serves %s on queue %s", self.name, self.loaded.name, self.queue.name)
         try:
-            worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+            self._serve(burst)
         finally:
             self._stop.set()
             beating.join(timeout=5)
@@ -113,3 +143,83 @@ class ModelWorker:
                 remove_beat(self.connection, self.name)
             except RedisError as exc:
                 log.warning("could not remove the heartbeat: %s", exc)
+
+    def _serve(self, burst: bool) -> None:
+        """RQ's work loop, started again (same name) each time it breaks off on Redis."""
+        while True:
+            worker = _Worker(
+                [self.queue],
+                connection=self.connection,
+                name=self.name,
+                serializer=self.queue.serializer,
+                exception_handlers=[_no_retry_after_exception],
+            )
+            try:
+                worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
+            except RedisError as exc:  # RQ's start or teardown could not reach Redis
+                log.warning("worker loop: %s", exc)
+            if worker.stopping or (burst and worker.drained and worker.running is None):
+                return
+            log.warning("lost Redis: reconnecting, then serving again")
+            _close_pubsub(worker)
+            try:
+                self._wait_for_redis(worker)
+                self._settle(worker.running)
+            except StopRequested:  # SIGTERM while reconnecting
+                return
+
+    def _wait_for_redis(self, worker: _Worker) -> None:
+        """Block until Redis answers (backoff up to MAX_RECONNECT_S); then clear RQ's stale
+        registration of this worker and announce it again."""
+        pause = 0.5
+        while not worker.stopping:
+            time.sleep(pause)
+            try:
+                self.connection.delete(worker.key)
+                self.heartbeat()
+                return
+            except RedisError as exc:
+                log.warning("Redis unreachable (%s); retrying in %.2g s", exc, pause)
+                pause = min(MAX_RECONNECT_S, pause * 2)
+        raise StopRequested()
+
+    def _settle(self, job: Job | None) -> None:
+        """The job running when Redis went: dropped if its result is stored, handed back if it
+        had started (retried once, else failed with the reason), queued again if it had not,
+        enqueued again if Redis lost it: never lost silently."""
+        if job is None:
+            return
+        if self.connection.exists(result_key(job.id)):
+            _drop(job.id, self.connection)
+            log.info("job %s finished while Redis was away; its result is stored", job.id)
+            return
+        try:
+            stored = fetch_job(job.id, self.connection)
+        except NoSuchJobError:
+            self.queue.enqueue_job(job)
+            log.warning("job %s was lost with Redis's data: enqueued again", job.id)
+            return
+        status = stored.get_status()
+        if status == JobStatus.QUEUED and stored.get_position() is None:
+            self.queue.enqueue_job(stored)  # taken off the queue, never started
+            log.warning("job %s queued again after losing Redis", job.id)
+        elif status == JobStatus.STARTED:
+            live = {beat.name for beat in live_beats(self.connection)} - {self.name}
+            for _ in range(40):  # another reaper may hold the lock for a moment
+                if job.id in reap_abandoned(self.queue, live, why=LOST_REDIS):
+                    log.warning("job %s handed back after losing Redis", job.id)
+                    return
+                time.sleep(0.25)
+            log.error("could not hand back job %s", job.id)
+
+
+def _drop(job_id: str, connection: Redis) -> None:
+    with contextlib.suppress(NoSuchJobError):
+        fetch_job(job_id, connection).delete()
+
+
+def _close_pubsub(worker: _Worker) -> None:
+    """Stop the command-channel thread of a work loop that broke off (a new one subscribes)."""
+    thread = getattr(worker, "pubsub_thread", None)
+    if thread is not None:
+        thread.stop()

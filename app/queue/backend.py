@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -41,6 +43,9 @@ T = TypeVar("T")
 ANALYSIS_FUNC = "model_worker.jobs.analysis_job"
 EXPERIMENT_FUNC = "model_worker.jobs.experiment_job"
 FAILED_TTL_S = 24 * 3600
+CLAIM_TTL_S = 10
+#: How long a submit waits for a twin request that holds the claim to finish enqueuing.
+TWIN_WAIT_S = 5.0
 QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
 
 
@@ -121,11 +126,11 @@ class RedisBackend:
             job_id = experiment_job_id(model, fingerprint, request)
         else:
             job_id = analysis_job_id(model, fingerprint, request)
-        known = self._status(job_id)
+        known = self._stored_status(job_id)
         if known is not None and known.status != JobStatus.FAILED:
             return known
-        if not self._redis.set(claim_key(job_id), 1, nx=True, ex=10):
-            return JobState(id=job_id, status=JobStatus.QUEUED)  # a twin request is enqueuing it
+        if not self._claim(job_id):
+            return self._twin(job_id)
         try:
             queue = rq_queue(queue_name(model), self._redis)
             queued = queue.count
@@ -156,6 +161,34 @@ class RedisBackend:
             self._redis.delete(claim_key(job_id))
         return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=job.get_position())
 
+    def _claim(self, job_id: str) -> bool:
+        """Take the enqueue lock of `job_id`. Its value is a token of ours: when redis-py retries
+        a SET whose first reply was lost (a timeout under load), the retry finds the key set and
+        answers "not set", yet the claim is ours and the job must still be enqueued."""
+        token = uuid.uuid4().hex
+        key = claim_key(job_id)
+        if self._redis.set(key, token, nx=True, ex=CLAIM_TTL_S):
+            return True
+        held = self._redis.get(key)
+        return held is not None and _bytes(held) == token.encode()
+
+    def _twin(self, job_id: str) -> JobState:
+        """A twin request is enqueuing `job_id`: its state once it exists (never a 202 for a job
+        that may never be enqueued); 503 if the twin does not finish in time."""
+        deadline = time.monotonic() + TWIN_WAIT_S
+        while time.monotonic() < deadline:
+            known = self._stored_status(job_id)
+            if known is not None:
+                return known
+            if not self._redis.exists(claim_key(job_id)):  # the twin gave up (429, error)
+                break
+            time.sleep(0.05)
+        raise BackendError(
+            "an identical request is being submitted right now; retry in a second",
+            status=503,
+            retry_after=1,
+        )
+
     @staticmethod
     def _retry_after(queued: int, beats: list[WorkerBeat]) -> int:
         """Seconds until the queue has room, from the workers' mean job time (5 s if unknown)."""
@@ -184,6 +217,14 @@ class RedisBackend:
         return JobState(id=job_id, status=JobStatus.DONE, result=result)
 
     def _status(self, job_id: str) -> JobState | None:
+        """The stored state; QUEUED while a submit holds the claim between deleting a failed
+        attempt and enqueuing it afresh (neither the result nor the job exists then)."""
+        state = self._stored_status(job_id)
+        if state is None and self._redis.exists(claim_key(job_id)):
+            return JobState(id=job_id, status=JobStatus.QUEUED)
+        return state
+
+    def _stored_status(self, job_id: str) -> JobState | None:
         raw = self._redis.get(result_key(job_id))
         if raw is not None:
             return self._done(job_id, raw)

@@ -13,7 +13,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from app.keys import reap_lock_key
+from app.keys import reap_lock_key, result_key
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,13 @@ def fetch_job(job_id: str, connection: Redis) -> Job:
     return Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
 
 
-def reap_abandoned(queue: Queue, live_workers: set[str]) -> list[str]:
+def reap_abandoned(
+    queue: Queue, live_workers: set[str], why: str = "stopped (killed or crashed)"
+) -> list[str]:
     """Hand back the started jobs of `queue` whose worker has no live heartbeat; their ids.
 
-    RQ's own cleanup then re-enqueues a job that has a retry left, or fails it.
+    RQ's own cleanup then re-enqueues a job that has a retry left, or fails it (saying the worker
+    `why`). A job whose result is already stored is done: it is dropped, never run again.
     """
     connection = queue.connection
     if not connection.set(reap_lock_key(queue.name), 1, nx=True, ex=2):
@@ -48,9 +51,12 @@ def reap_abandoned(queue: Queue, live_workers: set[str]) -> list[str]:
                 continue
             if job.get_status() != JobStatus.STARTED or job.worker_name in live_workers:
                 continue
+            if connection.exists(result_key(job_id)):  # finished before its worker went
+                job.delete()
+                continue
             if not job.retries_left:
                 job.meta["error"] = (
-                    f"the worker running this job ({job.worker_name}) stopped (killed or crashed), "
+                    f"the worker running this job ({job.worker_name}) {why}, "
                     "and so did the retry; giving up"
                 )
                 job.save_meta()

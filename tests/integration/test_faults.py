@@ -83,11 +83,6 @@ def test_worker_killed_and_bad_jobs_during_a_load_run(tmp_path: Path) -> None:
         known_race(lost)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RQ workers quit ('found an unhandled exception, quitting') when Redis drops while "
-    "they run a job, so no worker is left after the restart: see docs/reliability.md",
-)
 def test_redis_restart_during_a_load_run(tmp_path: Path) -> None:
     bodies = [{"prompt": p} for p in distinct_prompts(30, seed=1000)]
     with Stack(tmp_path, workers=2, delay_s=0.2) as stack:

@@ -1,0 +1,103 @@
+"""Races between submits and status reads (docs/reliability.md, "lost" jobs), driven step by step
+against a real Redis: no worker runs, a heartbeat is written by hand."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis import Redis
+from rq import Queue
+
+from app.backend import BackendError, JobStatus
+from app.contracts import AnalysisRequest
+from app.keys import claim_key, queue_name
+from app.queue import backend as backend_module
+from app.queue.backend import RedisBackend
+from app.queue.heartbeats import WorkerBeat, write_beat
+from tests.integration.redis_support import private_db, web_settings
+
+pytestmark = pytest.mark.redis
+
+MODEL = "tiny-model"
+REQUEST = AnalysisRequest(prompt="cat : foo dog : bar cat :")
+
+
+@pytest.fixture
+def backend() -> Iterator[RedisBackend]:
+    with private_db() as url:
+        connection = Redis.from_url(url)
+        beat = WorkerBeat(
+            name="fake-worker",
+            model=MODEL,
+            fingerprint="f" * 16,
+            queue=queue_name(MODEL),
+            device="cpu",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=time.time(),
+        )
+        write_beat(connection, beat, period_s=60)
+        backend = RedisBackend(web_settings(MODEL, url))  # type: ignore[arg-type]
+        try:
+            yield backend
+        finally:
+            backend._redis.close()
+            connection.close()
+
+
+def test_a_claim_whose_reply_was_lost_still_enqueues(
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py retries a command whose reply timed out; for SET NX the retry answers "not set"
+    although the first attempt set it. The submit used to take that for a twin's claim and
+    answer 202 for a job nobody enqueued: every poll then said 404 "unknown or expired"."""
+    real_set = backend._redis.set
+
+    def set_with_lost_reply(name: Any, value: Any, **options: Any) -> Any:
+        if str(name).startswith(claim_key("")):
+            real_set(name, value, **options)  # the first attempt: applied, reply lost
+        return real_set(name, value, **options)  # the library's retry
+
+    monkeypatch.setattr(backend._redis, "set", set_with_lost_reply)
+    state = backend._submit(REQUEST)
+    assert state.status == JobStatus.QUEUED
+    assert backend._status(state.id) is not None, "accepted, then unknown: the job was lost"
+    assert state.position_in_queue == 0
+
+
+def test_a_submit_never_accepts_a_job_a_twin_may_not_enqueue(
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A twin holds the claim but never enqueues (it failed): 503 to retry, not a phantom 202."""
+    monkeypatch.setattr(backend_module, "TWIN_WAIT_S", 0.3)
+    first = backend._submit(REQUEST)
+    backend._redis.delete(f"rq:job:{first.id}")  # as if that job had never been enqueued
+    backend._redis.set(claim_key(first.id), "someone else", ex=10)
+    assert backend._status(first.id) == first.model_copy(update={"position_in_queue": None})
+    with pytest.raises(BackendError) as refused:
+        backend._submit(REQUEST)
+    assert refused.value.status == 503
+
+
+def test_status_reads_queued_while_a_failed_job_is_enqueued_afresh(
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resubmitting a failed job deletes it, then enqueues it: a poll in between is QUEUED."""
+    first = backend._submit(REQUEST)
+    backend._redis.hset(f"rq:job:{first.id}", "status", "failed")
+    seen: list[Any] = []
+    real_enqueue = Queue.enqueue
+
+    def enqueue_after_a_poll(self: Queue, *args: Any, **kwargs: Any) -> Any:
+        seen.append(backend._status(first.id))  # the window: old job deleted, new one not yet
+        return real_enqueue(self, *args, **kwargs)
+
+    monkeypatch.setattr(Queue, "enqueue", enqueue_after_a_poll)
+    again = backend._submit(REQUEST)
+    assert again.status == JobStatus.QUEUED
+    assert seen and seen[0] is not None and seen[0].status == JobStatus.QUEUED
