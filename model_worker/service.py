@@ -72,6 +72,16 @@ class _Worker(SimpleWorker):
         self.drained = result is None
         return result
 
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's worker heartbeat; on its own (not in a pipeline) a Redis error is only logged,
+        so a job just taken off the queue reaches execute_job and is settled if cut off."""
+        if pipeline is not None:
+            return super().heartbeat(timeout, pipeline)
+        try:
+            super().heartbeat(timeout)
+        except RedisError as exc:
+            log.warning("RQ heartbeat failed: %s", exc)
+
     @property
     def stopping(self) -> bool:
         """SIGTERM/SIGINT received (RQ records when)."""
@@ -201,6 +211,7 @@ class ModelWorker:
             return
         status = stored.get_status()
         if status == JobStatus.QUEUED and stored.get_position() is None:
+            self.connection.lrem(self.queue.intermediate_queue_key, 0, job.id)
             self.queue.enqueue_job(stored)  # taken off the queue, never started
             log.warning("job %s queued again after losing Redis", job.id)
         elif status == JobStatus.STARTED:
