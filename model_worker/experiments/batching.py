@@ -16,7 +16,6 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from model_worker.analysis.contributions import head_outputs, logprob_increase
 from model_worker.analysis.icl import detect_structure
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache, run_with_cache
@@ -137,27 +136,57 @@ def forward(loaded: LoadedModel, batch: Batch, intervene: Intervene | None = Non
         )
 
 
-class HeadIncreases:
-    """I(head_{l,h} | resid_pre_l) at one row's last token, as `analyze()` defines it."""
+@dataclass(frozen=True)
+class LastToken:
+    """What the head increases of one row need: z [L, H*d_head], resid_pre [L, D] and
+    resid_final [D] at its last real token, and the target token."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
-        g = loaded.geometry
-        self.loaded = loaded
-        self.w_o = [loaded.adapter.w_o(loaded.model, layer, g) for layer in range(g.n_layers)]
-
-    def __call__(self, cache: RunCache, row: int, last: int, target: int) -> Tensor:
-        """[L, H] log-probability increases of every head for token `target`."""
-        projector = final_projector(self.loaded, cache.resid_final[row, last], "fixed")
-        z = cache.z[:, row, last]  # [L, H*d_head]
-        heads = torch.stack(
-            [head_outputs(z[layer], w.to(z.device)) for layer, w in enumerate(self.w_o)]
-        )
-        return logprob_increase(projector, cache.resid_pre[:, row, last], heads, target).increase
+    z: Tensor
+    resid_pre: Tensor
+    resid_final: Tensor
+    target: int
 
 
-def summarize_row(
-    batch: Batch, cache: RunCache, row: int, increases: HeadIncreases | None, mode: IncreaseMode
-) -> PromptRun:
+def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken], chunk: int = 32) -> Tensor:
+    """I(head_{l,h} | resid_pre_l) [N, L, H] for the target of each row, as `analyze()` defines
+    it (fixed norm mode), computed layer by layer for all rows at once.
+
+    bs is linear in fixed mode: bs(z_h W_O^h) = s · z_h (W_O^h C Γ W_Uᵀ) with the row's final
+    scale s, C the centring (LayerNorm) and Γ the final norm's weight. The [H·d_head, V] matrix
+    M_l = W_O C Γ W_Uᵀ is built once per layer and shared by all rows, so each head costs
+    d_head · V multiply-adds per prompt instead of D · V.
+    """
+    g = loaded.geometry
+    if not rows:
+        return torch.zeros(0, g.n_layers, g.n_heads)
+    device = rows[0].z.device
+    projector = final_projector(loaded, rows[0].resid_final, "fixed")
+    norm, w_u = projector.norm, projector.w_u
+    z = torch.stack([r.z for r in rows])  # [N, L, H*d]
+    bases = torch.stack([r.resid_pre for r in rows])  # [N, L, D]
+    scale = norm.inv_scale(torch.stack([r.resid_final for r in rows]))  # [N, 1]
+    targets = torch.tensor([r.target for r in rows], device=device)
+    out = torch.empty(len(rows), g.n_layers, g.n_heads)
+    for layer in range(g.n_layers):
+        w_o = loaded.adapter.w_o(loaded.model, layer, g).to(device)  # [H, d, D]
+        m = (norm.center(w_o) * norm.weight) @ w_u.T  # [H, d, V]
+        normed = norm.center(bases[:, layer]) * scale * norm.weight
+        if norm.bias is not None:
+            normed = normed + norm.bias
+        base = normed @ w_u.T + (projector.b_u if projector.b_u is not None else 0.0)
+        base_lp = base.gather(1, targets[:, None])[:, 0] - torch.logsumexp(base, -1)  # [N]
+        for start in range(0, len(rows), chunk):
+            part = slice(start, start + chunk)
+            z_heads = z[part, layer].reshape(-1, g.n_heads, g.d_head)
+            delta = torch.einsum("nhd,hdv->nhv", z_heads, m) * scale[part, :, None]
+            full = base[part, None, :] + delta  # [n, H, V]
+            index = targets[part, None, None].expand(-1, g.n_heads, 1)
+            logprob = full.gather(2, index)[..., 0] - torch.logsumexp(full, -1)
+            out[part, layer] = (logprob - base_lp[part, None]).cpu()
+    return out
+
+
+def summarize_row(batch: Batch, cache: RunCache, row: int) -> PromptRun:
     """The PromptRun of one row of a captured batch."""
     item, last = batch.items[row], int(batch.last[row])
     logits = cache.logits[row, last]
@@ -165,8 +194,6 @@ def summarize_row(
     pattern = cache.pattern[:, row, :, last, :]  # [L, H, S]
     true_pos = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if t]
     false_pos = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if not t]
-    correct = bool(logits[item.true_id] > logits[item.false_id])
-    wanted = mode == "all" or (mode == "correct" and correct)
     return PromptRun(
         item=item,
         true_logit=float(logits[item.true_id]),
@@ -175,9 +202,7 @@ def summarize_row(
         true_logprob=float(logprobs[item.true_id]),
         attn_true=pattern[..., true_pos].sum(-1).cpu(),
         attn_false=pattern[..., false_pos].sum(-1).cpu(),
-        increases=increases(cache, row, last, item.true_id).cpu()
-        if increases is not None and wanted
-        else None,
+        increases=None,
     )
 
 
@@ -195,17 +220,30 @@ def run_prompts(
     """Forward every prompt (batched) and summarise each at its last real token."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    computer = HeadIncreases(loaded) if increases != "none" else None
     pad_id = loaded.tokenizer.pad_token_id or 0
     runs: list[PromptRun] = []
+    wanted: dict[int, LastToken] = {}
     progress(0.0, f"{label}: 0/{len(items)}")
     for batch in make_batches(items, batch_size, pad_id):
         cache = forward(loaded, batch, intervene)
         extras = extra(batch, cache) if extra is not None else [None] * len(batch.items)
         for row in range(len(batch.items)):
-            run = summarize_row(batch, cache, row, computer, increases)
+            run = summarize_row(batch, cache, row)
             runs.append(run if extras[row] is None else replace(run, extra=extras[row]))
+            if increases == "all" or (increases == "correct" and run.correct):
+                last = int(batch.last[row])
+                wanted[len(runs) - 1] = LastToken(
+                    cache.z[:, row, last].clone(),
+                    cache.resid_pre[:, row, last].clone(),
+                    cache.resid_final[row, last].clone(),
+                    run.item.true_id,
+                )
         progress(len(runs) / max(1, len(items)), f"{label}: {len(runs)}/{len(items)}")
+    if wanted:
+        progress(1.0, f"{label}: head increases of {len(wanted)} prompts")
+        table = head_increase_table(loaded, list(wanted.values()))
+        for i, index in enumerate(wanted):
+            runs[index] = replace(runs[index], increases=table[i])
     return runs
 
 
