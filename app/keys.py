@@ -73,6 +73,11 @@ def reap_lock_key(queue: str) -> str:
     return f"{PREFIX}:reap:{queue}"
 
 
+def tokenizer_key(fingerprint: str) -> str:
+    """A worker's tokenizer (tokenizers JSON), so the web tier can count prompt tokens."""
+    return f"{PREFIX}:tokenizer:{fingerprint}"
+
+
 def queue_name(model: str) -> str:
     """One queue per model id."""
     return f"{PREFIX}:queue:{hashlib.sha256(model.encode()).hexdigest()[:16]}"

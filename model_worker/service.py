@@ -29,12 +29,13 @@ from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job, JobStatus
 from rq.worker import SimpleWorker
 
-from app.keys import queue_name, result_key
+from app.keys import queue_name, result_key, tokenizer_key
 from app.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.settings import Settings
 from model_worker.jobs import STATE, serve_model
 from model_worker.loading import LoadedModel
+from model_worker.prompting import token_limit
 
 log = logging.getLogger(__name__)
 #: Longest pause between two attempts to reach Redis again.
@@ -114,6 +115,7 @@ class ModelWorker:
             host=socket.gethostname(),
             pid=os.getpid(),
             started_at=time.time(),
+            max_prompt_tokens=token_limit(loaded, settings.max_prompt_tokens),
         )
         self._stop = threading.Event()
 
@@ -127,8 +129,17 @@ class ModelWorker:
             }
         )
         write_beat(self.connection, beat, self.settings.worker_heartbeat_s)
+        self._publish_tokenizer()
         live = {other.name for other in live_beats(self.connection)}
         reap_abandoned(self.queue, live)
+
+    def _publish_tokenizer(self) -> None:
+        """Share the tokenizer (once per fingerprint, again after Redis lost it), so the web
+        tier refuses too-long prompts at once."""
+        backend = getattr(self.loaded.tokenizer, "backend_tokenizer", None)
+        key = tokenizer_key(self.loaded.fingerprint)
+        if backend is not None and self.loaded.fingerprint and not self.connection.exists(key):
+            self.connection.set(key, backend.to_str(), ex=self.settings.result_ttl_s)
 
     def _beat_forever(self) -> None:
         while not self._stop.wait(self.settings.worker_heartbeat_s):

@@ -36,6 +36,7 @@ from app.keys import (
     result_key,
 )
 from app.queue.heartbeats import WorkerBeat, live_beats
+from app.queue.prompt_limit import PromptLimit
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.settings import Settings
 
@@ -76,6 +77,7 @@ class RedisBackend:
         self.default_model = settings.model
         self._settings = settings
         self._url = settings.redis_url
+        self._prompt_limit = PromptLimit()
         options: dict[str, Any] = {
             "socket_timeout": settings.redis_timeout_s,
             "socket_connect_timeout": settings.redis_timeout_s,
@@ -125,6 +127,7 @@ class RedisBackend:
         if isinstance(request, ExperimentRequest):
             job_id = experiment_job_id(model, fingerprint, request)
         else:
+            self._prompt_limit.check(self._redis, beats, request.prompt)
             job_id = analysis_job_id(model, fingerprint, request)
         known = self._stored_status(job_id)
         if known is not None and known.status != JobStatus.FAILED:

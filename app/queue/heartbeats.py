@@ -30,6 +30,7 @@ class WorkerBeat(BaseModel):
     jobs_done: int = 0
     mean_job_s: float | None = None
     current_job: str | None = None
+    max_prompt_tokens: int | None = None
 
 
 def write_beat(connection: Redis, beat: WorkerBeat, period_s: float) -> None:

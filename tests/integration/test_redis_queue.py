@@ -163,3 +163,11 @@ def test_models_and_health_report_the_worker(client: TestClient, setup: tuple[Pa
     health = client.get("/healthz").json()
     assert health["mode"] == "redis" and health["redis"] == "ok"
     assert health["workers"][0]["model"] == str(setup[0])
+
+
+def test_too_long_prompt_is_refused_at_submission(client: TestClient) -> None:
+    """The worker publishes its tokenizer and limit; the web tier (no model) counts tokens."""
+    response = client.post("/api/analyses", json={"prompt": "one : " * 40})
+    assert response.status_code == 422
+    assert response.json()["detail"] == "the prompt has 80 tokens; the limit is 64"
+    assert client.post("/api/analyses", json={"prompt": "one : two :"}).status_code in (200, 202)

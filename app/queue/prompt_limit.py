@@ -1,0 +1,44 @@
+"""Refuse a too-long prompt at submission (422 with both numbers) without loading a model.
+
+Each worker publishes its tokenizer (the `tokenizers` JSON) and its token limit; the web tier
+counts tokens with the same tokenizer. Without a published tokenizer the worker still refuses
+the prompt, as a failed job with the same message.
+"""
+
+from __future__ import annotations
+
+from redis import Redis
+from tokenizers import Tokenizer
+
+from app.backend import BackendError
+from app.keys import tokenizer_key
+from app.queue.heartbeats import WorkerBeat
+
+
+class PromptLimit:
+    """Token counting for the models that live workers serve, one tokenizer per fingerprint."""
+
+    def __init__(self) -> None:
+        self._tokenizers: dict[str, Tokenizer] = {}
+
+    def _tokenizer(self, connection: Redis, fingerprint: str) -> Tokenizer | None:
+        if fingerprint not in self._tokenizers:
+            raw = connection.get(tokenizer_key(fingerprint))
+            if raw is None:
+                return None
+            self._tokenizers[fingerprint] = Tokenizer.from_str(
+                raw.decode() if isinstance(raw, bytes) else str(raw)
+            )
+        return self._tokenizers[fingerprint]
+
+    def check(self, connection: Redis, beats: list[WorkerBeat], prompt: str) -> None:
+        """BackendError(422) when `prompt` has more tokens than the workers accept."""
+        limits = [beat.max_prompt_tokens for beat in beats if beat.max_prompt_tokens]
+        if not limits:
+            return
+        tokenizer = self._tokenizer(connection, min(beat.fingerprint for beat in beats))
+        if tokenizer is None:
+            return
+        n_tokens, limit = len(tokenizer.encode(prompt).ids), min(limits)
+        if n_tokens > limit:
+            raise BackendError(f"the prompt has {n_tokens} tokens; the limit is {limit}", 422)
