@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -111,6 +112,12 @@ class _Run:
     structure: IclStructure
     k: int
 
+    @cached_property
+    def pre_logits(self) -> Tensor:
+        """bs(resid_pre_l) at the last position for every layer [L, V]: the base of the
+        attention layers, of every head and of every subheadvalue."""
+        return self.projector.logits(self.cache.resid_pre[:, 0, self.last])
+
     @property
     def last(self) -> int:
         return len(self.encoded.texts) - 1
@@ -149,7 +156,11 @@ def layer_increases(run: _Run) -> list[LayerIncrease]:
     """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) for every layer (paper Fig. 2)."""
     c, last = run.cache, run.last
     attn = logprob_increase(
-        run.projector, c.resid_pre[:, 0, last], c.attn_out[:, 0, last, None], run.target
+        run.projector,
+        c.resid_pre[:, 0, last],
+        c.attn_out[:, 0, last, None],
+        run.target,
+        base_logits=run.pre_logits,
     ).increase[:, 0]
     ffn = logprob_increase(
         run.projector, c.resid_mid[:, 0, last], c.mlp_out[:, 0, last, None], run.target
@@ -166,7 +177,9 @@ def head_increases(run: _Run) -> Tensor:
     heads = torch.stack(
         [head_outputs(c.z[layer, 0, last], run.w_o(layer)) for layer in range(c.z.shape[0])]
     )
-    return logprob_increase(run.projector, c.resid_pre[:, 0, last], heads, run.target).increase
+    return logprob_increase(
+        run.projector, c.resid_pre[:, 0, last], heads, run.target, base_logits=run.pre_logits
+    ).increase
 
 
 def attention_sums(run: _Run) -> tuple[Tensor, Tensor]:
@@ -177,10 +190,17 @@ def attention_sums(run: _Run) -> tuple[Tensor, Tensor]:
     return row[..., true].sum(-1), row[..., false].sum(-1)
 
 
-def _random_head(layer: int, head: int, n_heads: int) -> int | None:
-    """Another head of the same layer, chosen reproducibly (seeded by layer and head)."""
-    others = [h for h in range(n_heads) if h != head]
-    return random.Random(layer * 100_003 + head).choice(others) if others else None
+def _random_heads(heads: list[tuple[int, int]], n_heads: int) -> dict[int, int]:
+    """One comparison head per layer of `heads`: drawn (seeded by the layer) among that layer's
+    heads that are not detailed, i.e. not among the located in-context heads; layers whose heads
+    are all detailed get none."""
+    detailed = set(heads)
+    chosen = {}
+    for layer in sorted({layer for layer, _ in heads}):
+        others = [h for h in range(n_heads) if (layer, h) not in detailed]
+        if others:
+            chosen[layer] = random.Random(layer).choice(others)
+    return chosen
 
 
 def _mrr(run: _Run, ranks: Tensor) -> list[LabelMrr]:
@@ -208,7 +228,8 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
 
     values = torch.stack([values_of(layer, head) for layer, head in heads])  # [K, S, D]
     rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
-    bases = c.resid_pre[[layer for layer, _ in heads], 0, last]
+    layer_of = [layer for layer, _ in heads]
+    bases = c.resid_pre[layer_of, 0, last]
     label_ranks = label_ids.expand(len(heads), -1)
     batch = _Projections()
     if run.projector.mode == "fixed":  # one projection per value serves all its views
@@ -222,25 +243,23 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
             label_ids,
             run.k,
             run.margin_ids(),
+            base_logits=run.pre_logits[layer_of],
         )
         per_position, plain, weighted = fast.contribution, fast.value, fast.weighted
     else:
         per_position = logprob_increase(
-            run.projector, bases, subhead_values(rows, values), run.target, run.margin_ids()
+            run.projector,
+            bases,
+            subhead_values(rows, values),
+            run.target,
+            run.margin_ids(),
+            base_logits=run.pre_logits[layer_of],
         )
         batch.add("value", values[:, labels], label_ranks)
         batch.add("weighted", rows[:, labels, None] * values[:, labels])
-    randoms = [_random_head(layer, head, g.n_heads) for layer, head in heads]
-    random_names = [
-        None if r is None else head_name(layer, r)
-        for (layer, _), r in zip(heads, randoms, strict=True)
-    ]
-    random_values = torch.stack(
-        [
-            values_of(layer, r if r is not None else head)[labels]
-            for (layer, head), r in zip(heads, randoms, strict=True)
-        ]
-    )
+    randoms = _random_heads(heads, g.n_heads)
+    random_layers = list(randoms)
+    random_values = [values_of(layer, randoms[layer])[labels] for layer in random_layers]
     queries = []
     for layer, head in heads:
         w_q, b_q, w_k = run.loaded.adapter.w_qk(run.loaded.model, layer, g)
@@ -251,7 +270,8 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     prior = torch.stack(
         [c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]
     )  # sum of earlier attention outputs at each label position, [nL, n_labels, D]
-    batch.add("random", random_values, label_ranks)
+    if random_values:
+        batch.add("random", torch.stack(random_values), label_ids.expand(len(randoms), -1))
     batch.add("query", torch.stack(queries))
     batch.add("key", c.normalized[layers, 0][:, labels])
     batch.add("prior", prior)
@@ -306,9 +326,9 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
                 query=run.tops(views["query"], i),
                 layer_input=run.tops(views["layer_input"], j),
                 value_mrr=_mrr(run, views["value"].ranks[i]),
-                random_head=random_names[i],
-                random_head_mrr=_mrr(run, views["random"].ranks[i])
-                if randoms[i] is not None
+                random_head=head_name(layer, randoms[layer]) if layer in randoms else None,
+                random_head_mrr=_mrr(run, views["random"].ranks[random_layers.index(layer)])
+                if layer in randoms
                 else [],
             )
         )

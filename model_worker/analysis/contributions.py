@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model_worker.analysis.metrics import VocabSummary, concat, summarize_logits
+from model_worker.analysis.metrics import CHUNK, VocabSummary, concat, summarize_logits
 from model_worker.analysis.projection import VocabProjector
 
 
@@ -49,11 +49,14 @@ class Increase:
 def _increase(
     base_logits: Tensor, delta: Tensor, target: int, margin_ids: tuple[int, int] | None
 ) -> tuple[Tensor, Tensor | None]:
-    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V]."""
-    full = base_logits[:, None, :] + delta
+    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V].
+
+    `delta` is consumed: it becomes the full logits in place (it can be hundreds of MB).
+    """
+    margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
+    full = delta.add_(base_logits[:, None, :])
     logprob = full[..., target] - torch.logsumexp(full, -1)
     base = base_logits[:, target] - torch.logsumexp(base_logits, -1)
-    margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
     return logprob - base[:, None], margin
 
 
@@ -73,14 +76,17 @@ def logprob_increase(
     vectors: Tensor,
     target: int,
     margin_ids: tuple[int, int] | None = None,
-    chunk: int = 256,
+    chunk: int = CHUNK,
+    base_logits: Tensor | None = None,
 ) -> Increase:
     """I(v | x) = log softmax(bs(x + v))[target] − log softmax(bs(x))[target].
 
     `bases` [B, D] each carry `vectors` [B, M, D]; returns [B, M]. With `margin_ids` (a, b) also
-    the margin (bs(x + v) − bs(x))[a] − (…)[b]. Vectors are projected `chunk` at a time.
+    the margin (bs(x + v) − bs(x))[a] − (…)[b]. Vectors are projected `chunk` at a time;
+    `base_logits` [B, V], when the caller has them, spare projecting the bases again.
     """
-    base_logits = projector.logits(bases)  # [B, V]
+    if base_logits is None:
+        base_logits = projector.logits(bases)
     return _join(
         [
             _increase(
@@ -114,7 +120,8 @@ def position_views_fixed(
     rank_ids: Tensor,
     k: int,
     margin_ids: tuple[int, int] | None = None,
-    chunk: int = 256,
+    chunk: int = CHUNK,
+    base_logits: Tensor | None = None,
 ) -> PositionViews:
     """Fixed mode only: bs is linear, so one projection L = bs(v_p W_O^h) of each value serves
     both its subheadvalue (a_p · L) and the label tables at `positions`.
@@ -124,16 +131,19 @@ def position_views_fixed(
     """
     if projector.mode != "fixed":
         raise ValueError("position_views_fixed needs the fixed norm mode")
-    base_logits = projector.logits(bases)
+    if base_logits is None:
+        base_logits = projector.logits(bases)
     parts, plain, weighted = [], [], []
     for part in _chunks(values.shape[0], values.shape[1], chunk):
         value_logits = projector.linear(values[part])  # [b, S, V]
         weights = rows[part, :, None]
-        parts.append(_increase(base_logits[part], weights * value_logits, target, margin_ids))
-        kept = value_logits[:, positions]  # [b, P, V]
+        kept = value_logits[:, positions]  # [b, P, V], a copy
+        parts.append(_increase(base_logits[part], value_logits.mul_(weights), target, margin_ids))
         n, p, vocab = kept.shape
         ranks = rank_ids.expand(n, -1).reshape(-1)
-        plain.append(summarize_logits(kept.reshape(n * p, vocab), k, ranks))
-        scaled = (weights[:, positions] * kept).reshape(n * p, vocab)
-        weighted.append(summarize_logits(scaled, k, ranks))
+        summary = summarize_logits(kept.reshape(n * p, vocab), k, ranks)
+        plain.append(summary)
+        # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
+        scale = weights[:, positions, 0].reshape(n * p, 1)
+        weighted.append(VocabSummary(summary.top_ids, summary.top_values * scale, summary.ranks))
     return PositionViews(_join(parts), concat(plain), concat(weighted))

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+#: Vectors projected per pass over the unembedding: larger passes run the matmul faster
+#: (~100 GFLOP/s at 256 rows, ~130 at 1024 on 2 cores), at ~V·4 bytes of memory per row.
+CHUNK = 1024
+
 
 def mean_reciprocal_rank(ranks: list[int]) -> float:
     """Mean of 1/rank; 0.0 for no ranks."""
@@ -40,9 +44,13 @@ class VocabSummary:
 def summarize_logits(logits: Tensor, k: int, rank_ids: Tensor) -> VocabSummary:
     """Top-k of `logits` [N, V] and the 1-based rank of `rank_ids` [N] (−1 entries: rank 0)."""
     top = logits.topk(min(k, logits.shape[-1]), dim=-1)
-    reference = logits.gather(-1, rank_ids.clamp(min=0)[:, None])
-    rank = (logits > reference).sum(-1) + 1
-    return VocabSummary(top.indices, top.values, torch.where(rank_ids >= 0, rank, 0))
+    ranks = torch.zeros_like(rank_ids)
+    wanted = (rank_ids >= 0).nonzero().squeeze(-1)
+    if len(wanted):  # counting over the vocabulary only for the rows that ask for a rank
+        rows = logits[wanted]
+        reference = rows.gather(-1, rank_ids[wanted, None])
+        ranks[wanted] = (rows > reference).sum(-1) + 1
+    return VocabSummary(top.indices, top.values, ranks)
 
 
 def concat(summaries: list[VocabSummary]) -> VocabSummary:
@@ -59,7 +67,7 @@ def summarize_projections(
     vectors: Tensor,
     k: int,
     rank_ids: Tensor,
-    chunk: int = 256,
+    chunk: int = CHUNK,
 ) -> VocabSummary:
     """Project `vectors` [N, D] through `project` `chunk` rows at a time (one pass over the
     unembedding per chunk), keeping the top k tokens and the rank of `rank_ids` [N]."""

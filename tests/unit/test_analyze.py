@@ -81,7 +81,8 @@ def test_head_detail_is_consistent(tiny_model: LoadedModel) -> None:
         assert len(detail.query) == 4 and len(detail.layer_input) == 4
         assert {m.label for m in detail.value_mrr} == {"foo", "bar"}
         assert all(0 < m.mrr <= 1 for m in detail.value_mrr)
-        assert detail.random_head is not None and detail.random_head != name
+        assert detail.random_head is not None and detail.random_head not in result.head_details
+        assert detail.random_head.startswith(f"L{detail.layer}H")
         assert (detail.layer == 0) == (detail.keys[0].prior_attention == [])
 
 
