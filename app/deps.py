@@ -10,12 +10,12 @@ from app.backend import Backend
 from app.settings import Settings
 
 
-def get_backend(request: Request) -> Backend:
+async def get_backend(request: Request) -> Backend:
     backend: Backend = request.app.state.backend
     return backend
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 

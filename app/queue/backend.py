@@ -35,6 +35,7 @@ from app.keys import (
     queue_name,
     result_key,
 )
+from app.queue.body_cache import BodyCache
 from app.queue.heartbeats import WorkerBeat, live_beats
 from app.queue.prompt_limit import PromptLimit
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
@@ -78,6 +79,7 @@ class RedisBackend:
         self._settings = settings
         self._url = settings.redis_url
         self._prompt_limit = PromptLimit()
+        self._bodies = BodyCache()
         options: dict[str, Any] = {
             "socket_timeout": settings.redis_timeout_s,
             "socket_connect_timeout": settings.redis_timeout_s,
@@ -206,11 +208,18 @@ class RedisBackend:
         return await self._call(self._status, job_id)
 
     async def done_body(self, job_id: str) -> bytes | None:
+        body = self._bodies.get(job_id)
+        if body is not None:
+            return body
         try:
             raw = await self._aredis.get(result_key(job_id))
         except RedisError as exc:
             raise self._unreachable(exc) from exc
-        return None if raw is None else done_body(job_id, _bytes(raw))
+        if raw is None:
+            return None
+        body = done_body(job_id, _bytes(raw))
+        self._bodies.put(job_id, body)
+        return body
 
     def _done(self, job_id: str, raw: bytes | str) -> JobState:
         if is_experiment(job_id):
