@@ -212,13 +212,16 @@ class RedisBackend:
         if body is not None:
             return body
         try:
-            raw = await self._aredis.get(result_key(job_id))
+            async with self._aredis.pipeline(transaction=False) as pipe:
+                pipe.get(result_key(job_id))
+                pipe.pttl(result_key(job_id))
+                raw, ttl_ms = await pipe.execute()
         except RedisError as exc:
             raise self._unreachable(exc) from exc
         if raw is None:
             return None
         body = done_body(job_id, _bytes(raw))
-        self._bodies.put(job_id, body)
+        self._bodies.put(job_id, body, ttl_s=ttl_ms / 1000 if ttl_ms > 0 else None)
         return body
 
     def _done(self, job_id: str, raw: bytes | str) -> JobState:

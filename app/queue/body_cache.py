@@ -2,7 +2,7 @@
 
 Job ids are content hashes, so a finished result never changes: the web tier may keep recent
 bodies in memory and skip the Redis round trip on the hot path of cached reads. Bounded in bytes
-and in age (a result that expired in Redis is served at most `max_age_s` longer).
+and in age; an entry never outlives the result's own expiry in Redis.
 """
 
 from __future__ import annotations
@@ -21,18 +21,20 @@ class BodyCache:
         item = self._items.get(key)
         if item is None:
             return None
-        if time.monotonic() - item[0] > self._max_age_s:
+        if time.monotonic() > item[0]:
             self._drop(key)
             return None
         self._items.move_to_end(key)
         return item[1]
 
-    def put(self, key: str, body: bytes) -> None:
+    def put(self, key: str, body: bytes, ttl_s: float | None = None) -> None:
+        """Keep `body` for at most `max_age_s`, and no longer than `ttl_s` if given."""
         if len(body) > self._max_bytes:
             return
         if key in self._items:
             self._drop(key)
-        self._items[key] = (time.monotonic(), body)
+        age = self._max_age_s if ttl_s is None else min(self._max_age_s, ttl_s)
+        self._items[key] = (time.monotonic() + age, body)
         self._bytes += len(body)
         while self._bytes > self._max_bytes:
             self._drop(next(iter(self._items)))

@@ -24,6 +24,10 @@ def client() -> Iterator[TestClient]:
     settings = Settings(model="tiny-llama")
     backend = EmbeddedBackend(settings, loader=tiny_llama)
     with TestClient(create_app(settings, backend)) as test_client:
+        deadline = time.monotonic() + 30  # the model loads in the worker thread
+        while not all(m["ready"] for m in test_client.get("/api/models").json()):
+            assert time.monotonic() < deadline, "the tiny model did not load"
+            time.sleep(0.02)
         yield test_client
 
 

@@ -29,3 +29,14 @@ def test_entries_expire(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cache.get("a") is None
     cache.put("a", b"new")
     assert cache.get("a") == b"new"
+
+
+def test_an_entry_never_outlives_its_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr("app.queue.body_cache.time.monotonic", lambda: now[0])
+    cache = BodyCache(max_age_s=60)
+    cache.put("a", b"body", ttl_s=2)
+    now[0] = 1.5
+    assert cache.get("a") == b"body"
+    now[0] = 2.5
+    assert cache.get("a") is None
