@@ -118,6 +118,10 @@ class ModelWorker:
             max_prompt_tokens=token_limit(loaded, settings.max_prompt_tokens),
         )
         self._stop = threading.Event()
+        # serialised now: the heartbeat thread must not touch the tokenizer while a job uses it
+        # (a fast tokenizer used from two threads at once raises "Already borrowed")
+        backend = getattr(loaded.tokenizer, "backend_tokenizer", None)
+        self._tokenizer_json: str | None = None if backend is None else backend.to_str()
 
     def heartbeat(self) -> None:
         """Publish this worker's beat, then hand back jobs whose worker stopped beating."""
@@ -136,10 +140,9 @@ class ModelWorker:
     def _publish_tokenizer(self) -> None:
         """Share the tokenizer (once per fingerprint, again after Redis lost it), so the web
         tier refuses too-long prompts at once."""
-        backend = getattr(self.loaded.tokenizer, "backend_tokenizer", None)
         key = tokenizer_key(self.loaded.fingerprint)
-        if backend is not None and self.loaded.fingerprint and not self.connection.exists(key):
-            self.connection.set(key, backend.to_str(), ex=self.settings.result_ttl_s)
+        if self._tokenizer_json and self.loaded.fingerprint and not self.connection.exists(key):
+            self.connection.set(key, self._tokenizer_json, ex=self.settings.result_ttl_s)
 
     def _beat_forever(self) -> None:
         while not self._stop.wait(self.settings.worker_heartbeat_s):
@@ -147,6 +150,8 @@ class ModelWorker:
                 self.heartbeat()
             except RedisError as exc:  # Redis restarting: keep trying, the beat comes back
                 log.warning("heartbeat failed: %s", exc)
+            except Exception:  # never let a bug silence the beat: the worker would look dead
+                log.exception("heartbeat failed")
 
     def run(self, burst: bool = False) -> None:
         """Serve jobs until SIGTERM/SIGINT (or, with `burst`, until the queue is empty)."""
