@@ -246,9 +246,28 @@ class RedisBackend:
         try:
             return self._job_status(fetch_job(job_id, self._redis))
         except (NoSuchJobError, InvalidJobOperation):
-            # the job finished (and RQ dropped it) or vanished while we looked: read again
+            # the job finished (and RQ dropped it) or changed while we looked: read again
             raw = self._redis.get(result_key(job_id))
-            return None if raw is None else self._done(job_id, raw)
+            return self._done(job_id, raw) if raw is not None else self._raw_status(job_id)
+
+    def _raw_status(self, job_id: str) -> JobState | None:
+        """The state straight from the job's hash, for when RQ's Job object could not be read:
+        never "unknown" (404) for a job that exists."""
+        raw = self._redis.hget(Job.key_for(job_id), "status")
+        status = raw.decode() if isinstance(raw, bytes) else raw
+        if status is None:
+            return None
+        if status == RqStatus.STARTED.value:
+            return JobState(id=job_id, status=JobStatus.RUNNING)
+        if status == RqStatus.FINISHED.value:  # its result is being stored or has expired
+            result = self._redis.get(result_key(job_id))
+            return None if result is None else self._done(job_id, result)
+        if status in {s.value for s in QUEUED}:
+            return JobState(id=job_id, status=JobStatus.QUEUED)
+        try:  # failed, stopped or canceled: its reason lives in the job's meta
+            return self._job_status(fetch_job(job_id, self._redis))
+        except (NoSuchJobError, InvalidJobOperation):
+            return JobState(id=job_id, status=JobStatus.FAILED, error=f"the job {status}")
 
     def _job_status(self, job: Job) -> JobState | None:
         job_id = job.id
