@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.backend import JobState, JobStatus, ModelInfo
@@ -11,16 +13,21 @@ from app.deps import BackendDep
 router = APIRouter(prefix="/api", tags=["analyses"])
 
 
+def submit_responses(invalid: str) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answers of a job submission (analysis or experiment)."""
+    return {
+        202: {"model": JobState, "description": "Queued or running"},
+        404: {"description": "No live worker serves the requested model"},
+        422: {"description": invalid},
+        429: {"description": "The model's queue is full; see Retry-After"},
+        503: {"description": "The job queue (Redis) is unreachable"},
+    }
+
+
 @router.post(
     "/analyses",
     response_model=JobState,
-    responses={
-        202: {"model": JobState, "description": "Queued or running"},
-        404: {"description": "No live worker serves the requested model"},
-        422: {"description": "Invalid request (e.g. an empty prompt)"},
-        429: {"description": "The model's queue is full; see Retry-After"},
-        503: {"description": "The job queue (Redis) is unreachable"},
-    },
+    responses=submit_responses("Invalid request (e.g. an empty prompt)"),
 )
 async def submit_analysis(
     request: AnalysisRequest, backend: BackendDep, response: Response

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from app.backend import Backend, BackendError, JobState, JobStatus
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
 from app.deps import BackendDep
+from app.routes.analyses import submit_responses
 from app.templating import render
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
 
@@ -187,12 +188,7 @@ def _csv(rows: list[dict[str, Any]]) -> str:
 @router.post(
     "/api/experiments",
     response_model=JobState,
-    responses={
-        202: {"model": JobState, "description": "Queued or running"},
-        404: {"description": "No live worker serves the requested model"},
-        422: {"description": "Invalid request (e.g. an unknown experiment or dataset)"},
-        429: {"description": "The model's queue is full; see Retry-After"},
-    },
+    responses=submit_responses("Invalid request (e.g. an unknown experiment or dataset)"),
     tags=["experiments"],
 )
 async def submit_experiment_json(
