@@ -260,9 +260,10 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     randoms = _random_heads(heads, g.n_heads)
     random_layers = list(randoms)
     random_values = [values_of(layer, randoms[layer])[labels] for layer in random_layers]
+    w_qk = {layer: run.loaded.adapter.w_qk(run.loaded.model, layer, g) for layer in w_o}
     queries = []
     for layer, head in heads:
-        w_q, b_q, w_k = run.loaded.adapter.w_qk(run.loaded.model, layer, g)
+        w_q, b_q, w_k = w_qk[layer]
         x_hat = c.normalized[layer, 0, last]
         query = x_hat @ w_q[head].to(x_hat.device) + b_q[head].to(x_hat.device)
         queries.append(w_k[int(kv[head])].to(x_hat.device) @ query)  # W_K^T W_Q x̂, [D]
