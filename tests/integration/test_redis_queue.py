@@ -152,7 +152,8 @@ def test_experiment_progress_reaches_the_api(client: TestClient) -> None:
     body = wait_for(finished, 60, "the experiment")
     assert body["status"] == "done", body
     assert body["experiment"]["metrics"]["steps"] == FAKE_STEPS
-    assert len(set(seen)) >= 2 and seen == sorted(seen) and max(seen) < 1
+    # the job reports 1.0 ("done") just before it returns, so a poll may see 1.0 while running
+    assert len(set(seen)) >= 2 and seen == sorted(seen) and min(seen) < 1 and max(seen) <= 1
     assert any(message.startswith("step") for message in messages)
 
 
