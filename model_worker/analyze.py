@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import torch
 from torch import Tensor
@@ -39,7 +39,12 @@ from model_worker.analysis.contributions import (
     value_outputs,
 )
 from model_worker.analysis.icl import IclStructure, detect_structure
-from model_worker.analysis.metrics import VocabSummary, mean_reciprocal_rank, summarize_projections
+from model_worker.analysis.metrics import (
+    VocabSummary,
+    block_rows,
+    mean_reciprocal_rank,
+    summarize_projections,
+)
 from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.architectures import tensor_attr, weight_of
 from model_worker.capture import RunCache, run_with_cache
@@ -87,10 +92,11 @@ class _Projections:
 
     def run(self, projector: VocabProjector, k: int) -> dict[str, VocabSummary]:
         summary = summarize_projections(
-            projector.project,
+            partial(projector.project, reuse=True),
             torch.cat(self._vectors),
             k,
             torch.cat(self._rank_ids).to(self._vectors[0].device),
+            block_rows(projector.vocab, self._vectors[0].device),
         )
         out, start = {}, 0
         for name, shape in self._shapes.items():
@@ -357,9 +363,9 @@ def analyze(
     encoded = encode_prompt(loaded, prompt, max_tokens)
     structure = detect_structure(prompt, encoded.offsets, labels)
     with loaded.lock:
-        cache = run_with_cache(loaded.model, loaded.adapter, g, encoded.ids[None].to(loaded.device))
-    last = len(encoded.texts) - 1
-    logprobs = torch.log_softmax(cache.logits[0, last], -1)
+        ids = encoded.ids[None].to(loaded.device)
+        cache = run_with_cache(loaded.model, loaded.adapter, g, ids, logits_to_keep=1)
+    logprobs = torch.log_softmax(cache.logits[0, -1], -1)  # the last position's
     warnings: list[str] = []
     if target is None:
         target_token = int(logprobs.argmax())
@@ -372,7 +378,7 @@ def analyze(
         for span in structure.labels
         if len(loaded.tokenizer(" " + span.word, add_special_tokens=False)["input_ids"]) > 1
     ]
-    projector = final_projector(loaded, cache.resid_final[0, last], norm)
+    projector = final_projector(loaded, cache.resid_final[0, -1], norm)
     run = _Run(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
     increases = head_increases(run)
     attn_true, attn_false = attention_sums(run)

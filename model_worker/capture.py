@@ -23,7 +23,8 @@ class RunCache:
     """Activations of one batch. Per-layer tensors are stacked on a leading layer axis.
 
     Shapes: resid_pre, normalized, attn_out, mlp_out [L, B, S, D]; z [L, B, S, H*d_head];
-    v [L, B, S, n_kv, d_head]; pattern [L, B, H, S, S]; resid_final [B, S, D]; logits [B, S, V].
+    v [L, B, S, n_kv, d_head]; pattern [L, B, H, S, S]; resid_final [B, S, D];
+    logits [B, S, V] (or [B, n, V], see run_with_cache).
     """
 
     resid_pre: Tensor
@@ -68,11 +69,13 @@ def run_with_cache(
     geometry: HeadGeometry,
     input_ids: Tensor,
     attention_mask: Tensor | None = None,
+    logits_to_keep: int = 0,
 ) -> RunCache:
     """One eager forward pass of `input_ids` [B, S] with every tensor the analysis needs.
 
     Batches are right-padded (so positions stay exact for learned and rotary embeddings);
-    `attention_mask` marks the real tokens.
+    `attention_mask` marks the real tokens. `logits_to_keep` = n > 0 keeps the logits of the
+    last n positions only (then `logits` is [B, n, V]), sparing their unembedding.
     """
     store: dict[str, list[Tensor | None]] = {
         key: [None] * geometry.n_layers
@@ -133,7 +136,12 @@ def run_with_cache(
         )
     )
     with _hooks(handles), torch.inference_mode():
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            logits_to_keep=logits_to_keep,
+        ).logits
     device = logits.device  # with device_map="auto", layers may sit on several devices
     stacked = {
         key: torch.stack([t.to(device) for t in tensors if t is not None])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model_worker.analysis.metrics import CHUNK, VocabSummary, concat, summarize_logits
+from model_worker.analysis.metrics import VocabSummary, block_rows, logsumexp_, summarize_logits
 from model_worker.analysis.projection import VocabProjector
 
 
@@ -51,23 +51,26 @@ def _increase(
 ) -> tuple[Tensor, Tensor | None]:
     """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V].
 
-    `delta` is consumed: it becomes the full logits in place (it can be hundreds of MB).
+    `delta` is consumed as scratch (it can be hundreds of MB).
     """
     margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
     full = delta.add_(base_logits[:, None, :])
-    logprob = full[..., target] - torch.logsumexp(full, -1)
+    logprob = full[..., target].clone() - logsumexp_(full)  # a copy: full becomes scratch
     base = base_logits[:, target] - torch.logsumexp(base_logits, -1)
     return logprob - base[:, None], margin
 
 
-def _chunks(n_bases: int, n_vectors: int, chunk: int) -> list[slice]:
-    rows = max(1, chunk // max(1, n_vectors))
-    return [slice(start, start + rows) for start in range(0, n_bases, rows)]
-
-
-def _join(parts: list[tuple[Tensor, Tensor | None]]) -> Increase:
-    margins = [m for _, m in parts if m is not None]
-    return Increase(torch.cat([i for i, _ in parts]), torch.cat(margins) if margins else None)
+def _blocks(n_bases: int, n_vectors: int, rows: int) -> list[tuple[slice, slice]]:
+    """(bases, vectors) slices of about `rows` vectors each: several bases per block when
+    they carry few vectors, several blocks per base when one base carries more."""
+    if n_vectors >= rows:
+        return [
+            (slice(b, b + 1), slice(m, m + rows))
+            for b in range(n_bases)
+            for m in range(0, n_vectors, rows)
+        ]
+    per_block = max(1, rows // max(1, n_vectors))
+    return [(slice(b, b + per_block), slice(None)) for b in range(0, n_bases, per_block)]
 
 
 def logprob_increase(
@@ -76,28 +79,27 @@ def logprob_increase(
     vectors: Tensor,
     target: int,
     margin_ids: tuple[int, int] | None = None,
-    chunk: int = CHUNK,
+    chunk: int | None = None,
     base_logits: Tensor | None = None,
 ) -> Increase:
     """I(v | x) = log softmax(bs(x + v))[target] − log softmax(bs(x))[target].
 
     `bases` [B, D] each carry `vectors` [B, M, D]; returns [B, M]. With `margin_ids` (a, b) also
-    the margin (bs(x + v) − bs(x))[a] − (…)[b]. Vectors are projected `chunk` at a time;
-    `base_logits` [B, V], when the caller has them, spare projecting the bases again.
+    the margin (bs(x + v) − bs(x))[a] − (…)[b]. Vectors are projected about `chunk` at a time
+    (by default a block that fits `block_rows`); `base_logits` [B, V], when the caller has
+    them, spare projecting the bases again.
     """
     if base_logits is None:
         base_logits = projector.logits(bases)
-    return _join(
-        [
-            _increase(
-                base_logits[part],
-                projector.delta(base_logits[part], bases[part], vectors[part]),
-                target,
-                margin_ids,
-            )
-            for part in _chunks(vectors.shape[0], vectors.shape[1], chunk)
-        ]
-    )
+    rows = chunk or block_rows(projector.vocab, vectors.device)
+    increase = vectors.new_empty(vectors.shape[:2])
+    margin = None if margin_ids is None else vectors.new_empty(vectors.shape[:2])
+    for b, m in _blocks(vectors.shape[0], vectors.shape[1], rows):
+        delta = projector.delta(base_logits[b], bases[b], vectors[b, m], reuse=True)
+        increase[b, m], block_margin = _increase(base_logits[b], delta, target, margin_ids)
+        if margin is not None and block_margin is not None:
+            margin[b, m] = block_margin
+    return Increase(increase, margin)
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def position_views_fixed(
     rank_ids: Tensor,
     k: int,
     margin_ids: tuple[int, int] | None = None,
-    chunk: int = CHUNK,
+    chunk: int | None = None,
     base_logits: Tensor | None = None,
 ) -> PositionViews:
     """Fixed mode only: bs is linear, so one projection L = bs(v_p W_O^h) of each value serves
@@ -133,17 +135,37 @@ def position_views_fixed(
         raise ValueError("position_views_fixed needs the fixed norm mode")
     if base_logits is None:
         base_logits = projector.logits(bases)
-    parts, plain, weighted = [], [], []
-    for part in _chunks(values.shape[0], values.shape[1], chunk):
-        value_logits = projector.linear(values[part])  # [b, S, V]
-        weights = rows[part, :, None]
-        kept = value_logits[:, positions]  # [b, P, V], a copy
-        parts.append(_increase(base_logits[part], value_logits.mul_(weights), target, margin_ids))
-        n, p, vocab = kept.shape
-        ranks = rank_ids.expand(n, -1).reshape(-1)
-        summary = summarize_logits(kept.reshape(n * p, vocab), k, ranks)
-        plain.append(summary)
-        # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
-        scale = weights[:, positions, 0].reshape(n * p, 1)
-        weighted.append(VocabSummary(summary.top_ids, summary.top_values * scale, summary.ranks))
-    return PositionViews(_join(parts), concat(plain), concat(weighted))
+    n_heads, n_positions = values.shape[:2]
+    increase = values.new_empty(n_heads, n_positions)
+    margin = None if margin_ids is None else values.new_empty(n_heads, n_positions)
+    width = min(k, projector.vocab)
+    top_ids = torch.zeros(n_heads, len(positions), width, dtype=torch.long, device=values.device)
+    top_values = values.new_zeros(n_heads, len(positions), width)
+    ranks = torch.zeros(n_heads, len(positions), dtype=torch.long, device=values.device)
+    block = chunk or block_rows(projector.vocab, values.device)
+    for b, m in _blocks(n_heads, n_positions, block):
+        value_logits = projector.linear(values[b, m], reuse=True)  # [b, m, V]
+        span = range(n_positions)[m]
+        kept = [(n, p - span.start) for n, p in enumerate(positions) if p in span]
+        if kept:  # the label tables, from a compact copy made before the values are weighted
+            index = [n for n, _ in kept]
+            chosen = value_logits[:, [p for _, p in kept]]  # [b, P', V]
+            shape = chosen.shape[:2]
+            summary = summarize_logits(
+                chosen.reshape(-1, chosen.shape[-1]), k, rank_ids[index].expand(shape).reshape(-1)
+            )
+            top_ids[b, index] = summary.top_ids.reshape(*shape, -1)
+            top_values[b, index] = summary.top_values.reshape(*shape, -1)
+            ranks[b, index] = summary.ranks.reshape(shape)
+        weighted = value_logits.mul_(rows[b, m, None])
+        increase[b, m], block_margin = _increase(base_logits[b], weighted, target, margin_ids)
+        if margin is not None and block_margin is not None:
+            margin[b, m] = block_margin
+    # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
+    weighted_values = top_values * rows[:, positions, None]
+    top_ids, ranks = top_ids.reshape(-1, width), ranks.reshape(-1)
+    return PositionViews(
+        Increase(increase, margin),
+        VocabSummary(top_ids, top_values.reshape(-1, width), ranks),
+        VocabSummary(top_ids, weighted_values.reshape(-1, width), ranks),
+    )

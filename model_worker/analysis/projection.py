@@ -9,10 +9,13 @@ Two norm modes (DESIGN.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import torch
 from torch import Tensor
+
+from model_worker.analysis.metrics import block_rows
 
 NormMode = Literal["fixed", "recompute"]
 NormKind = Literal["rms", "layer"]
@@ -63,28 +66,54 @@ class VocabProjector:
         """A projector whose fixed scale is that of the final pre-norm residual `x_final` [D]."""
         return cls(norm, w_u, b_u, mode, norm.inv_scale(x_final).squeeze(-1))
 
-    def _unembed(self, normed: Tensor, with_bias: bool) -> Tensor:
-        logits = normed @ self.w_u.T
-        return logits + self.b_u if with_bias and self.b_u is not None else logits
+    @property
+    def vocab(self) -> int:
+        """The vocabulary size V."""
+        return int(self.w_u.shape[0])
 
-    def linear(self, v: Tensor) -> Tensor:
+    @cached_property
+    def _block(self) -> Tensor:
+        """Storage for one block of `block_rows` logits, reused by every `reuse=True` call."""
+        return torch.empty(
+            block_rows(self.vocab, self.w_u.device) * self.vocab, device=self.w_u.device
+        )
+
+    def _unembed(self, normed: Tensor, with_bias: bool, reuse: bool = False) -> Tensor:
+        """normed [..., D] → logits [..., V].
+
+        With `reuse`, the logits are written into the reused block storage (a fresh block of
+        hundreds of MB would be page-faulted in by every pass over it) and returned as a view
+        that the next `reuse` call overwrites.
+        """
+        flat = normed.reshape(-1, normed.shape[-1])
+        if reuse and flat.shape[0] * self.vocab <= self._block.numel():
+            out = self._block[: flat.shape[0] * self.vocab].view(flat.shape[0], self.vocab)
+            logits = torch.mm(flat, self.w_u.T, out=out).view(*normed.shape[:-1], -1)
+        else:
+            logits = normed @ self.w_u.T
+        return logits.add_(self.b_u) if with_bias and self.b_u is not None else logits
+
+    def linear(self, v: Tensor, reuse: bool = False) -> Tensor:
         """Fixed-mode bs of a component `v` [..., D] → [..., V]: no biases, frozen scale."""
-        return self._unembed(self.norm.center(v) * self.final_inv_scale * self.norm.weight, False)
+        normed = self.norm.center(v) * self.final_inv_scale * self.norm.weight
+        return self._unembed(normed, False, reuse)
 
-    def logits(self, x: Tensor) -> Tensor:
+    def logits(self, x: Tensor, reuse: bool = False) -> Tensor:
         """bs of a base (a whole residual) `x` [..., D] → [..., V], biases included."""
         if self.mode == "recompute":
-            return self._unembed(self.norm(x), True)
+            return self._unembed(self.norm(x), True, reuse)
         beta = self.norm.bias
         normed = self.norm.center(x) * self.final_inv_scale * self.norm.weight
-        return self._unembed(normed if beta is None else normed + beta, True)
+        return self._unembed(normed if beta is None else normed + beta, True, reuse)
 
-    def project(self, v: Tensor) -> Tensor:
+    def project(self, v: Tensor, reuse: bool = False) -> Tensor:
         """Vocabulary view of a standalone vector `v` [..., D] (top-token tables, ranks)."""
-        return self.linear(v) if self.mode == "fixed" else self.logits(v)
+        return self.linear(v, reuse) if self.mode == "fixed" else self.logits(v, reuse)
 
-    def delta(self, base_logits: Tensor, bases: Tensor, vectors: Tensor) -> Tensor:
+    def delta(
+        self, base_logits: Tensor, bases: Tensor, vectors: Tensor, reuse: bool = False
+    ) -> Tensor:
         """bs(base + v) − bs(base) for `vectors` [B, M, D] on `bases` [B, D] → [B, M, V]."""
         if self.mode == "fixed":
-            return self.linear(vectors)
-        return self.logits(bases[:, None, :] + vectors) - base_logits[:, None, :]
+            return self.linear(vectors, reuse)
+        return self.logits(bases[:, None, :] + vectors, reuse).sub_(base_logits[:, None, :])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from model_worker.analysis.contributions import (
@@ -115,15 +116,29 @@ def test_logprob_increase_matches_its_definition(tiny_model: LoadedModel) -> Non
                 assert abs(got.margin[layer, head] - (delta[3] - delta[4])) <= ATOL
 
 
-def test_fixed_mode_increase_uses_the_frozen_scale(tiny_model: LoadedModel) -> None:
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_fixed_mode_increase_uses_the_frozen_scale(
+    tiny_model: LoadedModel, chunk: int | None
+) -> None:
+    """Every head of every layer, in one block or in blocks of 3 (the reused block storage)."""
     cache, ids = capture(tiny_model)
     last, target = ids.shape[1] - 1, 5
     projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
+    bases = cache.resid_pre[:, 0, last]
+    heads = torch.stack(
+        [
+            head_outputs(cache.z[layer, 0, last], w_o(tiny_model, layer))
+            for layer in range(bases.shape[0])
+        ]
+    )
+    got = logprob_increase(projector, bases, heads, target, chunk=chunk).increase
+    for layer in range(bases.shape[0]):
+        before = torch.log_softmax(projector.logits(bases[layer]), -1)[target]
+        for head in range(heads.shape[1]):
+            shifted = projector.logits(bases[layer]) + projector.linear(heads[layer, head])
+            after = torch.log_softmax(shifted, -1)[target]
+            assert abs(got[layer, head] - (after - before)) <= ATOL
     base, vector = cache.resid_pre[1, 0, last], cache.attn_out[1, 0, last]
-    got = logprob_increase(projector, base[None], vector[None, None], target).increase[0, 0]
-    before = torch.log_softmax(projector.logits(base), -1)[target]
-    after = torch.log_softmax(projector.logits(base) + projector.linear(vector), -1)[target]
-    assert abs(got - (after - before)) <= ATOL
     # and bs_fixed(base + v) = bs_fixed(base) + bs_linear(v)
     assert (
         projector.logits(base + vector) - projector.logits(base) - projector.linear(vector)
@@ -169,8 +184,12 @@ def test_right_padded_batch_matches_single_prompts(tiny_model: LoadedModel) -> N
         ).abs().max() <= ATOL
 
 
-def test_fixed_mode_fast_path_equals_the_direct_computation(tiny_model: LoadedModel) -> None:
-    """position_views_fixed (one projection per value) = separate projections of a·v and v."""
+@pytest.mark.parametrize("chunk", [5, 7, 64])
+def test_fixed_mode_fast_path_equals_the_direct_computation(
+    tiny_model: LoadedModel, chunk: int
+) -> None:
+    """position_views_fixed (one projection per value) = separate projections of a·v and v,
+    whether a block holds part of one head's positions or several heads."""
     cache, ids = capture(tiny_model)
     g, last = tiny_model.geometry, ids.shape[1] - 1
     kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
@@ -181,7 +200,7 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(tiny_model: LoadedMo
     projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
     rank_ids = ids[0, labels]
     fast = position_views_fixed(
-        projector, bases, values, rows, 3, labels, rank_ids, 5, (3, 4), chunk=7
+        projector, bases, values, rows, 3, labels, rank_ids, 5, (3, 4), chunk=chunk
     )
     slow = logprob_increase(projector, bases, subhead_values(rows, values), 3, (3, 4))
     assert (fast.contribution.increase - slow.increase).abs().max() <= ATOL
@@ -189,13 +208,14 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(tiny_model: LoadedMo
     assert (fast.contribution.margin - slow.margin).abs().max() <= ATOL
     flat_ranks = rank_ids.expand(g.n_heads, -1).reshape(-1)
     plain = summarize_projections(
-        projector.project, values[:, labels].reshape(-1, values.shape[-1]), 5, flat_ranks
+        projector.project, values[:, labels].reshape(-1, values.shape[-1]), 5, flat_ranks, 3
     )
     weighted = summarize_projections(
         projector.project,
         (rows[:, labels, None] * values[:, labels]).reshape(-1, values.shape[-1]),
         5,
         flat_ranks,
+        3,
     )
     assert torch.equal(fast.value.ranks, plain.ranks)
     assert torch.allclose(fast.value.top_values, plain.top_values, atol=ATOL)
