@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -92,7 +92,7 @@ class _Projections:
 
     def run(self, projector: VocabProjector, k: int) -> dict[str, VocabSummary]:
         summary = summarize_projections(
-            partial(projector.project, reuse=True),
+            projector.project,
             torch.cat(self._vectors),
             k,
             torch.cat(self._rank_ids).to(self._vectors[0].device),

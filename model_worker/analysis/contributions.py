@@ -95,7 +95,7 @@ def logprob_increase(
     increase = vectors.new_empty(vectors.shape[:2])
     margin = None if margin_ids is None else vectors.new_empty(vectors.shape[:2])
     for b, m in _blocks(vectors.shape[0], vectors.shape[1], rows):
-        delta = projector.delta(base_logits[b], bases[b], vectors[b, m], reuse=True)
+        delta = projector.delta(base_logits[b], bases[b], vectors[b, m])
         increase[b, m], block_margin = _increase(base_logits[b], delta, target, margin_ids)
         if margin is not None and block_margin is not None:
             margin[b, m] = block_margin
@@ -144,7 +144,7 @@ def position_views_fixed(
     ranks = torch.zeros(n_heads, len(positions), dtype=torch.long, device=values.device)
     block = chunk or block_rows(projector.vocab, values.device)
     for b, m in _blocks(n_heads, n_positions, block):
-        value_logits = projector.linear(values[b, m], reuse=True)  # [b, m, V]
+        value_logits = projector.linear(values[b, m])  # [b, m, V]
         span = range(n_positions)[m]
         kept = [(n, p - span.start) for n, p in enumerate(positions) if p in span]
         if kept:  # the label tables, from a compact copy made before the values are weighted

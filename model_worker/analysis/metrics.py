@@ -8,10 +8,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-#: Bytes of logits one projection block holds: blocks of ~256 rows run the CPU matmul at its
-#: fastest (~170 GFLOP/s on 2 cores against ~130 for 64 rows); the block's storage is reused
-#: (`VocabProjector(reuse=True)`) so that it is not page-faulted in afresh by every pass.
-CPU_BLOCK_BYTES = 48 * 2**20
+#: Bytes of logits one projection block holds. On the CPU a block stays under glibc's largest
+#: mmap threshold (32 MiB) so that malloc recycles it; a larger one is mapped afresh and
+#: page-faulted in by every pass over it (logsumexp, ranks), which then cost as much as the
+#: matmul itself. 30 MiB is 160 rows of SmolLM2's 49,152 logits, near the matmul's best.
+CPU_BLOCK_BYTES = 30 * 2**20
 GPU_BLOCK_BYTES = 512 * 2**20
 
 
