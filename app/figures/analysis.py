@@ -14,7 +14,7 @@ from app.figures.colors import (
     POSITIVE,
     TRUE_LABEL,
 )
-from app.figures.heatmap import CellLink, heatmap_svg
+from app.figures.heatmap import heatmap_svg
 from app.figures.svg import signed, visible
 
 ANALYSIS_FIGURES = ("heatmap", "layers")
@@ -33,7 +33,7 @@ def increase_grid(result: AnalysisResult) -> list[list[float]]:
     return grid
 
 
-def heatmap_figure(result: AnalysisResult, link: CellLink | None = None) -> Figure:
+def heatmap_figure(result: AnalysisResult, focusable: bool = False) -> Figure:
     """Head increases I(head | Lin) for the target, layer × head."""
     title = f"Head log-prob increase of “{_target(result)}” ({result.model})"
     marked = {(s.layer, s.head) for s in result.heads if s.name in result.top_heads[:10]}
@@ -43,7 +43,7 @@ def heatmap_figure(result: AnalysisResult, link: CellLink | None = None) -> Figu
         figure="heatmap",
         legend_label="increase",
         marked=marked,
-        link=link,
+        focusable=focusable,
     )
     rows: list[Row] = [
         {
@@ -196,12 +196,12 @@ def comparable(a: AnalysisResult, b: AnalysisResult) -> str | None:
     return None
 
 
-def diff_figure(a: AnalysisResult, b: AnalysisResult, link: CellLink | None = None) -> Figure:
+def diff_figure(a: AnalysisResult, b: AnalysisResult) -> Figure:
     """Head increases of B minus those of A (same model shape; check `comparable` first)."""
     ga, gb = increase_grid(a), increase_grid(b)
     grid = [[vb - va for va, vb in zip(ra, rb, strict=True)] for ra, rb in zip(ga, gb, strict=True)]
     title = "Head increase: B − A"
-    svg = heatmap_svg(grid, title=title, figure="diff", legend_label="B − A", link=link)
+    svg = heatmap_svg(grid, title=title, figure="diff", legend_label="B − A")
     rows: list[Row] = [
         {
             "layer": layer,

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from app.figures.colors import diverging, symmetric_limit
 from app.figures.svg import document, esc, num, signed, text, title_width
-
-#: Extra attributes for a cell (e.g. htmx links on the page); none in downloaded files.
-CellLink = Callable[[int, int], str]
 
 
 def heatmap_svg(
@@ -18,9 +13,13 @@ def heatmap_svg(
     figure: str,
     legend_label: str,
     marked: set[tuple[int, int]] | None = None,
-    link: CellLink | None = None,
+    focusable: bool = False,
 ) -> str:
-    """`grid[layer][head]` with layers along x and heads along y; `marked` cells are outlined."""
+    """`grid[layer][head]` with layers along x and heads along y; `marked` cells are outlined.
+
+    `focusable` cells (on the page, not in downloads) take the keyboard focus; clicks and keys
+    on them are handled by one delegated listener (static/js/heatmap.js), not per cell.
+    """
     n_layers, n_heads = len(grid), len(grid[0]) if grid else 0
     cell = max(12.0, min(36.0, 760.0 / max(n_layers, 1)))
     left, top = 44.0, 50.0
@@ -35,7 +34,7 @@ def heatmap_svg(
             is_marked = bool(marked) and (layer, head) in (marked or set())
             cls = "cell cell--marked" if is_marked else "cell"
             outline = ' stroke="currentColor" stroke-width="1.5"' if is_marked else ""
-            extra = link(layer, head) if link else ""
+            extra = ' tabindex="0"' if focusable else ""
             body.append(
                 f'<rect class="{cls}" data-layer="{layer}" data-head="{head}" '
                 f'data-value="{value:.6g}" x="{num(left + layer * cell)}" '

@@ -3,11 +3,13 @@ their JSON twins under `/api/analyses/{id}/...`."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
 
 from app.backend import Backend, JobState, JobStatus
@@ -20,7 +22,6 @@ from app.figures.analysis import (
     layers_figure,
     margin_figure,
 )
-from app.figures.heatmap import CellLink
 from app.templating import render
 
 router = APIRouter(tags=["panels"])
@@ -34,6 +35,22 @@ async def job_state(backend: Backend, job_id: str) -> JobState:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
         )
+    return state
+
+
+async def next_state(
+    backend: Backend, job_id: str, wait_s: float, interval_s: float = 0.05
+) -> JobState:
+    """The job's state as soon as it ends or reports news, else after `wait_s` (a long poll:
+    the page learns of the result within `interval_s` instead of at its next poll)."""
+    first = state = await job_state(backend, job_id)
+    deadline = time.monotonic() + wait_s
+    news = ("status", "progress", "message", "position_in_queue")
+    while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:
+        await asyncio.sleep(interval_s)
+        state = await job_state(backend, job_id)
+        if any(getattr(state, key) != getattr(first, key) for key in news):
+            break
     return state
 
 
@@ -58,19 +75,6 @@ def check_head(result: AnalysisResult, name: str) -> str:
     return name
 
 
-def heatmap_link(job_id: str) -> CellLink:
-    """Cell attributes that open a head's panel with htmx (page-inline heatmaps only)."""
-
-    def link(layer: int, head: int) -> str:
-        name = f"L{layer}H{head}"
-        return (
-            f' hx-get="/a/{job_id}/heads/{name}" hx-target="#head-panel" hx-swap="innerHTML"'
-            f' hx-push-url="/a/{job_id}?head={name}" tabindex="0"'
-        )
-
-    return link
-
-
 def analysis_context(job_id: str, result: AnalysisResult, link: bool = True) -> dict[str, Any]:
     """Everything the analysis body and its panels render from (`link`: clickable cells)."""
     kinds = {label.position: "true" if label.is_true else "false" for label in result.labels}
@@ -89,7 +93,8 @@ def analysis_context(job_id: str, result: AnalysisResult, link: bool = True) -> 
         "mrr_labels": list(
             dict.fromkeys(m.label for d in result.head_details.values() for m in d.value_mrr)
         ),
-        "heatmap": heatmap_figure(result, heatmap_link(job_id) if link else None),
+        "heatmap": heatmap_figure(result, focusable=link),
+        "heads_url": f"/a/{job_id}" if link else None,
         "layers": layers_figure(result),
     }
 
@@ -159,9 +164,14 @@ def head_context(
 
 
 @router.get("/a/{job_id}/status", response_class=HTMLResponse)
-async def status_panel(job_id: str, request: Request, backend: BackendDep) -> Response:
+async def status_panel(
+    job_id: str,
+    request: Request,
+    backend: BackendDep,
+    wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
+) -> Response:
     """While queued/running: a poller that re-requests itself; when done: the analysis body."""
-    state = await job_state(backend, job_id)
+    state = await next_state(backend, job_id, wait)
     if state.status == JobStatus.DONE and state.result is not None:
         return render(
             request, "partials/_analysis_body.html", analysis_context(job_id, state.result)

@@ -38,6 +38,14 @@ def test_analyse_then_open_a_head(page: Page, base_url: str, artifacts: Path) ->
     head.scroll_into_view_if_needed()
     page.screenshot(path=artifacts / "head-panel.png", full_page=True)
 
+    other = page.locator("rect.cell[data-layer='1'][data-head='3']")
+    other.focus()  # the keyboard opens a head too
+    page.keyboard.press("Enter")
+    expect(page.locator("#head-panel .head[data-head-name=L1H3]")).to_be_visible(timeout=30_000)
+    assert page.url.endswith("?head=L1H3")
+    page.go_back()  # and the history goes back to the previous head
+    expect(page.locator("#head-panel .head[data-head-name=L2H1]")).to_be_visible(timeout=30_000)
+
     with page.expect_download() as download_info:
         page.click("[data-figure=heatmap] a.download[data-format=svg]")
     saved = artifacts / "downloaded-heatmap.svg"

@@ -46,7 +46,7 @@ def wait_done(client: TestClient, job_id: str, timeout: float = 30.0) -> Beautif
         assert status is not None
         if status["data-status"] in ("done", "failed"):
             return page
-        assert status["hx-get"] == f"/a/{job_id}/status"
+        assert status["hx-get"] == f"/a/{job_id}/status?wait=10"
         time.sleep(0.05)
     raise AssertionError(f"{job_id} did not finish in {timeout} s")
 
@@ -95,7 +95,9 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     assert cell is not None
     assert cell.title is not None
     assert cell.title.text == f"{first['name']} {first['increase']:+.3f}"
-    assert cell["hx-get"] == f"/a/{job}/heads/{first['name']}"
+    assert cell["tabindex"] == "0" and not any(a.startswith("hx-") for a in cell.attrs)
+    wrapper = page.select_one("[data-panel=heatmap][data-heads-url]")
+    assert wrapper is not None and wrapper["data-heads-url"] == f"/a/{job}"
     bars = page.select("svg[data-figure=layers] rect.bar")
     assert len(bars) == 2 * result["n_layers"]
     rows = page.select("table.top-heads tbody tr")
@@ -224,6 +226,18 @@ def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
     assert client.get(f"/api/compare?a={job}&b=a-nothing").status_code == 409
 
 
+def test_one_long_poll_waits_for_the_result(client: TestClient) -> None:
+    """`?wait=` holds the status request until the job ends: one request sees it done."""
+    body = {"prompt": "two : foo love : bar like : bar one :"}  # not analysed before
+    submitted = client.post("/api/analyses", json=body).json()
+    job_id = submitted["id"]
+    assert submitted["status"] in ("queued", "running")
+    page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+    status = page.select_one("[data-status]")
+    assert status is not None and status["data-status"] == "done"
+    assert client.get(f"/a/{job_id}/status?wait=31").status_code == 422
+
+
 def test_failed_analysis_says_why(client: TestClient) -> None:
     body = {"prompt": EXAMPLE_PROMPT, "labels": ["zebra"]}
     job_id = client.post("/api/analyses", json=body).json()["id"]
@@ -238,7 +252,10 @@ def test_token_strings_are_escaped(client: TestClient) -> None:
     html = client.get(f"/a/{job_id}").text
     assert "<script>alert" not in html and "<img src=x" not in html
     page = soup(html)
-    assert [s.get("src") for s in page.select("script")] == ["/static/vendor/htmx-2.0.11.min.js"]
+    assert [s.get("src") for s in page.select("script")] == [
+        "/static/vendor/htmx-2.0.11.min.js",
+        "/static/js/heatmap.js",
+    ]
     assert page.select("[onerror]") == []
     prompt = page.select_one("[data-prompt]")
     assert prompt is not None and prompt.text == XSS
