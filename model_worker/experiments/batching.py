@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.icl import detect_structure
+from model_worker.analysis.metrics import block_rows, logsumexp_
+from model_worker.analysis.projection import unembed_matmul
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.datasets import IclPrompt
@@ -147,13 +149,13 @@ class LastToken:
     target: int
 
 
-def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken], chunk: int = 32) -> Tensor:
+def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tensor:
     """I(head_{l,h} | resid_pre_l) [N, L, H] for the target of each row, as `analyze()` defines
     it (fixed norm mode), computed layer by layer for all rows at once.
 
     bs is linear in fixed mode: bs(z_h W_O^h) = s · z_h (W_O^h C Γ W_Uᵀ) with the row's final
-    scale s, C the centring (LayerNorm) and Γ the final norm's weight. The [H·d_head, V] matrix
-    M_l = W_O C Γ W_Uᵀ is built once per layer and shared by all rows, so each head costs
+    scale s, C the centring (LayerNorm) and Γ the final norm's weight. The [d_head, V] matrix
+    M_{l,h} = W_O^h C Γ W_Uᵀ is built once per head and shared by all rows, so each head costs
     d_head · V multiply-adds per prompt instead of D · V.
     """
     g = loaded.geometry
@@ -166,23 +168,27 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken], chunk: i
     bases = torch.stack([r.resid_pre for r in rows])  # [N, L, D]
     scale = norm.inv_scale(torch.stack([r.resid_final for r in rows]))  # [N, 1]
     targets = torch.tensor([r.target for r in rows], device=device)
+    block = block_rows(projector.vocab, device)
     out = torch.empty(len(rows), g.n_layers, g.n_heads)
     for layer in range(g.n_layers):
         w_o = loaded.adapter.w_o(loaded.model, layer, g).to(device)  # [H, d, D]
-        m = (norm.center(w_o) * norm.weight) @ w_u.T  # [H, d, V]
+        scaled = (norm.center(w_o) * norm.weight).reshape(-1, w_o.shape[-1])
+        # M_lᵀ per head, [H, V, d]: the weight layout of the unembedding product
+        m_t = unembed_matmul(w_u, scaled).view(-1, g.n_heads, g.d_head).transpose(0, 1)
+        m_t = m_t.contiguous()
         normed = norm.center(bases[:, layer]) * scale * norm.weight
         if norm.bias is not None:
             normed = normed + norm.bias
-        base = normed @ w_u.T + (projector.b_u if projector.b_u is not None else 0.0)
+        base = unembed_matmul(normed, w_u) + (projector.b_u if projector.b_u is not None else 0.0)
         base_lp = base.gather(1, targets[:, None])[:, 0] - torch.logsumexp(base, -1)  # [N]
-        for start in range(0, len(rows), chunk):
-            part = slice(start, start + chunk)
-            z_heads = z[part, layer].reshape(-1, g.n_heads, g.d_head)
-            delta = torch.einsum("nhd,hdv->nhv", z_heads, m) * scale[part, :, None]
-            full = base[part, None, :] + delta  # [n, H, V]
-            index = targets[part, None, None].expand(-1, g.n_heads, 1)
-            logprob = full.gather(2, index)[..., 0] - torch.logsumexp(full, -1)
-            out[part, layer] = (logprob - base_lp[part, None]).cpu()
+        z_layer = z[:, layer].reshape(-1, g.n_heads, g.d_head) * scale[:, :, None]
+        for head in range(g.n_heads):
+            for start in range(0, len(rows), block):
+                part = slice(start, start + block)
+                full = unembed_matmul(z_layer[part, head], m_t[head]).add_(base[part])  # [n, V]
+                target = full.gather(1, targets[part, None])[:, 0]
+                logprob = target - logsumexp_(full)
+                out[part, layer, head] = (logprob - base_lp[part]).cpu()
     return out
 
 
