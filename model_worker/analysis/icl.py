@@ -40,17 +40,46 @@ def detect_separator(prompt: str) -> str | None:
     return separator if prompt.count(separator) >= 2 else None
 
 
-def _words_after(prompt: str, separator: str) -> list[tuple[str, int]]:
-    """(word, char start) of the first word after every separator but the final one."""
-    words = []
-    start = 0
+def _word_before(prompt: str, index: int) -> str:
+    """The whitespace-delimited word that ends just before `index` (spaces skipped)."""
+    end = index
+    while end > 0 and prompt[end - 1].isspace():
+        end -= 1
+    start = end
+    while start > 0 and not prompt[start - 1].isspace():
+        start -= 1
+    return prompt[start:end]
+
+
+def _words_after(prompt: str, separator: str, use_cue: bool) -> list[tuple[str, int]]:
+    """(word, char start) of the first word after every separator but the final one.
+
+    With `use_cue`, a templated prompt (`Review: … Sentiment: positive … Sentiment:`) keeps only
+    the separators after its cue, the word before the final separator, so that `Review:` or a
+    `:` inside a demonstration's text gives no label. The cue counts when it precedes at least
+    two earlier separators whose words include two distinct labels; otherwise (`one : foo
+    one : foo two : bar one :`, a query word repeated among the inputs) every separator counts.
+    """
     last = prompt.rstrip().rfind(separator)
-    while (found := prompt.find(separator, start, last)) != -1:
-        start = found + len(separator)
-        word = _WORD.search(prompt, start)
-        if word is not None and word.start() < last:
-            words.append((word.group(0), word.start()))
-    return words
+    found, start = [], 0
+    while (at := prompt.find(separator, start, last)) != -1:
+        found.append(at)
+        start = at + len(separator)
+
+    def words_at(positions: list[int]) -> list[tuple[str, int]]:
+        words = []
+        for at in positions:
+            word = _WORD.search(prompt, at + len(separator))
+            if word is not None and word.start() < last:
+                words.append((word.group(0), word.start()))
+        return words
+
+    cue = _word_before(prompt, last)
+    if use_cue and cue:
+        cued = words_at([at for at in found if _word_before(prompt, at) == cue])
+        if len(cued) >= 2 and len({word for word, _ in cued}) >= 2:
+            return cued
+    return words_at(found)
 
 
 def token_at(offsets: Sequence[tuple[int, int]], char: int) -> int:
@@ -71,7 +100,7 @@ def detect_structure(
     without ICL structure gives no labels.
     """
     separator = detect_separator(prompt)
-    candidates = _words_after(prompt, separator) if separator else []
+    candidates = _words_after(prompt, separator, use_cue=labels is None) if separator else []
     if labels is not None:
         wanted = [label.strip() for label in labels if label.strip()]
         missing = [label for label in wanted if label not in {w for w, _ in candidates}]

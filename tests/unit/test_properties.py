@@ -200,3 +200,31 @@ def test_head_names_parse_or_raise_a_label_error(names: list[str]) -> None:
         return
     assert len(heads) == len(names)
     assert all(0 <= layer < 3 and 0 <= head < 4 for layer, head in heads)
+
+
+def test_a_cue_word_before_the_separator_keeps_only_its_labels() -> None:
+    """`Review: … Sentiment: positive`: the separators after the cue `Sentiment` hold the labels,
+    not those after `Review` or inside a demonstration's text."""
+    prompt = (
+        "Review: great fun: loved it. Sentiment: positive\n"
+        "Review: a bore. Sentiment: negative\n"
+        "Review: nice. Sentiment: positive\n"
+        "Review: what a film. Sentiment:"
+    )
+    structure = detect_structure(prompt, offsets_of(word_tokenizer(), prompt))
+    assert structure.separator == ":"
+    assert [span.word for span in structure.labels] == ["positive", "negative", "positive"]
+
+
+def test_without_a_repeated_cue_every_separator_counts() -> None:
+    prompt = "love : bar eight : foo one : foo two :"
+    structure = detect_structure(prompt, offsets_of(word_tokenizer(), prompt))
+    assert [span.word for span in structure.labels] == ["bar", "foo", "foo"]
+
+
+def test_a_query_word_repeated_among_the_inputs_is_no_cue() -> None:
+    prompt = "one : foo one : foo two : bar one :"
+    structure = detect_structure(prompt, offsets_of(word_tokenizer(), prompt))
+    assert [span.word for span in structure.labels] == ["foo", "foo", "bar"]
+    given = detect_structure(prompt, offsets_of(word_tokenizer(), prompt), ["foo", "bar"])
+    assert [span.word for span in given.labels] == ["foo", "foo", "bar"]
