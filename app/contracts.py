@@ -162,6 +162,9 @@ class AnalysisResult(_Frozen):
     top_heads: list[str]
     head_details: dict[str, HeadDetail]
     warnings: list[str] = Field(default_factory=list)
+    #: The request a worker answered (None from a direct `analyze()` call): it recomputes the
+    #: result exactly, e.g. with one more head detailed.
+    request: AnalysisRequest | None = None
 
     def head(self, name: str) -> HeadSummary:
         """The summary of head `name` (`L23H1`); KeyError if there is none."""

@@ -55,7 +55,7 @@ def until_redis_answers(write: Callable[[], T], what: str) -> T:
 
 def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
     """Analyse `request` on the loaded model, within the configured prompt limit."""
-    return analyze(
+    result = analyze(
         loaded,
         request.prompt,
         target=request.target,
@@ -66,6 +66,7 @@ def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResul
         extra_heads=request.extra_heads,
         max_tokens=get_settings().max_prompt_tokens,
     )
+    return result.model_copy(update={"request": request})
 
 
 def failure_message(exc: BaseException) -> str:

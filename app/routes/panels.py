@@ -100,7 +100,10 @@ def analysis_context(job_id: str, result: AnalysisResult, link: bool = True) -> 
 
 
 def extra_head_request(result: AnalysisResult, name: str, model: str | None) -> AnalysisRequest:
-    """The request that reproduces `result` (same prompt and options) with `name` detailed."""
+    """The request that reproduces `result` (same prompt and options) with `name` detailed:
+    the stored request when the result has one, else one rebuilt from the result."""
+    if result.request is not None:
+        return result.request.model_copy(update={"model": model, "extra_heads": [name]})
     words = sorted({label.word for label in result.labels})
     top_k_tokens = next((len(d.query) for d in result.head_details.values()), 10)
     return AnalysisRequest(

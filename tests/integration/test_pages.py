@@ -145,6 +145,12 @@ def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
     twin = client.get(f"/api/analyses/{job_id}/heads/{name}?job={head['data-source']}")
     assert twin.status_code == 200
     assert twin.json()["detail"]["name"] == name
+    # the second analysis is the first one's request with the head added, not a reconstruction
+    asked = result["request"]
+    assert asked["prompt"] == EXAMPLE_PROMPT and asked["top_k_heads"] == 1
+    assert asked["labels"] is None and asked["extra_heads"] == []
+    extra = client.get(f"/api/analyses/{head['data-source']}").json()["result"]["request"]
+    assert extra == {**asked, "model": result["model"], "extra_heads": [name]}
     svg = client.get(f"/figures/{head['data-source']}/heads/{name}/attention.svg")
     assert svg.status_code == 200
 
