@@ -22,6 +22,9 @@ class Settings(BaseSettings):
         Path.home() / ".cache" / "icl-heads",
         description="Converted model weights and other on-disk caches.",
     )
+    warm_up: bool = Field(
+        True, description="Analyse a built-in prompt twice at start-up (first request at speed)."
+    )
     redis_url: str | None = Field(None, description="Redis URL; unset = embedded single process.")
     result_ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long results stay cached.")
     job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")

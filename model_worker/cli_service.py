@@ -38,6 +38,7 @@ def worker(
 
     from model_worker.cli import quietly, user_errors
     from model_worker.errors import UserInputError
+    from model_worker.jobs import warm_up
     from model_worker.loading import load_model
     from model_worker.service import ModelWorker, redis_for_worker
 
@@ -59,6 +60,8 @@ def worker(
                 cache_dir=settings.cache_dir,
             )
         )
+    if settings.warm_up:
+        warm_up(loaded)
     ModelWorker(loaded, settings, connection, device=settings.device).run(burst=burst)
 
 

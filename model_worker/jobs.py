@@ -69,6 +69,26 @@ def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResul
     return result.model_copy(update={"request": request})
 
 
+#: A word-classification prompt of about 60 tokens, analysed twice when a worker starts.
+WARM_UP_PROMPT = " ".join(
+    ["love : bar eight : foo hate : bar two : foo happy : bar six : foo"] * 3 + ["one :"]
+)
+
+
+def warm_up(loaded: LoadedModel) -> None:
+    """Analyse a built-in prompt twice, so that the first user's analysis runs at full speed
+    (the first two of a process take ~35% longer: kernels created for new shapes, allocator
+    growth). A model that cannot take the prompt only logs why."""
+    started = time.monotonic()
+    try:
+        for _ in range(2):
+            analyze(loaded, WARM_UP_PROMPT)
+    except Exception as exc:
+        log.warning("warm-up analysis skipped: %s", exc)
+        return
+    log.info("warmed up in %.1f s", time.monotonic() - started)
+
+
 def failure_message(exc: BaseException) -> str:
     """One line for the client: the user's mistake as is, else what went wrong inside."""
     if isinstance(exc, UserInputError):

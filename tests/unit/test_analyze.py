@@ -144,3 +144,29 @@ def test_bad_input_is_one_clear_error(
     prompt = options.pop("prompt")
     with pytest.raises(error, match=message):
         analyze(tiny_model, prompt, **options)
+
+
+def test_warm_up_analyses_and_never_raises(
+    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from model_worker import jobs
+
+    calls: list[str] = []
+    real = jobs.analyze
+
+    def counted(loaded: LoadedModel, prompt: str) -> object:
+        calls.append(prompt)
+        return real(loaded, prompt)
+
+    monkeypatch.setattr(jobs, "analyze", counted)
+    with caplog.at_level("INFO", logger="model_worker.jobs"):
+        jobs.warm_up(tiny_model)
+    assert calls == [jobs.WARM_UP_PROMPT] * 2 and "warmed up" in caplog.text
+
+    def broken(loaded: LoadedModel, prompt: str) -> object:
+        raise RuntimeError("no room for 60 tokens")
+
+    monkeypatch.setattr(jobs, "analyze", broken)
+    with caplog.at_level("WARNING", logger="model_worker.jobs"):
+        jobs.warm_up(tiny_model)  # logs, does not raise
+    assert "warm-up analysis skipped: no room for 60 tokens" in caplog.text
