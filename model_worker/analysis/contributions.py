@@ -51,7 +51,7 @@ def _increase(
 ) -> tuple[Tensor, Tensor | None]:
     """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V].
 
-    `delta` is consumed as scratch (it can be hundreds of MB).
+    `delta` (a whole block of logits) is consumed as scratch.
     """
     margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
     full = delta.add_(base_logits[:, None, :])
