@@ -39,18 +39,9 @@ class _Entry(NamedTuple):
 
 def _load_from_settings(settings: Settings) -> Callable[[], LoadedModel]:
     def load() -> LoadedModel:
-        from model_worker.jobs import warm_up
-        from model_worker.loading import load_model
+        from model_worker.jobs import load_served_model
 
-        loaded = load_model(
-            settings.model,
-            device=settings.device,
-            dtype=settings.dtype,
-            cache_dir=settings.cache_dir,
-        )
-        if settings.warm_up:
-            warm_up(loaded)
-        return loaded
+        return load_served_model(settings)
 
     return load
 

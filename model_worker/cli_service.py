@@ -38,8 +38,7 @@ def worker(
 
     from model_worker.cli import quietly, user_errors
     from model_worker.errors import UserInputError
-    from model_worker.jobs import warm_up
-    from model_worker.loading import load_model
+    from model_worker.jobs import load_served_model
     from model_worker.service import ModelWorker, redis_for_worker
 
     settings = _settings(model=model, device=device, dtype=dtype, redis_url=redis_url)
@@ -52,16 +51,7 @@ def worker(
             connection.ping()
         except RedisError as exc:
             raise UserInputError(f"cannot reach Redis at {settings.redis_url}: {exc}") from exc
-        loaded = quietly(
-            lambda: load_model(
-                settings.model,
-                device=settings.device,
-                dtype=settings.dtype,
-                cache_dir=settings.cache_dir,
-            )
-        )
-    if settings.warm_up:
-        warm_up(loaded)
+        loaded = quietly(lambda: load_served_model(settings))
     ModelWorker(loaded, settings, connection, device=settings.device).run(burst=burst)
 
 

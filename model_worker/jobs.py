@@ -22,10 +22,10 @@ from rq.job import Job
 
 from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from app.keys import COMPUTED_KEY, result_key
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 from model_worker.analyze import analyze
 from model_worker.errors import UserInputError
-from model_worker.loading import LoadedModel
+from model_worker.loading import LoadedModel, load_model
 
 #: Seconds between two progress writes to Redis (the last one is always written).
 PROGRESS_EVERY_S = 0.25
@@ -87,6 +87,17 @@ def warm_up(loaded: LoadedModel) -> None:
         log.warning("warm-up analysis skipped: %s", exc)
         return
     log.info("warmed up in %.1f s", time.monotonic() - started)
+
+
+def load_served_model(settings: Settings) -> LoadedModel:
+    """The model a worker serves (`ICL_MODEL`, `ICL_DEVICE`, `ICL_DTYPE`), warmed up unless
+    `ICL_WARM_UP` is off."""
+    loaded = load_model(
+        settings.model, device=settings.device, dtype=settings.dtype, cache_dir=settings.cache_dir
+    )
+    if settings.warm_up:
+        warm_up(loaded)
+    return loaded
 
 
 def failure_message(exc: BaseException) -> str:
