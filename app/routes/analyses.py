@@ -47,18 +47,23 @@ async def get_analysis(job_id: str, backend: BackendDep, request: Request) -> Re
     `progress` and `message` change while they run). Finished ones come straight from the cache;
     the id is a content hash, so the id is their ETag (`If-None-Match` answers 304)."""
     body = await backend.done_body(job_id)
-    if body is not None:
-        etag = f'"{job_id}"'
-        headers = {"ETag": etag, "Cache-Control": "private, max-age=3600"}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-        return Response(body, media_type="application/json", headers=headers)
-    state = await backend.status(job_id)
-    if state is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
-        )
-    return state
+    if body is None:
+        state = await backend.status(job_id)
+        if state is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
+            )
+        if state.status != JobStatus.DONE:
+            return state
+        # it finished between the two reads: answer (and so keep) its body like any other
+        body = await backend.done_body(job_id)
+        if body is None:
+            return state
+    etag = f'"{job_id}"'
+    headers = {"ETag": etag, "Cache-Control": "private, max-age=3600"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/models", response_model=list[ModelInfo])

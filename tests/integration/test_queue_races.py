@@ -3,6 +3,7 @@ against a real Redis: no worker runs, a heartbeat is written by hand."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -12,13 +13,18 @@ from typing import Any
 import pytest
 from redis import Redis
 from rq import Queue
+from starlette.requests import Request
+from starlette.responses import Response
 
 from app.backend import BackendError, JobStatus
 from app.contracts import AnalysisRequest
-from app.keys import claim_key, queue_name
+from app.keys import claim_key, queue_name, result_key
 from app.queue import backend as backend_module
 from app.queue.backend import RedisBackend
 from app.queue.heartbeats import WorkerBeat, write_beat
+from app.routes.analyses import get_analysis
+from model_worker.analyze import analyze
+from model_worker.loading import LoadedModel
 from tests.integration.redis_support import private_db, web_settings
 
 pytestmark = pytest.mark.redis
@@ -122,3 +128,30 @@ def test_an_unreadable_job_object_is_never_answered_unknown(
     monkeypatch.setattr(backend_module, "fetch_job", unreadable)
     state = backend._status(job_id)
     assert state is not None and state.status == expected
+
+
+def test_a_job_finishing_between_the_two_reads_is_answered_with_its_body(
+    backend: RedisBackend, tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /api/analyses/{id} reads the finished body, then (none yet) the state. A job that
+    finished in between was answered from the state, so its body never reached the in-process
+    cache, and with Redis down a moment later the finished result answered 503 (seen in CI)."""
+    job_id = backend._submit(REQUEST).id
+    finished = analyze(tiny_model, REQUEST.prompt).model_dump_json()
+    real_done_body = backend.done_body
+    calls: list[str] = []
+
+    async def finishing_meanwhile(asked: str) -> bytes | None:
+        calls.append(asked)
+        body = await real_done_body(asked)
+        if len(calls) == 1:
+            assert body is None  # not finished yet; the worker writes its result now
+            backend._redis.set(result_key(asked), finished)
+        return body
+
+    monkeypatch.setattr(backend, "done_body", finishing_meanwhile)
+    request = Request({"type": "http", "method": "GET", "path": "/", "headers": []})
+    answer = asyncio.run(get_analysis(job_id, backend, request))
+    assert isinstance(answer, Response) and answer.status_code == 200
+    assert answer.headers["etag"] == f'"{job_id}"' and len(calls) == 2
+    assert backend._bodies.get(job_id) is not None  # served from memory if Redis goes away
