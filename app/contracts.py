@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
+from app.display import AnalysisDisplay, ExperimentDisplay, HeadDisplay
+
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key.
 RESULT_SCHEMA_VERSION = 2
 
@@ -145,7 +147,7 @@ class HeadDetail(_Frozen):
     random_head_mrr: list[LabelMrr]
 
 
-class AnalysisResult(_Frozen):
+class AnalysisResult(AnalysisDisplay, _Frozen):
     schema_version: int = RESULT_SCHEMA_VERSION
     model: str
     n_layers: int
@@ -166,12 +168,24 @@ class AnalysisResult(_Frozen):
     #: result exactly, e.g. with one more head detailed.
     request: AnalysisRequest | None = None
 
-    def head(self, name: str) -> HeadSummary:
-        """The summary of head `name` (`L23H1`); KeyError if there is none."""
+    def head(self, name: str) -> Head:
+        """Head `name` (`L23H1`): its summary, tied to this analysis; KeyError if there is none."""
         for summary in self.heads:
             if summary.name == name:
-                return summary
+                return Head(**dict(summary), analysis=self)
         raise KeyError(name)
+
+
+class Head(HeadDisplay, HeadSummary):
+    """A head's summary with the analysis it belongs to (`.detail`, its notebook view);
+    `model_dump()` gives the summary alone."""
+
+    analysis: AnalysisResult = Field(exclude=True, repr=False)
+
+    @property
+    def detail(self) -> HeadDetail | None:
+        """Its per-position detail, or None when the analysis did not detail it."""
+        return self.analysis.head_details.get(self.name)
 
 
 ExperimentName = Literal[
@@ -202,7 +216,7 @@ class ExperimentRequest(_Frozen):
     dataset_filename: str | None = Field(default=None, max_length=200)
 
 
-class ExperimentResult(_Frozen):
+class ExperimentResult(ExperimentDisplay, _Frozen):
     """Headline metrics, tables (rows of plain values, one CSV each), SVG figures and a
     Markdown report that puts the measured numbers next to the paper's."""
 

@@ -45,3 +45,8 @@ def render(
     return templates.TemplateResponse(
         request, name, {**context, "prefs": view_prefs(request)}, status_code=status_code
     )
+
+
+def render_text(name: str, context: dict[str, Any]) -> str:
+    """`name` rendered to a string outside any request (the notebook views)."""
+    return _env.get_template(name).render(context)

@@ -107,7 +107,8 @@ async def submit_experiment_form(
     return RedirectResponse(f"/e/{state.id}", status_code=status.HTTP_303_SEE_OTHER)
 
 
-def _result_context(job_id: str, result: ExperimentResult) -> dict[str, Any]:
+def result_context(job_id: str, result: ExperimentResult) -> dict[str, Any]:
+    """What the result partial renders from (`job_id` empty: no download links)."""
     return {
         "result": result,
         "report_html": _markdown.render(result.report_markdown),
@@ -132,7 +133,7 @@ async def experiment_job_page(job_id: str, request: Request, backend: BackendDep
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
     if state.status == JobStatus.DONE and state.experiment is not None:
-        context |= _result_context(job_id, state.experiment)
+        context |= result_context(job_id, state.experiment)
     return render(request, "pages/experiment.html", context)
 
 
@@ -142,7 +143,7 @@ async def experiment_status(job_id: str, request: Request, backend: BackendDep) 
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
     if state.status == JobStatus.DONE and state.experiment is not None:
-        context |= _result_context(job_id, state.experiment)
+        context |= result_context(job_id, state.experiment)
         return render(request, "partials/_experiment_result.html", context)
     return render(request, "partials/_experiment_status.html", context)
 

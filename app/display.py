@@ -1,0 +1,85 @@
+"""Notebook views of the result contracts: rich HTML (`_repr_html_`) and pandas tables.
+
+The contracts inherit these mixins; each method imports its implementation on first use
+(`app.figures.notebook` for HTML, `app.frames` for pandas), so the contracts stay light and
+pandas stays optional.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, cast
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
+
+    from app.contracts import AnalysisResult, ExperimentResult, Head
+
+TableFormat = Literal["csv", "parquet"]
+
+
+class AnalysisDisplay:
+    """An analysis in a notebook: tokens, layer chart, heatmap and top heads; tables."""
+
+    def _repr_html_(self) -> str:
+        from app.figures.notebook import analysis_html
+
+        return analysis_html(cast("AnalysisResult", self))
+
+    def heads_frame(self) -> DataFrame:
+        """One row per head (layer, head, name, rank, increase, attn_true, attn_false), by rank."""
+        from app.frames import heads_frame
+
+        return heads_frame(cast("AnalysisResult", self))
+
+    def layers_frame(self) -> DataFrame:
+        """One row per layer: attn_increase and ffn_increase."""
+        from app.frames import layers_frame
+
+        return layers_frame(cast("AnalysisResult", self))
+
+    def positions_frame(self, head: str | None = None) -> DataFrame:
+        """One row per (detailed head, source position): attention, increase, margin, token,
+        label kind; only `head`'s rows when given."""
+        from app.frames import positions_frame
+
+        return positions_frame(cast("AnalysisResult", self), head)
+
+
+class HeadDisplay:
+    """A head of an analysis in a notebook: its panel (bars and token tables) and table."""
+
+    def _repr_html_(self) -> str:
+        from app.figures.notebook import head_html
+
+        return head_html(cast("Head", self))
+
+    def positions_frame(self) -> DataFrame:
+        """One row per source position of this head (KeyError if the head is not detailed)."""
+        from app.frames import positions_frame
+
+        head = cast("Head", self)
+        if head.detail is None:
+            raise KeyError(f"{head.name} is not detailed in this analysis (see extra_heads)")
+        return positions_frame(head.analysis, head.name)
+
+
+class ExperimentDisplay:
+    """An experiment in a notebook: metrics, figures and report; its tables as DataFrames."""
+
+    def _repr_html_(self) -> str:
+        from app.figures.notebook import experiment_html
+
+        return experiment_html(cast("ExperimentResult", self))
+
+    def frames(self) -> dict[str, DataFrame]:
+        """Every table of the experiment as a DataFrame, by table name."""
+        from app.frames import experiment_frames
+
+        return experiment_frames(cast("ExperimentResult", self))
+
+    def save_tables(self, folder: str | Path, format: TableFormat = "csv") -> list[Path]:
+        """Write each table to `folder/<table>.csv` (or `.parquet`); the paths written."""
+        from app.frames import save_tables
+
+        return save_tables(cast("ExperimentResult", self), Path(folder), format)

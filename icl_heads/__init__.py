@@ -1,0 +1,109 @@
+"""ICL Heads Explorer in one import: analyse prompts locally or on a lab server, in a notebook.
+
+Local (loads torch and the model on first use)::
+
+    import icl_heads
+    model = icl_heads.load_model()                   # SmolLM2-135M by default
+    result = icl_heads.analyze(model, "love : bar like : bar eight : foo two : foo one :")
+    result                                           # heatmap, layer chart, top heads
+    result.head("L23H1")                             # one head's panel
+    result.heads_frame()                             # pandas (the `notebook` extra)
+
+On a shared server (no torch needed)::
+
+    client = icl_heads.Client("http://gpu-box:8000", token="…")
+    result = client.analyze("love : bar like : bar eight : foo two : foo one :")
+
+Names are imported on first access: `import icl_heads` and `icl_heads.Client` never import
+torch; `load_model`, `analyze` and `run_experiment` do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.contracts import (
+        AnalysisRequest as AnalysisRequest,
+    )
+    from app.contracts import (
+        AnalysisResult as AnalysisResult,
+    )
+    from app.contracts import (
+        ExperimentRequest as ExperimentRequest,
+    )
+    from app.contracts import (
+        ExperimentResult as ExperimentResult,
+    )
+    from app.contracts import (
+        Head as Head,
+    )
+    from app.contracts import (
+        HeadDetail as HeadDetail,
+    )
+    from app.contracts import (
+        HeadSummary as HeadSummary,
+    )
+    from icl_heads.client import (
+        AuthError as AuthError,
+    )
+    from icl_heads.client import (
+        Client as Client,
+    )
+    from icl_heads.client import (
+        ClientError as ClientError,
+    )
+    from icl_heads.client import (
+        InvalidRequest as InvalidRequest,
+    )
+    from icl_heads.client import (
+        JobFailed as JobFailed,
+    )
+    from icl_heads.client import (
+        NotFound as NotFound,
+    )
+    from icl_heads.client import (
+        ServerUnavailable as ServerUnavailable,
+    )
+    from model_worker.analyze import analyze as analyze
+    from model_worker.experiments.job import run_experiment as run_experiment
+    from model_worker.loading import LoadedModel as LoadedModel
+    from model_worker.loading import load_model as load_model
+
+#: Public name → the module that defines it.
+_EXPORTS = {
+    "load_model": "model_worker.loading",
+    "LoadedModel": "model_worker.loading",
+    "analyze": "model_worker.analyze",
+    "run_experiment": "model_worker.experiments.job",
+    "AnalysisRequest": "app.contracts",
+    "AnalysisResult": "app.contracts",
+    "ExperimentRequest": "app.contracts",
+    "ExperimentResult": "app.contracts",
+    "Head": "app.contracts",
+    "HeadDetail": "app.contracts",
+    "HeadSummary": "app.contracts",
+    "Client": "icl_heads.client",
+    "ClientError": "icl_heads.client",
+    "AuthError": "icl_heads.client",
+    "NotFound": "icl_heads.client",
+    "InvalidRequest": "icl_heads.client",
+    "ServerUnavailable": "icl_heads.client",
+    "JobFailed": "icl_heads.client",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access (torch only for the local API)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'icl_heads' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
