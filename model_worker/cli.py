@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from app.contracts import NormMode
-from model_worker import cli_experiments, cli_service
+from model_worker import cli_experiments, cli_remote, cli_service
 from model_worker.errors import UserInputError
 
 app = typer.Typer(
@@ -70,6 +70,7 @@ def analyze(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    server: cli_remote.ServerOption = None,
 ) -> None:
     """Locate the in-context heads of one prompt and project them into the vocabulary."""
     from model_worker.analyze import analyze as run_analysis
@@ -82,11 +83,18 @@ def analyze(
         if top_k < 1:
             raise UserInputError("--top-k must be at least 1")
         label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
-        loaded = quietly(lambda: load_model(model, device=device, dtype=dtype))
         mode: NormMode = "fixed" if norm == "fixed" else "recompute"
-        result = run_analysis(
-            loaded, prompt, target=target, labels=label_list, norm=mode, top_k_heads=top_k
-        )
+        options: dict[str, Any] = {
+            "target": target,
+            "labels": label_list,
+            "norm": mode,
+            "top_k_heads": top_k,
+        }
+        if server is not None:
+            result = cli_remote.analyze(server, prompt, model=model, **options)
+        else:
+            loaded = quietly(lambda: load_model(model, device=device, dtype=dtype))
+            result = run_analysis(loaded, prompt, **options)
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
     else:

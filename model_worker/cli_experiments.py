@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
+from model_worker import cli_remote
 from model_worker.errors import UserInputError
 
 
@@ -67,6 +68,7 @@ def experiment(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per pass.")] = 16,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
+    server: cli_remote.ServerOption = None,
 ) -> None:
     """Run one of the paper's dataset experiments over N prompts."""
     from pydantic import ValidationError
@@ -90,6 +92,9 @@ def experiment(
             request = ExperimentRequest(name=name, dataset=dataset, model=model, n=n, seed=seed)
         except ValidationError as exc:
             raise UserInputError(exc.errors()[0]["msg"]) from None
+        if server is not None:
+            remote = cli_remote.experiment(server, name, dataset, model=model, n=n, seed=seed)
+            return emit(remote, out, as_json)
         from model_worker.experiments.data import resolve_dataset
 
         resolve_dataset(request)  # a bad dataset fails before the model loads
@@ -107,6 +112,11 @@ def experiment(
                 bar.update(task, completed=fraction, description=f"{name}: {message}")
 
             result = run_experiment(loaded, request, progress, batch_size=batch_size)
+    emit(result, out, as_json)
+
+
+def emit(result: ExperimentResult, out: Path | None, as_json: bool) -> None:
+    """Write `result` into `out`, and print it as JSON or (without `out`) its report."""
     if out is not None:
         written = write_outputs(result, out)
         typer.echo(f"wrote {len(written)} files to {out}", err=True)

