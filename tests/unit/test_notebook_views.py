@@ -1,0 +1,163 @@
+"""Notebook views: the icl_heads facade, `_repr_html_` of results, DataFrames and table export."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from bs4 import BeautifulSoup
+
+import icl_heads
+from app.contracts import AnalysisResult, ExperimentResult, Head
+from app.figures.analysis import heatmap_figure
+from model_worker.analyze import analyze
+from model_worker.experiments.job import run_experiment
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
+from tests.unit.test_experiments import request as experiment_request
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def result() -> AnalysisResult:
+    return analyze(tiny_llama(), EXAMPLE_PROMPT, target="foo", top_k_heads=3)
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> ExperimentResult:
+    tmp = tmp_path_factory.mktemp("experiment")
+    return run_experiment(tiny_gpt2(), experiment_request("attention", tmp, n=6), batch_size=3)
+
+
+def soup(html: str) -> BeautifulSoup:
+    return BeautifulSoup(html, "html.parser")
+
+
+def test_facade_and_client_import_without_torch() -> None:
+    code = (
+        "import sys, icl_heads\n"
+        "client = icl_heads.Client('http://127.0.0.1:9', token='t')\n"
+        "assert icl_heads.AnalysisResult.__name__ == 'AnalysisResult'\n"
+        "assert icl_heads.InvalidRequest.__mro__[1] is icl_heads.ClientError\n"
+        "print('torch' in sys.modules, sorted(icl_heads.__all__)[:3])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split()[0] == "False", done.stdout
+
+
+def test_facade_reexports_the_library() -> None:
+    from model_worker.analyze import analyze as library_analyze
+    from model_worker.experiments.job import run_experiment as library_run
+    from model_worker.loading import load_model
+
+    assert icl_heads.analyze is library_analyze
+    assert icl_heads.run_experiment is library_run
+    assert icl_heads.load_model is load_model
+    assert icl_heads.analyze.__doc__ and "Locate-and-project" in icl_heads.analyze.__doc__
+    assert set(icl_heads.__all__) <= set(dir(icl_heads))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        icl_heads.nothing  # noqa: B018
+
+
+def test_head_is_its_summary_tied_to_the_analysis(result: AnalysisResult) -> None:
+    name = result.top_heads[0]
+    head = result.head(name)
+    summary = next(s for s in result.heads if s.name == name)
+    assert isinstance(head, Head) and head.analysis is result
+    assert head.model_dump() == summary.model_dump()  # the analysis is not part of its value
+    assert head.detail == result.head_details[name]
+    undetailed = next(s.name for s in result.heads if s.name not in result.head_details)
+    assert result.head(undetailed).detail is None
+    with pytest.raises(KeyError):
+        result.head("L99H0")
+
+
+def test_analysis_view_has_the_dashboards_figures_without_scripts(result: AnalysisResult) -> None:
+    html = result._repr_html_()
+    page = soup(html)
+    root = page.find("div", class_="icl-nb")
+    assert root is not None and root["data-view"] == "analysis"
+    assert "background:#ffffff" in root["style"]  # readable on a dark notebook theme too
+    cells = page.select('svg[data-figure="heatmap"] rect.cell')
+    assert len(cells) == result.n_layers * result.n_heads
+    # the same figure code as the dashboard: the heatmap is its SVG, verbatim
+    assert heatmap_figure(result).svg in html
+    assert len(page.select('svg[data-figure="layers"] rect.bar')) == 2 * result.n_layers
+    rows = page.select("table.top-heads tbody tr")
+    assert [r["data-head-name"] for r in rows] == result.top_heads
+    assert len(page.select("[data-position]")) == len(result.tokens)
+    assert not page.find("script") and "hx-" not in html and "tabindex" not in html
+    assert not page.select("a[href]")  # no links into a server that is not there
+
+
+def test_head_view_has_bars_and_token_tables(result: AnalysisResult) -> None:
+    name = result.top_heads[0]
+    page = soup(result.head(name)._repr_html_())
+    bars = page.select('svg[data-figure="attention"] rect.bar')
+    assert len(bars) == len(result.tokens)
+    assert len(page.select('svg[data-figure="increase"] rect.bar')) == len(result.tokens)
+    tables = {t["data-table"] for t in page.select("table.token-table")}
+    assert tables == {"values", "keys", "query"}
+    assert len(page.select('table[data-table="values"] tbody tr')) == len(result.labels)
+    assert not page.find("script") and not page.select("a[href]")
+
+
+def test_undetailed_head_view_says_how_to_get_its_detail(result: AnalysisResult) -> None:
+    name = next(s.name for s in result.heads if s.name not in result.head_details)
+    page = soup(result.head(name)._repr_html_())
+    assert page.select_one("[data-head-name] h2").text == name
+    assert f'extra_heads=["{name}"]' in page.text
+    assert not page.find("svg")
+
+
+def test_experiment_view_shows_figures_and_report(experiment: ExperimentResult) -> None:
+    page = soup(experiment._repr_html_())
+    shown = [f["data-figure"] for f in page.select("figure[data-figure]")]
+    assert shown == list(experiment.figures) and shown
+    assert page.select("article.report table")  # the Markdown report, rendered
+    assert not page.find("script") and not page.select("a[href]")
+
+
+def test_frames_hold_the_results_numbers(result: AnalysisResult) -> None:
+    heads = result.heads_frame()
+    assert list(heads.index) == [s.name for s in result.heads]
+    assert heads.loc[result.top_heads[0], "increase"] == result.heads[0].increase
+    layers = result.layers_frame()
+    assert layers["attn_increase"].tolist() == [x.attn_increase for x in result.layers]
+    positions = result.positions_frame()
+    assert len(positions) == len(result.head_details) * len(result.tokens)
+    name = result.top_heads[0]
+    one = result.head(name).positions_frame()
+    detail = result.head_details[name]
+    assert one["increase"].tolist() == [p.increase for p in detail.positions]
+    kinds = dict(zip(one["position"], one["kind"], strict=True))
+    assert {p for p, k in kinds.items() if k == "true"} == {
+        label.position for label in result.labels if label.is_true
+    }
+    with pytest.raises(KeyError, match="not detailed"):
+        result.positions_frame("L99H9")
+
+
+def test_experiment_tables_round_trip_csv_and_parquet(
+    experiment: ExperimentResult, tmp_path: Path
+) -> None:
+    frames = experiment.frames()
+    assert set(frames) == set(experiment.tables)
+    for fmt, read in (("csv", pd.read_csv), ("parquet", pd.read_parquet)):
+        written = experiment.save_tables(tmp_path / fmt, format=fmt)  # type: ignore[arg-type]
+        assert sorted(p.name for p in written) == sorted(f"{t}.{fmt}" for t in frames)
+        for path in written:
+            back = read(path)
+            frame = frames[path.stem]
+            assert list(back.columns) == list(frame.columns) and len(back) == len(frame)
+            numeric = frame.select_dtypes("number").columns
+            pd.testing.assert_frame_equal(
+                back[numeric].astype(float), frame[numeric].astype(float), check_dtype=False
+            )
+    with pytest.raises(ValueError, match="csv or parquet"):
+        experiment.save_tables(tmp_path, format="xlsx")  # type: ignore[arg-type]
