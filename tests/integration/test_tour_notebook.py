@@ -1,0 +1,76 @@
+"""docs/tour.ipynb executed by a real Jupyter kernel (nbclient + ipykernel), on SmolLM2; and
+the size of a 64-token analysis' notebook view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from bs4 import BeautifulSoup
+from nbclient import NotebookClient
+
+from app.contracts import AnalysisResult
+from model_worker.analyze import analyze
+from model_worker.loading import LoadedModel
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+TOUR = ROOT / "docs" / "tour.ipynb"
+#: 64 SmolLM2 tokens: 21 demonstrations and the query.
+PROMPT_64 = (
+    "Sort: love : bar like : foo eight : bar two : foo hate : bar five : foo good : bar "
+    "nine : foo bad : bar three : foo great : bar six : foo awful : bar four : foo nice : bar "
+    "seven : foo sad : bar ten : foo happy : bar zero : foo one :"
+)
+
+
+def html_of(cell: Any) -> BeautifulSoup:
+    """The HTML its cell displayed (one text/html output)."""
+    (html,) = [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+    return BeautifulSoup(html, "html.parser")
+
+
+def cell_with(notebook: Any, source: str) -> Any:
+    (cell,) = [c for c in notebook.cells if c.cell_type == "code" and c.source.endswith(source)]
+    return cell
+
+
+def test_tour_runs_in_a_kernel_and_shows_the_figures() -> None:
+    notebook = nbformat.read(TOUR, as_version=4)
+    assert not any(c.get("outputs") for c in notebook.cells if c.cell_type == "code")
+    NotebookClient(
+        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    ).execute()  # raises CellExecutionError on any error
+
+    analysis = html_of(cell_with(notebook, "\nresult"))
+    assert len(analysis.select('svg[data-figure="heatmap"] rect.cell')) == 270  # 30 × 9 heads
+    assert len(analysis.select('svg[data-figure="layers"] rect.bar')) == 60
+    top = [row["data-head-name"] for row in analysis.select("table.top-heads tbody tr")]
+    assert "L23H1" in top[:10]
+    n_tokens = len(analysis.select("[data-position]"))
+
+    head = html_of(cell_with(notebook, 'result.head("L23H1")'))
+    assert head.select_one("[data-head-name]")["data-head-name"] == "L23H1"
+    assert len(head.select('svg[data-figure="attention"] rect.bar')) == n_tokens
+    assert head.select('table[data-table="values"] tbody tr.row--true')
+
+    frame = cell_with(notebook, "result.heads_frame().head(10)")
+    assert "L23H1" in frame.outputs[0]["data"]["text/plain"]
+
+    experiment = html_of(cell_with(notebook, "\nexperiment"))
+    assert experiment.select('figure[data-figure="accuracy"] svg')
+    table = cell_with(notebook, 'experiment.frames()["accuracy"]')
+    assert "<table" in table.outputs[0]["data"]["text/html"]
+    for output in (o for c in notebook.cells for o in c.get("outputs", [])):
+        assert "<script" not in str(output.get("data", {}).get("text/html", ""))
+
+
+def test_a_64_token_analysis_view_is_under_300_kb(smollm2: LoadedModel) -> None:
+    result: AnalysisResult = analyze(smollm2, PROMPT_64)
+    assert len(result.tokens) == 64
+    html = result._repr_html_()
+    assert len(html.encode()) < 300_000
+    assert len(result.head(result.top_heads[0])._repr_html_().encode()) < 300_000
+    print(f"64-token analysis view: {len(html.encode()) / 1000:.0f} kB")
