@@ -44,8 +44,9 @@ def main() -> None:
         box = page.locator(".jp-CodeCell").nth(args.cell).bounding_box()
         top = box["y"] - 8 if box else 0
         page.set_viewport_size({"width": 1100, "height": int(top) + args.height})
-        clip = {"x": 0, "y": top, "width": 1100, "height": args.height}
-        page.screenshot(path=str(args.out), clip=clip)
+        page.screenshot(
+            path=str(args.out), clip={"x": 0, "y": top, "width": 1100, "height": args.height}
+        )
         browser.close()
     print(f"wrote {args.out}")
 
