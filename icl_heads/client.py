@@ -180,8 +180,11 @@ class Client:
         top_k_tokens: int = 10,
         extra_heads: list[str] | None = None,
         timeout: float | None = None,
+        **options: Any,
     ) -> AnalysisResult:
-        """Analyse `prompt` on the server (arguments as in `icl_heads.analyze`)."""
+        """Analyse `prompt` on the server (arguments as in `icl_heads.analyze`; `options`: any
+        other field of AnalysisRequest). `timeout`: seconds to wait for the job (None: no limit).
+        """
         request = self._build(
             AnalysisRequest,
             prompt=prompt,
@@ -192,6 +195,7 @@ class Client:
             top_k_heads=top_k_heads,
             top_k_tokens=top_k_tokens,
             extra_heads=extra_heads or [],
+            **options,
         )
         return self._run("/api/analyses", request, AnalysisResult, timeout)
 
@@ -204,10 +208,11 @@ class Client:
         n: int = 200,
         seed: int = 0,
         timeout: float | None = None,
+        **options: Any,
     ) -> ExperimentResult:
         """Run dataset experiment `name` on the server. `dataset` is a built-in name or a local
-        CSV/JSONL file (sent inline)."""
-        fields: dict[str, Any] = {"name": name, "model": model, "n": n, "seed": seed}
+        CSV/JSONL file (sent inline); `options`: any other field of ExperimentRequest."""
+        fields: dict[str, Any] = {"name": name, "model": model, "n": n, "seed": seed, **options}
         path = Path(dataset)
         if isinstance(dataset, Path) or (path.suffix.lower() in (".csv", ".jsonl")):
             if not path.is_file():

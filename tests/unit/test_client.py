@@ -160,6 +160,8 @@ def test_failed_job_and_local_validation() -> None:
         c.analyze("a : b c :", top_k_heads=0)  # refused before any request
     with pytest.raises(InvalidRequest, match="no dataset file"):
         c.experiment("heads", Path("/nonexistent/data.csv"))
+    with pytest.raises(InvalidRequest, match="not_a_field: Extra inputs are not permitted"):
+        c.analyze("a : b c :", not_a_field=1)  # other request fields pass through, checked
 
 
 def test_experiment_progress_bar_and_upload(
