@@ -31,6 +31,8 @@ from app.contracts import (
 
 R = TypeVar("R", AnalysisResult, ExperimentResult)
 RETRIED = (429, 503)
+#: An unreachable server is more often a wrong URL than a blip: retried less.
+CONNECT_RETRIES = 2
 
 
 class ClientError(Exception):
@@ -305,11 +307,13 @@ class Client:
                 response = self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
                 problem = f"cannot reach {self.url}: {exc}"
+                last = attempt >= min(self.retries, CONNECT_RETRIES)
             else:
                 if response.status_code not in RETRIED:
                     break
                 problem = f"{response.status_code}: {_detail(response)}"
-            if attempt == self.retries:
+                last = attempt == self.retries
+            if last:
                 status = response.status_code if response is not None else None
                 raise ServerUnavailable(f"{problem} (gave up after {attempt} retries)", status)
             self.sleep(_retry_after(response, attempt))

@@ -183,6 +183,16 @@ def test_cli_server_option(lab: Lab, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "result.json").read_text())["metrics"]["steps"] == 5
 
 
+def test_cli_unreachable_server_is_one_line_error() -> None:
+    command = [sys.executable, "-m", "model_worker.cli", "analyze", "-p", "a : b c :"]
+    command += ["--server", f"http://127.0.0.1:{free_port()}"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: cannot reach http://127.0.0.1:")
+    assert "gave up after 2 retries" in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_while_redis_is_down(lab: Lab) -> None:
     """Last: stops Redis. Cached results still answer; new work is retried after the server's
     Retry-After, then refused clearly; once Redis is back the client works again."""
