@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
     from app.contracts import AnalysisResult, ExperimentResult
+    from app.display import TableFormat
 
 
 def _pandas() -> Any:
     try:
         import pandas
-    except ImportError as exc:  # pragma: no cover - depends on the environment
+    except ImportError as exc:
         raise ImportError(
             "table views need pandas: pip install 'icl-heads-explorer[notebook]'"
         ) from exc
@@ -64,9 +65,7 @@ def experiment_frames(result: ExperimentResult) -> dict[str, DataFrame]:
     }
 
 
-def save_tables(
-    result: ExperimentResult, folder: Path, format: Literal["csv", "parquet"] = "csv"
-) -> list[Path]:
+def save_tables(result: ExperimentResult, folder: Path, format: TableFormat = "csv") -> list[Path]:
     """Write `folder/<table>.<format>` for every table (parquet needs pyarrow); the paths."""
     if format not in ("csv", "parquet"):
         raise ValueError(f"format must be csv or parquet, not {format!r}")

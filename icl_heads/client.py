@@ -149,6 +149,7 @@ class Client:
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout, transport=transport
         )
+        #: How the client waits between retries and polls (tests record it instead).
         self.sleep: Callable[[float], None] = time.sleep
 
     def __repr__(self) -> str:
