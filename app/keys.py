@@ -78,6 +78,11 @@ def tokenizer_key(fingerprint: str) -> str:
     return f"{PREFIX}:tokenizer:{fingerprint}"
 
 
+def session_key(session_digest: str) -> str:
+    """A login session, by the SHA-256 of its id (app.security.sessions)."""
+    return f"{PREFIX}:session:{session_digest}"
+
+
 def queue_name(model: str) -> str:
     """One queue per model id."""
     return f"{PREFIX}:queue:{hashlib.sha256(model.encode()).hexdigest()[:16]}"

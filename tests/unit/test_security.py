@@ -7,9 +7,10 @@ import time
 import pytest
 from starlette.datastructures import Headers
 
-from app.security.auth import safe_next, session_cookie, session_valid, token_matches
+from app.security.auth import safe_next, token_matches
 from app.security.bind import bind_refusal, enforce_bind, is_loopback
 from app.security.origin import cross_origin_reason
+from app.security.sessions import MemorySessions
 from app.settings import Settings
 
 
@@ -36,7 +37,7 @@ def test_public_bind_without_token_is_refused_with_a_clear_message(
 
 
 def test_public_bind_passes_with_a_token_or_insecure(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bind_refusal("0.0.0.0", Settings(auth_token="t" * 32)) is None
+    assert bind_refusal("0.0.0.0", Settings(auth_token="kR3v-9xQ_t2LmZ8pW4sN")) is None
     assert bind_refusal("127.0.0.1", Settings(auth_token=None)) is None
     enforce_bind("0.0.0.0", Settings(auth_token=None), insecure=True)
     assert "without access control" in capsys.readouterr().err
@@ -53,14 +54,21 @@ def test_token_comparison() -> None:
     assert not token_matches("ab€", "abc")
 
 
-def test_session_cookie_is_bound_to_the_token_and_expires() -> None:
-    cookie = session_cookie("token-one")
-    assert session_valid(cookie, "token-one", max_age_s=60)
-    assert not session_valid(cookie, "token-two", max_age_s=60)
-    assert not session_valid(cookie[:-2] + "xx", "token-one", max_age_s=60)
-    assert not session_valid("garbage", "token-one", max_age_s=60)
-    time.sleep(1.1)
-    assert not session_valid(cookie, "token-one", max_age_s=0)
+@pytest.mark.anyio
+async def test_sessions_are_bound_to_the_token_revocable_and_expire() -> None:
+    sessions = MemorySessions(max_age_s=60)
+    one, two = await sessions.open("token-one"), await sessions.open("token-one")
+    assert one != two and len(one) >= 40  # random ids, not one value shared by every cookie
+    assert await sessions.valid(one, "token-one") and await sessions.valid(two, "token-one")
+    assert not await sessions.valid(one, "token-two")
+    assert not await sessions.valid(one[:-2] + "xx", "token-one")
+    assert not await sessions.valid("garbage", "token-one")
+    await sessions.revoke(one)
+    assert not await sessions.valid(one, "token-one") and await sessions.valid(two, "token-one")
+    expired = MemorySessions(max_age_s=0)
+    cookie = await expired.open("token-one")
+    time.sleep(0.01)
+    assert not await expired.valid(cookie, "token-one")
 
 
 @pytest.mark.parametrize(
