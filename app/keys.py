@@ -16,6 +16,8 @@ from app.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest, ExperimentRequ
 PREFIX = "icl"
 ANALYSIS = "a-"
 EXPERIMENT = "e-"
+#: Every job id: a kind prefix and 32 hex digits of a content hash (what routes accept).
+JOB_ID_PATTERN = r"^[ae]-[0-9a-f]{32}$"
 #: Sorted set of worker names, scored by the time their heartbeat expires.
 WORKERS_KEY = f"{PREFIX}:workers"
 #: Counter of computations actually run by workers (benchmarks and tests read it).

@@ -12,9 +12,9 @@ from fastapi.staticfiles import StaticFiles
 
 from app import security
 from app.backend import Backend, BackendError
+from app.routes import analyses, auth, experiments, figures, health, pages, panels
 from app.security.redact import redact
 from app.security.responses import error_response
-from app.routes import analyses, auth, experiments, figures, health, pages, panels
 from app.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"

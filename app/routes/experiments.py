@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobState, JobStatus
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId
 from app.routes.analyses import submit_responses
 from app.templating import render
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
@@ -128,7 +128,7 @@ async def _state(backend: Backend, job_id: str) -> JobState:
 
 
 @router.get("/e/{job_id}", response_class=HTMLResponse)
-async def experiment_job_page(job_id: str, request: Request, backend: BackendDep) -> HTMLResponse:
+async def experiment_job_page(job_id: JobId, request: Request, backend: BackendDep) -> HTMLResponse:
     """The experiment's permalink: figures and report when done, else a live progress bar."""
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
@@ -138,7 +138,7 @@ async def experiment_job_page(job_id: str, request: Request, backend: BackendDep
 
 
 @router.get("/e/{job_id}/status", response_class=HTMLResponse)
-async def experiment_status(job_id: str, request: Request, backend: BackendDep) -> HTMLResponse:
+async def experiment_status(job_id: JobId, request: Request, backend: BackendDep) -> HTMLResponse:
     """HTMX poll target: the progress partial, or the whole result once done."""
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
@@ -149,7 +149,7 @@ async def experiment_status(job_id: str, request: Request, backend: BackendDep) 
 
 
 @router.get("/e/{job_id}/download/{item}")
-async def experiment_download(job_id: str, item: str, backend: BackendDep) -> Response:
+async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> Response:
     """`report.md`, `result.json`, `<table>.csv`, `<figure>.svg` or `.png` of a done experiment."""
     state = await _state(backend, job_id)
     result = state.experiment

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId, JobIdQuery
 from app.figures.analysis import comparable, diff_figure
 from app.routes.panels import analysis_context
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
@@ -130,7 +130,7 @@ async def analyse(
 
 @router.get("/a/{job_id}", response_class=HTMLResponse)
 async def analysis_page(
-    job_id: str, request: Request, backend: BackendDep, head: str | None = None
+    job_id: JobId, request: Request, backend: BackendDep, head: str | None = None
 ) -> HTMLResponse:
     """The permalink: rendered whole when done, else a poller that fills it in."""
     state = await backend.status(job_id)
@@ -168,10 +168,13 @@ async def compare_submit(
 
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request, backend: BackendDep, a: str = "", b: str = ""
+    request: Request,
+    backend: BackendDep,
+    a: JobIdQuery | None = None,
+    b: JobIdQuery | None = None,
 ) -> HTMLResponse:
     """Two analyses side by side with the difference heatmap (B − A)."""
-    context: dict[str, Any] = {"a": a, "b": b, "compare_presets": COMPARE_PRESETS}
+    context: dict[str, Any] = {"a": a or "", "b": b or "", "compare_presets": COMPARE_PRESETS}
     if a and b:
         context |= await compare_context(backend, a, b)
     return render(request, "pages/compare.html", context)
@@ -201,14 +204,16 @@ async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
 
 
 @router.get("/compare/panels/diff", response_class=HTMLResponse)
-async def compare_panel(request: Request, backend: BackendDep, a: str, b: str) -> HTMLResponse:
+async def compare_panel(
+    request: Request, backend: BackendDep, a: JobIdQuery, b: JobIdQuery
+) -> HTMLResponse:
     """The comparison body (polls until both analyses are done)."""
     context = {"a": a, "b": b, **await compare_context(backend, a, b)}
     return render(request, "partials/_compare_body.html", context)
 
 
 @router.get("/api/compare", responses={409: {"description": "An analysis is unfinished or failed"}})
-async def compare_json(backend: BackendDep, a: str, b: str) -> dict[str, Any]:
+async def compare_json(backend: BackendDep, a: JobIdQuery, b: JobIdQuery) -> dict[str, Any]:
     """JSON twin of the comparison: per-head increases of A and B and their difference."""
     context = await compare_context(backend, a, b)
     if not context.get("ready"):

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from app.backend import Backend, JobState, JobStatus
 from app.contracts import AnalysisRequest, AnalysisResult, HeadDetail
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId, JobIdQuery
 from app.figures.analysis import (
     attention_figure,
     heatmap_figure,
@@ -168,7 +168,7 @@ def head_context(
 
 @router.get("/a/{job_id}/status", response_class=HTMLResponse)
 async def status_panel(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     backend: BackendDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
@@ -183,7 +183,7 @@ async def status_panel(
 
 
 def _panel(name: str) -> Callable[..., Awaitable[Response]]:
-    async def panel(job_id: str, request: Request, backend: BackendDep) -> Response:
+    async def panel(job_id: JobId, request: Request, backend: BackendDep) -> Response:
         result = await done_result(backend, job_id)
         return render(request, f"partials/_{name}.html", analysis_context(job_id, result))
 
@@ -202,7 +202,11 @@ for _name in ("tokens", "layers", "heatmap", "top_heads"):
 
 @router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
 async def head_panel(
-    job_id: str, name: str, request: Request, backend: BackendDep, job: str | None = None
+    job_id: JobId,
+    name: str,
+    request: Request,
+    backend: BackendDep,
+    job: JobIdQuery | None = None,
 ) -> Response:
     """A head's panel; polls while a head outside the stored details is being computed."""
     result, source_id, detail, extra = await find_head(backend, job_id, name, job)
@@ -217,7 +221,7 @@ async def head_panel(
 
 
 @router.get("/api/analyses/{job_id}/tokens")
-async def tokens_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def tokens_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {
         "tokens": [t.model_dump() for t in result.tokens],
@@ -229,13 +233,13 @@ async def tokens_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 
 @router.get("/api/analyses/{job_id}/layers")
-async def layers_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def layers_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {"layers": [x.model_dump() for x in result.layers]}
 
 
 @router.get("/api/analyses/{job_id}/heatmap")
-async def heatmap_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def heatmap_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {
         "n_layers": result.n_layers,
@@ -245,7 +249,7 @@ async def heatmap_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 
 @router.get("/api/analyses/{job_id}/top-heads")
-async def top_heads_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def top_heads_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {
         "top_heads": [
@@ -262,7 +266,11 @@ async def top_heads_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 @router.get("/api/analyses/{job_id}/heads/{name}")
 async def head_json(
-    job_id: str, name: str, backend: BackendDep, response: Response, job: str | None = None
+    job_id: JobId,
+    name: str,
+    backend: BackendDep,
+    response: Response,
+    job: JobIdQuery | None = None,
 ) -> dict[str, Any]:
     """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`)."""
     result, source_id, detail, extra = await find_head(backend, job_id, name, job)

@@ -52,7 +52,7 @@ async def is_authenticated(
     if given is not None:
         return token_matches(given, token)
     cookie = connection.cookies.get(COOKIE_NAME)
-    return bool(cookie) and await sessions.valid(cookie, token)
+    return cookie is not None and cookie != "" and await sessions.valid(cookie, token)
 
 
 def client_address(scope: Scope) -> str:

@@ -5,8 +5,8 @@ client and per account, with no shared bucket one client could empty to lock eve
   `per_client` failures in the window, then 429 until the oldest one leaves the window.
 - Per account (the one shared token): once `per_account` failures from all clients fall in
   the window, the server is under a spread-out attack; then only clients that have failed
-  themselves must wait (ATTACK_PAUSE_S after their last failure): a client with no failure in the window may still try, so nobody who
-  types the right token at once is ever locked out.
+  themselves must wait (ATTACK_PAUSE_S after their last failure): a client with no failure in
+  the window may still try, so nobody who types the right token at once is ever locked out.
 A success forgets the client's failures. Counts live in this process (one per web process).
 """
 
@@ -29,9 +29,11 @@ def client_key(address: str) -> str:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return address
-    if ip.version == 6 and ip.ipv4_mapped is None:
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip.ipv4_mapped or ip)
+    return str(ip)
 
 
 class LoginLimiter:

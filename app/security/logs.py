@@ -9,7 +9,7 @@ import re
 
 from app.security.redact import redact
 
-#: C0 controls but tab, DEL, C1 controls and the Unicode line separators: written as `\r`, `\n`, `\x00` … instead.
+#: C0 controls but tab, DEL, C1 controls and Unicode line separators: escaped (`\n`, `\x00` …).
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 

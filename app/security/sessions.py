@@ -99,9 +99,7 @@ class RedisSessions:
     async def open(self, token: str) -> str:
         session_id = new_session_id()
         try:
-            await self._redis.set(
-                session_key(digest(session_id)), digest(token), ex=self.max_age_s
-            )
+            await self._redis.set(session_key(digest(session_id)), digest(token), ex=self.max_age_s)
         except RedisError as exc:
             raise self._unavailable(exc) from exc
         return session_id
@@ -111,7 +109,8 @@ class RedisSessions:
             stored = await self._redis.get(session_key(digest(session_id)))
         except RedisError as exc:
             raise self._unavailable(exc) from exc
-        return stored is not None and secrets.compare_digest(stored, digest(token).encode())
+        expected = digest(token).encode()
+        return isinstance(stored, bytes) and secrets.compare_digest(stored, expected)
 
     async def revoke(self, session_id: str) -> None:
         try:

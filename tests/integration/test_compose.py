@@ -78,7 +78,9 @@ def test_compose_redis_command_refuses_clients_without_the_password(tmp_path: Pa
 
     port, password = free_port(), "c0ffee" * 6
     env = {"PATH": "/usr/bin:/bin", "ICL_REDIS_PASSWORD": password}
-    server = subprocess.Popen(compose_redis_command(port, tmp_path), env=env, stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        compose_redis_command(port, tmp_path), env=env, stdout=subprocess.DEVNULL
+    )
     try:
         authenticated = Redis(port=port, password=password)
         wait_for(lambda: pings(authenticated), 20, "the compose redis command to start")
@@ -86,7 +88,9 @@ def test_compose_redis_command_refuses_clients_without_the_password(tmp_path: Pa
             Redis(port=port).set("icl:queue:x", "1")
         with pytest.raises((AuthenticationError, ResponseError)):
             Redis(port=port, password="wrong").ping()
-        shown = subprocess.run(["ps", "-o", "args=", "-p", str(server.pid)], capture_output=True, text=True)
+        shown = subprocess.run(
+            ["ps", "-o", "args=", "-p", str(server.pid)], capture_output=True, text=True
+        )
         assert password not in shown.stdout
     finally:
         stop(server)
