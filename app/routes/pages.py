@@ -13,7 +13,7 @@ from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
 from app.deps import BackendDep, JobId, JobIdQuery
 from app.figures.analysis import comparable, diff_figure
-from app.routes.panels import analysis_context
+from app.routes.panels import analysis_context, check_head, head_parameter
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
 
 router = APIRouter(tags=["pages"])
@@ -132,7 +132,9 @@ async def analyse(
 async def analysis_page(
     job_id: JobId, request: Request, backend: BackendDep, head: str | None = None
 ) -> HTMLResponse:
-    """The permalink: rendered whole when done, else a poller that fills it in."""
+    """The permalink: rendered whole when done, else a poller that fills it in; `head` (checked
+    against the head grammar, and the model's range once done) opens that head's panel."""
+    head = head_parameter(head)
     state = await backend.status(job_id)
     if state is None:
         return render(
@@ -143,6 +145,8 @@ async def analysis_page(
         )
     context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
     if state.status == JobStatus.DONE and state.result is not None:
+        if head is not None:
+            check_head(state.result, head)
         context |= analysis_context(job_id, state.result)
     return render(request, "pages/analysis.html", context)
 

@@ -25,7 +25,7 @@ from app.figures.analysis import (
 from app.templating import render
 
 router = APIRouter(tags=["panels"])
-HEAD_NAME = re.compile(r"^L(\d{1,4})H(\d{1,4})$")
+HEAD_NAME = re.compile(r"L(\d{1,4})H(\d{1,4})")
 
 
 async def job_state(backend: Backend, job_id: str) -> JobState:
@@ -66,11 +66,21 @@ async def done_result(backend: Backend, job_id: str) -> AnalysisResult:
 
 def check_head(result: AnalysisResult, name: str) -> str:
     """`name` if the model has that head, else 404 with what exists."""
-    match = HEAD_NAME.match(name)
+    match = HEAD_NAME.fullmatch(name)
     if not match or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             f"no head {name!r}: heads are L0H0 … L{result.n_layers - 1}H{result.n_heads - 1}",
+        )
+    return name
+
+
+def head_parameter(name: str | None) -> str | None:
+    """A `?head=` value (it goes into an hx-get URL): None, or a head name; else 422."""
+    if name is not None and not HEAD_NAME.fullmatch(name):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"?head= must name a head such as L0H1, not {name[:40]!r}",
         )
     return name
 
