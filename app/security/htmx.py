@@ -8,7 +8,7 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.security.responses import error_response
+from app.security.responses import fragment_response
 
 #: Answers htmx does not swap (redirects, no content, not modified) pass as they are.
 PASSING = (204, 304)
@@ -41,6 +41,6 @@ class HtmlOnlyForHtmxMiddleware:
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 detail = "this address does not answer with a page fragment"
-                await error_response(scope, 406, detail)(scope, receive, send)
+                await fragment_response(406, detail)(scope, receive, send)
 
         await self.app(scope, receive, html_only)
