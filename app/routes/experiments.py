@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile, status
@@ -15,6 +13,7 @@ from pydantic import ValidationError
 from app.backend import Backend, BackendError, JobState, JobStatus
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
 from app.deps import BackendDep, JobId
+from app.export_text import csv_text
 from app.routes.analyses import submit_responses
 from app.templating import render
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
@@ -165,7 +164,7 @@ async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> 
         )
     if suffix == "csv" and stem in result.tables:
         return Response(
-            _csv(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
+            csv_text(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
         )
     if suffix == "png" and stem in result.figures:
         import resvg_py
@@ -175,15 +174,6 @@ async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> 
     if suffix == "svg" and stem in result.figures:
         return Response(result.figures[stem], media_type="image/svg+xml", headers=attachment)
     raise HTTPException(status.HTTP_404_NOT_FOUND, f"no download {item!r} in this experiment")
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    writer = csv.DictWriter(buffer, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 @router.post(

@@ -146,11 +146,6 @@ def from_address(client: TestClient, address: str) -> TestClient:
     return TestClient(client.app, client=(address, 50000), follow_redirects=False)
 
 
-def from_address(client: TestClient, address: str) -> TestClient:
-    """A client of the same app that connects from `address`."""
-    return TestClient(client.app, client=(address, 50000), follow_redirects=False)
-
-
 def test_failed_logins_are_limited_per_client_without_locking_others_out() -> None:
     with make_client(auth_token=TOKEN, login_failures_per_client=3) as one:
 

@@ -8,6 +8,7 @@ only the project's job functions, fail anything else with the reason, and keep s
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,7 +115,7 @@ def test_the_worker_runs_only_the_projects_job_functions(server: Server) -> None
     httpd = http.server.HTTPServer(("127.0.0.1", 0), Hits)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     hook = f"http://127.0.0.1:{httpd.server_address[1]}/hook"
-    good = '{"prompt": "%s"}' % EXAMPLE_PROMPT
+    good = json.dumps({"prompt": EXAMPLE_PROMPT})
     analysis = "model_worker.jobs.analysis_job"
     attacks = {
         "a shell command": queue.enqueue("os.system", f"touch {sentinel}-system"),
