@@ -236,6 +236,17 @@ def test_malformed_job_ids_are_refused_never_a_500(server: Server, job_id: str) 
             assert 400 <= answer.status_code < 500, (path, answer.status_code, answer.text[:200])
 
 
+@pytest.mark.parametrize("job_id", ["a-x:y", "a- 1", "e-é", "a-" + "0" * 31 + ":"])
+def test_ids_rq_rejects_are_422_not_500(server: Server, job_id: str) -> None:
+    """The ids of the class that made RQ raise ValueError (a 500 before the fix)."""
+    from urllib.parse import quote
+
+    with server.client() as client:
+        for path in ("/api/analyses/{}", "/a/{}", "/a/{}/status", "/e/{}"):
+            answer = client.get(path.format(quote(job_id, safe="")), headers=BEARER)
+            assert answer.status_code == 422, (path, answer.status_code)
+
+
 def test_sessions_live_in_redis_and_logout_ends_them_for_every_web_process(
     server: Server,
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.datastructures import Headers
 
 from app.security.auth import safe_next, token_matches
@@ -121,3 +123,38 @@ def test_serve_command_refuses_a_public_address_without_a_token(
         get_settings.cache_clear()
     assert result.exit_code == 2
     assert "ICL_AUTH_TOKEN" in result.output and "--insecure" in result.output
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "x",
+        " ",
+        "\t\n",
+        "secret",
+        "a" * 40,
+        "abababababababababab",
+        "abcabcabcabcabcabcabc",
+        "0123012301230123",
+        "correct horse battery staple",
+        " kR3v-9xQ_t2LmZ8pW4sN",
+        "kR3v-9xQ_t2LmZ8pW4sN\n",
+    ],
+)
+def test_weak_tokens_are_refused_for_a_public_bind(token: str) -> None:
+    reason = bind_refusal("0.0.0.0", Settings(auth_token=token))
+    assert reason is not None and "weak ICL_AUTH_TOKEN" in reason and "16" in reason
+    assert bind_refusal("127.0.0.1", Settings(auth_token=token)) is None  # loopback: as before
+
+
+@given(st.text(max_size=15) | st.text(min_size=16).map(lambda t: t[:8] + " " + t[8:]))
+def test_short_or_spaced_tokens_never_guard_a_public_address(token: str) -> None:
+    if token:
+        assert bind_refusal("192.168.1.5", Settings(auth_token=token)) is not None
+
+
+def test_a_random_token_guards_a_public_address() -> None:
+    import secrets
+
+    for _ in range(50):
+        assert bind_refusal("0.0.0.0", Settings(auth_token=secrets.token_urlsafe(16))) is None
