@@ -161,7 +161,14 @@ def test_huge_json_numbers_are_a_dataset_error() -> None:
         load_user_dataset(data, filename="d.jsonl")
 
 
-@given(st.lists(st.text(min_size=1, max_size=30) | st.integers().map(str), min_size=1, max_size=4))
+digits = st.text(st.characters(categories=("Nd", "No", "Nl")), min_size=1, max_size=8)
+
+
+@given(
+    st.lists(
+        st.text(min_size=1, max_size=30) | st.integers().map(str) | digits, min_size=2, max_size=4
+    )
+)
 def test_any_labels_load_or_raise_only_dataset_errors(labels: list[str]) -> None:
     clean = [label.replace(",", "").replace('"', "") for label in labels]
     try:
