@@ -3,10 +3,14 @@ each test drives a class of attack, and fails on the code before the fix."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -93,6 +97,24 @@ def test_redis_down_answers_a_page_for_browsers_and_never_shows_the_password(url
     assert public.status_code == 503 and public.json() == {"status": "degraded"}
     for answer in (api, page, fragment, health, public):
         assert password not in answer.text
+
+
+def test_the_worker_command_never_prints_the_redis_password() -> None:
+    secret, port, root = "Hunter2-Secret-9", free_port(), Path(__file__).resolve().parents[2]
+    for url in (
+        f"redis://:{secret}@127.0.0.1:{port}/0",
+        f"redis://127.0.0.1:{port}/0?password={secret}",
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "model_worker.cli", "worker", "--redis-url", url],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env=os.environ | {"PYTHONPATH": str(root)},
+            timeout=120,
+        )
+        assert done.returncode == 2 and "cannot reach Redis" in done.stderr
+        assert secret not in done.stderr + done.stdout
 
 
 # --- item 5: client identity and login guessing --------------------------------------------
