@@ -41,6 +41,8 @@ def token_weakness(token: str) -> str | None:
     for size in range(1, len(token) // 2 + 1):  # "abcabcabc…", "0123012301230123"
         if token == (token[:size] * (len(token) // size + 1))[: len(token)]:
             return "it repeats one short pattern (too easy to guess)"
+    if len({ord(b) - ord(a) for a, b in zip(token, token[1:], strict=False)}) == 1:
+        return "it is a run of consecutive characters (too easy to guess)"  # "abcdefgh…"
     return None
 
 

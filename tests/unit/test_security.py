@@ -136,6 +136,8 @@ def test_serve_command_refuses_a_public_address_without_a_token(
         "abababababababababab",
         "abcabcabcabcabcabcabc",
         "0123012301230123",
+        "abcdefghijklmnopqrstuvwxyz",
+        "ZYXWVUTSRQPONMLKJIHGFEDCBA",
         "correct horse battery staple",
         " kR3v-9xQ_t2LmZ8pW4sN",
         "kR3v-9xQ_t2LmZ8pW4sN\n",
