@@ -89,13 +89,18 @@ def test_redis_down_answers_a_page_for_browsers_and_never_shows_the_password(url
         fragment = down.get(f"/a/a-{'0' * 32}/status", headers={**BEARER, **HTMX})
         health = down.get("/healthz", headers=BEARER)
         public = down.get("/healthz")
+        login = down.post("/login", data={"token": TOKEN}, headers=BROWSER)
+        down.cookies.set("icl_session", "a-session-id")
+        session_page = down.get("/", headers=BROWSER)  # sessions live in the same Redis
     assert api.status_code == 503 and "unreachable" in api.json()["detail"]
     assert page.status_code == 503 and page.headers["content-type"].startswith("text/html")
     assert "<html" in page.text and "unreachable" in page.text and '{"detail"' not in page.text
     assert fragment.headers["content-type"].startswith("text/html")
     assert health.status_code == 503 and health.json()["status"] == "degraded"
     assert public.status_code == 503 and public.json() == {"status": "degraded"}
-    for answer in (api, page, fragment, health, public):
+    for answer in (login, session_page):
+        assert answer.status_code == 503 and "<html" in answer.text and "session" in answer.text
+    for answer in (api, page, fragment, health, public, login, session_page):
         assert password not in answer.text
 
 
