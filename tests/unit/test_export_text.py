@@ -18,6 +18,7 @@ from app.contracts import ExperimentResult
 from app.export_text import FORMULA_START, csv_cell, csv_text, markdown_text
 from app.figures.base import Figure
 from app.figures.export import to_csv
+from app.frames import save_tables
 from model_worker.cli_experiments import write_outputs
 from model_worker.datasets import DatasetError, load_user_dataset
 from model_worker.errors import UserInputError
@@ -65,7 +66,8 @@ def test_every_csv_exporter_neutralises_formulas(payload: str, tmp_path: Path) -
     cli_csv = (
         next(p for p in write_outputs(result, tmp_path) if p.suffix == ".csv").read_bytes().decode()
     )
-    for text in (figure_csv, cli_csv, csv_text(rows)):
+    notebook_csv = save_tables(result, tmp_path / "notebook")[0].read_bytes().decode()
+    for text in (figure_csv, cli_csv, notebook_csv, csv_text(rows)):
         cells = [cell for row in parsed(text) for cell in row]
         assert not any(starts_formula(cell) for cell in cells), cells
         assert "'" + payload in cells and "-1.5" in cells  # text kept, numbers stay numbers
