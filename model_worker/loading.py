@@ -183,7 +183,7 @@ def load_model(
         config = AutoConfig.from_pretrained(location)
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
-    adapter_for(config.model_type)  # fail fast, before loading weights
+    adapter_for(config)  # fail fast, before loading weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModelForCausalLM.from_pretrained(
@@ -206,9 +206,11 @@ def wrap_model(
 ) -> LoadedModel:
     """A LoadedModel around an already built model (tests build tiny ones from configs)."""
     config = model.config
-    adapter = adapter_for(config.model_type)
+    adapter = adapter_for(config)
     if getattr(config, "_attn_implementation", "eager") != "eager":
         model.set_attn_implementation("eager")
+    geometry = adapter.geometry(config)
+    adapter.check(model, geometry)
     max_positions = getattr(config, "n_positions", None) or getattr(
         config, "max_position_embeddings", None
     )
@@ -217,7 +219,7 @@ def wrap_model(
         model=model.eval(),
         tokenizer=tokenizer,
         adapter=adapter,
-        geometry=adapter.geometry(config),
+        geometry=geometry,
         fingerprint=fingerprint,
         max_positions=max_positions,
     )
