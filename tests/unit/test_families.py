@@ -20,7 +20,7 @@ from model_worker.analysis.contributions import head_outputs
 from model_worker.analyze import analyze, final_projector
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.experiments.job import run_experiment
-from model_worker.interventions import zero_heads
+from model_worker.interventions import positionless_heads, zero_heads
 from model_worker.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 
@@ -199,6 +199,58 @@ def test_zeroing_a_head_equals_removing_its_slice(family: LoadedModel) -> None:
     assert not close(zeroed.logits, cache.logits)
 
 
+@contextmanager
+def without_positions(loaded: LoadedModel) -> Iterator[None]:
+    """The model with its positional signal neutralised: rotary cos = 1, sin = 0 (GPT-J's
+    [sin | cos] table likewise), learned position embeddings zero."""
+    saved: list[tuple[Tensor, Tensor]] = []
+    handles = []
+
+    def identity(_m: nn.Module, _args: Any, out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        return torch.ones_like(out[0]), torch.zeros_like(out[1])
+
+    with torch.no_grad():
+        for module in loaded.model.modules():
+            if type(module).__name__.endswith("RotaryEmbedding"):
+                handles.append(module.register_forward_hook(identity))
+            table = getattr(module, "embed_positions", None)
+            if isinstance(table, Tensor):
+                saved.append((table, table.clone()))
+                half = table.shape[-1] // 2
+                table[..., :half], table[..., half:] = 0.0, 1.0
+        if loaded.adapter.spec.pos_embed:
+            weight = loaded.model.get_submodule(loaded.adapter.spec.pos_embed).weight
+            saved.append((weight, weight.clone()))
+            weight.zero_()
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        with torch.no_grad():
+            for tensor, value in saved:
+                tensor.copy_(value)
+
+
+def test_positionless_heads_are_the_models_attention_without_positions(
+    family: LoadedModel,
+) -> None:
+    """With the positions neutralised in the model itself, the recomputed position-free heads
+    (the adapter's q/k/v with q/k norms, scaling, soft-cap, sliding window) equal its own z;
+    with positions they differ. Checks project_qkv and the attention parameters per family."""
+    heads = [(1, 0), (2, 3)]
+    cache, _ = capture(family)
+    with positionless_heads(family, heads):
+        moved = capture(family)[0]
+    assert not close(moved.z[1], cache.z[1])
+    with without_positions(family):
+        plain = capture(family)[0]
+        with positionless_heads(family, heads):
+            free = capture(family)[0]
+    assert close(free.z, plain.z)
+    assert not close(plain.z, cache.z)
+
+
 def test_bad_weights_are_a_clear_load_error(family: LoadedModel) -> None:
     """A checkpoint whose head count does not match its weights: ModelLoadError at wrap time."""
     from model_worker.errors import ModelLoadError
@@ -214,10 +266,9 @@ def test_bad_weights_are_a_clear_load_error(family: LoadedModel) -> None:
         config.num_attention_heads = original
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
 def test_every_experiment_runs(name: str, tmp_path: Path) -> None:
-    """Each experiment end to end on a tiny dataset (n = 2, one batch)."""
+    """Each experiment end to end on a tiny dataset (n = 2, one batch: about a second)."""
     from tests.unit.test_experiments import tiny_csv
 
     loaded = tiny_family(name)
