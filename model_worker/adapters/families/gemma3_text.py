@@ -1,4 +1,8 @@
-"""Gemma 3 (text): Gemma 2's block with per-head q/k norms, local/global sliding layers."""
+"""Gemma 3 (text): Gemma 2's block with per-head q/k norms, local/global sliding layers.
+
+transformers 5.23's Gemma 3 attention ignores `attn_logit_softcapping` (stored, never passed to
+the attention function), so no attention soft-cap here; the tiny config sets one to prove it.
+"""
 
 from model_worker.adapters.families._bases import LLAMA_LIKE, TINY_GQA
 from model_worker.adapters.spec import FamilySpec
@@ -13,7 +17,8 @@ SPEC = FamilySpec(
         "query_pre_attn_scalar": 16,
         "sliding_window": 8,
         "sliding_window_pattern": 2,
-        "final_logit_softcapping": 3.0,
+        "attn_logit_softcapping": 0.1,
+        "final_logit_softcapping": 0.5,
     },
     norm_offset=1.0,
     embed_scale="sqrt_d_model",
@@ -21,7 +26,6 @@ SPEC = FamilySpec(
     mlp_post_norm="post_feedforward_layernorm",
     q_norm="self_attn.q_norm",
     k_norm="self_attn.k_norm",
-    attn_softcap_key="attn_logit_softcapping",
     final_softcap_key="final_logit_softcapping",
     sliding_window=True,
     **LLAMA_LIKE,
