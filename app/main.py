@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app import security
 from app.backend import Backend, BackendError
-from app.routes import analyses, auth, experiments, figures, health, pages, panels
+from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
 from app.security.redact import redact
 from app.security.responses import error_response
 from app.settings import Settings, get_settings
@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(figures.router)
     app.include_router(auth.router)
     app.include_router(experiments.router)
+    app.include_router(families.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -283,3 +283,12 @@ def test_every_experiment_runs(name: str, tmp_path: Path) -> None:
         result = run_experiment(loaded, request, batch_size=16)
         assert result.metrics and all(isinstance(v, float) for v in result.metrics.values())
         assert result.figures and all(svg.startswith("<svg") for svg in result.figures.values())
+
+
+def test_a_family_cannot_be_registered_without_its_tiny_test_config() -> None:
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="needs a tiny test config"):
+        replace(REGISTRY["llama"], tiny={})
+    with pytest.raises(ValueError, match="fused qkv layout needs qkv only"):
+        replace(REGISTRY["llama"], qkv_layout="fused")
