@@ -8,6 +8,7 @@ separate vs fused vs per-head interleaved qkv).
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -281,6 +282,58 @@ class Adapter:
         else:  # Mistral/Mixtral: one window for every layer, from the config
             window = getattr(getattr(model, "config", None), "sliding_window", None)
         return int(window) if window else None
+
+    def _cos_sin(self, model: nn.Module, index: int, x: Tensor, positions: Tensor) -> list[Tensor]:
+        """The model's own rotary cos and sin at `positions` [B, S] → two [B, S, rotary dims]."""
+        attn = self.sub(model, index, self.spec.attn)
+        if self.spec.rotary_table_attr is not None:  # GPT-J: a [sin | cos] table, pairs repeated
+            table = getattr(attn, self.spec.rotary_table_attr).to(x.device)[positions]
+            sin, cos = table.to(x.dtype).chunk(2, dim=-1)
+            return [t.repeat_interleave(2, dim=-1) for t in (cos, sin)]
+        assert self.spec.rotary_emb is not None
+        module = model.get_submodule(self.spec.rotary_emb)
+        extra = {}
+        if "layer_type" in inspect.signature(module.forward).parameters:  # Gemma 3: per layer
+            extra["layer_type"] = attn.layer_type
+        cos, sin = module(x, positions, **extra)
+        return [cos, sin]
+
+    def rotate(
+        self, model: nn.Module, index: int, g: HeadGeometry, x: Tensor, positions: Tensor
+    ) -> Tensor:
+        """Queries or keys x [B, S, n, d] rotated as the model rotates them at `positions`
+        [B, S] (rotate_half or GPT-J pairs, on the first `rotary_dims` dims); x without rotary."""
+        dims = self.rotary_dims(model, index, g)
+        if dims == 0:
+            return x
+        cos, sin = (t[:, :, None, :dims] for t in self._cos_sin(model, index, x, positions))
+        rot, rest = x[..., :dims], x[..., dims:]
+        if self.spec.rotary == "interleaved":
+            turned = torch.stack((-rot[..., 1::2], rot[..., ::2]), dim=-1).flatten(-2)
+        else:
+            turned = torch.cat((-rot[..., dims // 2 :], rot[..., : dims // 2]), dim=-1)
+        return torch.cat((rot * cos + turned * sin, rest), dim=-1)
+
+    def pattern(
+        self, model: nn.Module, index: int, g: HeadGeometry, q: Tensor, k: Tensor
+    ) -> Tensor:
+        """Attention probabilities [B, H, S, S] from queries [B, S, H, d] and keys
+        [B, S, n_kv, d] as the model scores them: scaling, soft-cap, causal and sliding-window
+        mask (rows right-padded: no padding mask needed)."""
+        kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)], device=k.device)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k[:, :, kv]) * self.attention_scaling(
+            model, index
+        )
+        if self.attn_softcap is not None:
+            scores = self.attn_softcap * torch.tanh(scores / self.attn_softcap)
+        seq = q.shape[1]
+        query = torch.arange(seq, device=q.device)[:, None]
+        key = torch.arange(seq, device=q.device)[None, :]
+        allowed = key <= query
+        window = self.sliding_window(model, index)
+        if window is not None:
+            allowed = allowed & (query - key < window)
+        return scores.masked_fill(~allowed, torch.finfo(scores.dtype).min).softmax(-1)
 
     def position_embedding(self, model: nn.Module, seq: int) -> Tensor | None:
         """Learned absolute position embeddings W_pos[:seq] [S, D], or None."""

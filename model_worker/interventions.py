@@ -111,14 +111,6 @@ def add_to_final_residual(
         yield
 
 
-def _mask(window: int | None, seq: int, device: torch.device) -> Tensor:
-    """Allowed (query, key) pairs [S, S]: causal, and within the sliding window if any."""
-    query = torch.arange(seq, device=device)[:, None]
-    key = torch.arange(seq, device=device)[None, :]
-    allowed = key <= query
-    return allowed if window is None else allowed & (query - key < window)
-
-
 def positionless_z(loaded: LoadedModel, layer: int, heads: Sequence[int], resid: Tensor) -> Tensor:
     """z of `heads` in `layer` with attention scores free of the positional component.
 
@@ -133,17 +125,9 @@ def positionless_z(loaded: LoadedModel, layer: int, heads: Sequence[int], resid:
     positions = adapter.position_embedding(model, resid.shape[1])
     x_qk = x_v if positions is None else norm(resid - positions.to(resid.dtype))
     q, k, v = adapter.project_qkv(model, layer, g, x_qk, x_v)
-    allowed = _mask(adapter.sliding_window(model, layer), resid.shape[1], resid.device)
-    scaling, cap = adapter.attention_scaling(model, layer), adapter.attn_softcap
-    out = []
-    for head in heads:
-        kv = g.kv_head(head)
-        scores = torch.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, kv]) * scaling
-        if cap is not None:
-            scores = cap * torch.tanh(scores / cap)
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        out.append(torch.einsum("bqk,bkd->bqd", scores.softmax(-1), v[:, :, kv]))
-    return torch.stack(out, dim=2)
+    probs = adapter.pattern(model, layer, g, q, k)  # [B, H, S, S]
+    kv = [g.kv_head(head) for head in heads]
+    return torch.einsum("bhqk,bkhd->bqhd", probs[:, list(heads)], v[:, :, kv])
 
 
 @contextmanager

@@ -70,6 +70,8 @@ class FamilySpec:
     pos_embed: str | None = None  # learned absolute position embedding (added to Lin_0)
     rotary: RotaryStyle = "rotate_half"
     rotary_dims_attr: str | None = None  # attention attribute holding partial rotary dims
+    rotary_emb: str | None = None  # the model's rotary module → (cos, sin) (rotate_half)
+    rotary_table_attr: str | None = None  # attention attribute, a [sin | cos] table (GPT-J)
     scaling_attr: str = "scaling"  # attention attribute: scores = q·k · scaling
     scaling_is_divisor: bool = False  # GPT-J: scores = q·k / scale_attn
     attn_softcap_key: str | None = None  # config key: scores → c·tanh(scores / c)
@@ -89,6 +91,10 @@ class FamilySpec:
             raise ValueError(f"{self.family}: separate q/k/v need q, k and v, not qkv")
         if self.qkv_layout != "separate" and (self.qkv is None or any(separate)):
             raise ValueError(f"{self.family}: a fused qkv layout needs qkv only")
+        if self.rotary == "rotate_half" and self.rotary_emb is None:
+            raise ValueError(f"{self.family}: rotate_half rotary needs rotary_emb")
+        if self.rotary == "interleaved" and self.rotary_table_attr is None:
+            raise ValueError(f"{self.family}: interleaved rotary needs rotary_table_attr")
         if (self.q_norm is None) != (self.k_norm is None):
             raise ValueError(f"{self.family}: q_norm and k_norm go together")
 

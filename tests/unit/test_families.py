@@ -251,6 +251,26 @@ def test_positionless_heads_are_the_models_attention_without_positions(
     assert not close(plain.z, cache.z)
 
 
+def test_adapter_queries_and_keys_reproduce_the_models_attention(family: LoadedModel) -> None:
+    """The adapter's q/k (q/k norms) rotated as the model rotates them (partial, rotate_half or
+    GPT-J pairs), scored with its scaling, soft-cap and windows, give the model's own pattern;
+    and W_Q x̂ + b_Q is the query before any q-norm (the reverse-projection weights)."""
+    cache, ids = capture(family)
+    adapter, g, model = family.adapter, family.geometry, family.model
+    positions = torch.arange(ids.shape[1])[None]
+    with torch.no_grad():
+        for layer in range(g.n_layers):
+            x = cache.normalized[layer]
+            q, k, v = adapter.project_qkv(model, layer, g, x, x)
+            assert close(v, cache.v[layer])
+            if adapter.spec.q_norm is None:
+                weights = adapter.qkv(model, layer, g)
+                assert close(torch.einsum("bsd,hde->bshe", x, weights.w_q) + weights.b_q, q)
+                assert close(torch.einsum("bsd,hde->bshe", x, weights.w_k) + weights.b_k, k)
+            q, k = (adapter.rotate(model, layer, g, t, positions) for t in (q, k))
+            assert close(adapter.pattern(model, layer, g, q, k), cache.pattern[layer])
+
+
 def test_bad_weights_are_a_clear_load_error(family: LoadedModel) -> None:
     """A checkpoint whose head count does not match its weights: ModelLoadError at wrap time."""
     from model_worker.errors import ModelLoadError

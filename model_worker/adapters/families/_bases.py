@@ -29,4 +29,5 @@ LLAMA_LIKE: dict[str, Any] = {
     "mlp": "mlp",
     "ln_attn": "input_layernorm",
     "norm": "rms",
+    "rotary_emb": "model.rotary_emb",
 }

@@ -28,5 +28,6 @@ SPEC = FamilySpec(
     ln_attn="input_layernorm",
     norm="layer",
     parallel="use_parallel_residual",
+    rotary_emb="gpt_neox.rotary_emb",
     rotary_dims_attr="rotary_ndims",
 )

@@ -21,6 +21,7 @@ SPEC = FamilySpec(
     norm="layer",
     parallel=True,
     rotary="interleaved",
+    rotary_table_attr="embed_positions",
     rotary_dims_attr="rotary_dim",
     scaling_attr="scale_attn",
     scaling_is_divisor=True,

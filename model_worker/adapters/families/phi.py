@@ -30,5 +30,6 @@ SPEC = FamilySpec(
     parallel=True,
     q_norm="self_attn.q_layernorm",
     k_norm="self_attn.k_layernorm",
+    rotary_emb="model.rotary_emb",
     rotary_dims_attr="rotary_ndims",
 )
