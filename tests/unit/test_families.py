@@ -286,6 +286,22 @@ def test_bad_weights_are_a_clear_load_error(family: LoadedModel) -> None:
         config.num_attention_heads = original
 
 
+def test_batched_experiment_increases_equal_analyze(family: LoadedModel) -> None:
+    """The experiments' batched fixed-mode head increases (post-norm scale, soft-cap) equal
+    analyze()'s for each right-padded row."""
+    from model_worker.datasets import build_prompts
+    from model_worker.experiments.batching import prepare, run_prompts
+    from tests.unit.test_experiments import TINY
+
+    items = prepare(family, build_prompts(TINY, 3, seed=3, variant="imbalanced"))
+    for run in run_prompts(family, items, batch_size=3, increases="all"):
+        result = analyze(family, run.item.prompt.text, target=run.item.prompt.true_label)
+        assert run.increases is not None
+        for head in result.heads:
+            expected = pytest.approx(head.increase, rel=1e-4, abs=2e-5)
+            assert run.increases[head.layer, head.head] == expected
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_every_experiment_runs(name: str, tmp_path: Path) -> None:
     """Each experiment end to end on a tiny dataset (n = 2, one batch: about a second)."""
