@@ -19,6 +19,7 @@ from app.settings import Settings
 from model_worker.adapters import DECLARED_FAMILY_KEY, REGISTRY, spec_for
 from model_worker.cli import app
 from model_worker.errors import UnsupportedModelError
+from tests.integration.test_cli_analyze import _error
 from tests.tiny_models import tiny_family, tiny_llama
 
 runner = CliRunner()
@@ -61,14 +62,6 @@ def test_the_catalog_imports_no_torch() -> None:
     code = "import sys, app.routes.families; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
-
-
-def _error(args: list[str]) -> str:
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("model_type", ["bert", "not_a_model_type"])
