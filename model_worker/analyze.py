@@ -277,7 +277,8 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     for layer, head in heads:
         x_hat = c.normalized[layer, 0, last, None, None]  # [1, 1, D]
         with torch.inference_mode():  # the model's real query: after any q-norm, before rotary
-            query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head].float()
+            query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
+        query = query.to(x_hat.device, torch.float32)  # layers may sit on several devices
         queries.append(w_k[layer][int(kv[head])].to(query.device) @ query)  # W_K^T q, [D]
     layers = list(w_o)
     prior = torch.stack(
