@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from model_worker.adapters import spec_for
-from model_worker.adapters.spec import FamilySpec, RotaryStyle
+from model_worker.adapters.spec import FamilySpec
 from model_worker.analysis.projection import FinalNorm
 from model_worker.errors import ModelLoadError
 
@@ -86,11 +86,6 @@ class Adapter:
     @property
     def family(self) -> str:
         return self.spec.family
-
-    @property
-    def rotary(self) -> RotaryStyle:
-        """How positions enter attention: none, rotate_half (Llama/NeoX) or interleaved (GPT-J)."""
-        return self.spec.rotary
 
     @property
     def value_module(self) -> str:

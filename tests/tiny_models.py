@@ -139,7 +139,7 @@ def tiny_family(family: str, seed: int = 0) -> LoadedModel:
         pad_token_id=0,
         bos_token_id=0,
         eos_token_id=0,
-        **{k: v for k, v in spec.tiny.items() if k not in ("pad_token_id",)},
+        **spec.tiny,
         **{k: 0.0 for k in DROPOUTS},
     )
     model = AutoModelForCausalLM.from_config(

@@ -8,7 +8,7 @@ and never branches on a family name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 #: How W_Q, W_K, W_V are stored: three modules; one module with blocks [q | k | v] (GPT-2,
@@ -80,8 +80,6 @@ class FamilySpec:
     sliding_window: bool = False  # some layers attend within a window (config `sliding_window`)
     moe: bool = False
     real_checkpoints: tuple[str, ...] = ()  # real weights the test suite also checks
-    notes: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.tiny:

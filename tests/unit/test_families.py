@@ -271,6 +271,18 @@ def test_adapter_queries_and_keys_reproduce_the_models_attention(family: LoadedM
             assert close(adapter.pattern(model, layer, g, q, k), cache.pattern[layer])
 
 
+def test_the_declared_block_shape_is_the_models(family: LoadedModel) -> None:
+    """Parallel blocks: the FFN reads Lin, so zeroing every head of a layer leaves its FFN
+    output unchanged; sequential blocks: the FFN reads Lin + attn and changes."""
+    cache, _ = capture(family)
+    layer = 1
+    with zero_heads(family, [(layer, h) for h in range(family.geometry.n_heads)]):
+        zeroed = capture(family)[0]
+    assert close(zeroed.resid_pre[layer], cache.resid_pre[layer])
+    same_ffn = close(zeroed.mlp_out[layer], cache.mlp_out[layer])
+    assert same_ffn == family.adapter.parallel
+
+
 def test_bad_weights_are_a_clear_load_error(family: LoadedModel) -> None:
     """A checkpoint whose head count does not match its weights: ModelLoadError at wrap time."""
     from model_worker.errors import ModelLoadError

@@ -7,7 +7,7 @@ SPEC = FamilySpec(
     family="phi3",
     title="Phi-3 / Phi-4 mini",
     examples=("microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-4-mini-instruct"),
-    tiny={**TINY_GQA, "pad_token_id": 0},
+    tiny=TINY_GQA,
     **{**LLAMA_LIKE, "q": None, "k": None, "v": None},
     qkv="self_attn.qkv_proj",
     qkv_layout="fused",
