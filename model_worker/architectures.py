@@ -353,23 +353,55 @@ class Adapter:
 
     # ---- checks -------------------------------------------------------------------------------
 
+    def _in_out_shape(self, module: nn.Module) -> tuple[int, int]:
+        """(in, out) widths of a projection, read from its weight's shape (no copy)."""
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, Tensor) or weight.dim() != 2:
+            raise ValueError(f"{type(module).__name__} has no 2-d weight")
+        rows, cols = weight.shape
+        return (rows, cols) if self.spec.weight_layout == "conv1d" else (cols, rows)
+
+    def _expected_shapes(self, g: HeadGeometry) -> dict[str, tuple[int, int]]:
+        """(in, out) of every projection of one layer, as the config's geometry implies."""
+        spec, q, kv = self.spec, g.n_heads * g.d_head, g.n_kv_heads * g.d_head
+        shapes = {spec.out_proj: (q, g.d_model)}
+        if spec.qkv_layout == "separate":
+            assert spec.q and spec.k and spec.v
+            shapes |= {spec.q: (g.d_model, q), spec.k: (g.d_model, kv), spec.v: (g.d_model, kv)}
+        else:
+            assert spec.qkv
+            width = 3 * q if spec.qkv_layout == "per_head" else q + 2 * kv
+            shapes[spec.qkv] = (g.d_model, width)
+        return shapes
+
     def check(self, model: nn.Module, g: HeadGeometry) -> None:
-        """Raise ModelLoadError (one line) when the modules or weight shapes do not match the
-        geometry the config states, before any analysis runs."""
+        """Raise ModelLoadError (one line) when modules are missing or weight shapes do not
+        match the geometry the config states, before any analysis runs (shapes only: cheap)."""
         spec = self.spec
         try:
+            if g.n_heads % g.n_kv_heads:
+                raise ValueError("num_attention_heads is not a multiple of num_key_value_heads")
+            expected = self._expected_shapes(g)
             for index in range(g.n_layers):
-                weights = self.qkv(model, index, g)
-                self.w_o(model, index, g)
-                if weights.w_k.shape[0] != g.n_kv_heads or weights.w_v.shape[0] != g.n_kv_heads:
-                    raise ValueError("K/V heads do not match num_key_value_heads")
-                for name in filter(None, (spec.ln_attn, spec.attn_post_norm, spec.mlp)):
+                for name, shape in expected.items():
+                    got = self._in_out_shape(self.sub(model, index, name))
+                    if got != shape:
+                        raise ValueError(
+                            f"layer {index} {name} maps {got[0]}→{got[1]}, "
+                            f"the config implies {shape[0]}→{shape[1]}"
+                        )
+                for name in filter(None, (spec.attn, spec.ln_attn, spec.attn_post_norm, spec.mlp)):
                     self.sub(model, index, name)
-            norm = self.final_norm(model)
-            w_u, _ = self.unembedding(model)
-            if norm.weight.shape != (g.d_model,) or w_u.shape[1] != g.d_model:
+            norm = getattr(model.get_submodule(spec.final_norm), "weight", None)
+            unembed = getattr(model.get_submodule(spec.unembed), "weight", None)
+            if (
+                not isinstance(norm, Tensor)
+                or not isinstance(unembed, Tensor)
+                or norm.shape != (g.d_model,)
+                or unembed.shape[1] != g.d_model
+            ):
                 raise ValueError("final norm or unembedding width differs from hidden_size")
-        except (AttributeError, RuntimeError, ValueError, TypeError) as exc:
+        except (AttributeError, ValueError) as exc:
             raise ModelLoadError(
                 f"{spec.family} checkpoint does not match its config ({g.n_layers} layers, "
                 f"{g.n_heads} heads of {g.d_head}, {g.n_kv_heads} K/V heads, d_model "
