@@ -6,9 +6,12 @@ and `icl-heads models` use too.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
+from app.security.openapi import ERROR_REF
 from model_worker.adapters import catalog, spec_for
 from model_worker.errors import UnsupportedModelError
 
@@ -29,7 +32,15 @@ class Family(BaseModel):
     verified: Verified
 
 
-@router.get("/api/families")
+UNSUPPORTED: dict[int | str, dict[str, Any]] = {
+    422: {
+        "description": "The model_type is not supported (the message names the supported ones)",
+        "content": {"application/json": {"schema": ERROR_REF}},
+    }
+}
+
+
+@router.get("/api/families", responses=UNSUPPORTED)
 def families(model_type: str | None = None) -> list[Family]:
     """Every supported family; with `?model_type=…` only that one, or 422 naming the supported
     ones when it is not supported."""
