@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.backend import Backend
+from app.security.rate_limit import client_key
 from app.settings import Settings
 
 
@@ -20,5 +21,11 @@ async def get_app_settings(request: Request) -> Settings:
     return settings
 
 
+async def get_client(request: Request) -> str:
+    """Who is asking (the address the rate limits key on): per-client shares of the queue."""
+    return client_key(request.scope)
+
+
 BackendDep = Annotated[Backend, Depends(get_backend)]
+ClientDep = Annotated[str, Depends(get_client)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]

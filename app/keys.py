@@ -63,6 +63,11 @@ def claim_key(job_id: str) -> str:
     return f"{PREFIX}:claim:{job_id}"
 
 
+def client_jobs_key(client: str) -> str:
+    """The jobs one client has submitted and may still be waiting for (a sorted set)."""
+    return f"{PREFIX}:client:{hashlib.sha256(client.encode()).hexdigest()[:16]}"
+
+
 def worker_key(name: str) -> str:
     """A worker's heartbeat: its model, weights fingerprint and current job (expires if silent)."""
     return f"{PREFIX}:worker:{name}"

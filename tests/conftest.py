@@ -20,3 +20,11 @@ def smollm2() -> LoadedModel:
     from model_worker.loading import load_model
 
     return load_model(device="cpu", dtype="float32")
+
+
+@pytest.fixture(autouse=True)
+def private_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test's durable store (ICL_DATA_DIR) is its own: results never leak between tests."""
+    monkeypatch.setenv("ICL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
