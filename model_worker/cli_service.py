@@ -67,10 +67,11 @@ def serve(
 
     from app.main import create_app
     from app.security.bind import enforce_bind
+    from app.timeouts import server_config
 
     settings = _settings(host=host, port=port)
     enforce_bind(settings.host, settings, insecure)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.Server(server_config(create_app(settings), settings, log_level="info")).run()
 
 
 def register(app: typer.Typer) -> None:
