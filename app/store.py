@@ -73,13 +73,20 @@ class ResultStore:
 
     def _run(self, statement: str, params: Sequence[Any] = (), fetch: bool = False) -> list[Any]:
         """Execute and commit; reconnect once if the connection broke."""
+        return self._transaction([(statement, params)], fetch)
+
+    def _transaction(
+        self, statements: list[tuple[str, Sequence[Any]]], fetch: bool = False
+    ) -> list[Any]:
+        """Execute `statements` in one transaction (the last one's rows if `fetch`)."""
         with self._lock:
             for attempt in (1, 2):
                 try:
                     if self._connection is None:
                         self._connection = self._connect()
                     cursor = self._connection.cursor()
-                    cursor.execute(self._sql(statement), tuple(params))
+                    for statement, params in statements:
+                        cursor.execute(self._sql(statement), tuple(params))
                     rows = cursor.fetchall() if fetch else []
                     self._connection.commit()
                     return rows
@@ -124,17 +131,21 @@ class ResultStore:
         return [StoredJob(*row) for row in rows]
 
     def save(self, job_id: str, parts: Parts) -> None:
-        """Keep a finished result's parts (written once: results never change)."""
-        for name, data in parts.items():
-            self._run(
-                "INSERT INTO icl_parts (job_id, name, data) VALUES (?, ?, ?) "
-                "ON CONFLICT (job_id, name) DO NOTHING",
-                (job_id, name, data),
-            )
-        self._run(
-            "UPDATE icl_jobs SET state = ?, error = NULL, finished_at = ? WHERE id = ?",
-            (DONE, time.time(), job_id),
+        """Keep a finished result's parts, all at once (written once: results never change)."""
+        insert = (
+            "INSERT INTO icl_parts (job_id, name, data) VALUES (?, ?, ?) "
+            "ON CONFLICT (job_id, name) DO NOTHING"
         )
+        statements: list[tuple[str, Sequence[Any]]] = [
+            (insert, (job_id, name, data)) for name, data in parts.items()
+        ]
+        statements.append(
+            (
+                "UPDATE icl_jobs SET state = ?, error = NULL, finished_at = ? WHERE id = ?",
+                (DONE, time.time(), job_id),
+            )
+        )
+        self._transaction(statements)
 
     def fail(self, job_id: str, error: str) -> None:
         """Record why a pending job failed."""

@@ -1,0 +1,76 @@
+"""Redis mode: the per-request budget and each client's share of the queue, step by step
+(a fake live worker: jobs stay queued)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.backend import BackendError, JobStatus
+from app.contracts import AnalysisRequest, ExperimentRequest
+from app.keys import tokenizer_key
+from app.queue.backend import RedisBackend
+from model_worker.loading import LoadedModel
+
+pytestmark = pytest.mark.redis
+
+
+def limited(backend: RedisBackend, **limits: int) -> RedisBackend:
+    backend._settings = backend._settings.model_copy(update=limits)
+    return backend
+
+
+def prompt(n: int) -> AnalysisRequest:
+    return AnalysisRequest(prompt=f"cat{n} : foo dog : bar cat{n} :")
+
+
+def test_one_client_cannot_fill_the_queue(backend: RedisBackend) -> None:
+    limited(backend, client_queued_jobs=3)
+    for n in range(3):
+        assert backend._submit(prompt(n), "10.0.0.1").status == JobStatus.QUEUED
+    with pytest.raises(BackendError) as refused:
+        backend._submit(prompt(3), "10.0.0.1")
+    assert refused.value.status == 429 and refused.value.retry_after
+    assert "3 analyses queued or running" in str(refused.value)
+    assert "ICL_CLIENT_QUEUED_JOBS" in str(refused.value)
+    # the same request again is the same job: no new share taken
+    assert backend._submit(prompt(0), "10.0.0.1").status == JobStatus.QUEUED
+    # others still get in
+    assert backend._submit(prompt(3), "10.0.0.2").status == JobStatus.QUEUED
+
+
+def test_a_finished_job_gives_its_share_back(backend: RedisBackend) -> None:
+    limited(backend, client_queued_jobs=1)
+    first = backend._submit(prompt(0), "10.0.0.1")
+    with pytest.raises(BackendError):
+        backend._submit(prompt(1), "10.0.0.1")
+    backend._redis.hset(f"rq:job:{first.id}", "status", "finished")
+    assert backend._submit(prompt(1), "10.0.0.1").status == JobStatus.QUEUED
+
+
+def test_experiments_have_their_own_smaller_share(backend: RedisBackend) -> None:
+    limited(backend, client_experiments=1)
+    backend._submit(ExperimentRequest(name="heads", dataset="sentiment-number", n=5), "c")
+    with pytest.raises(BackendError) as refused:
+        backend._submit(ExperimentRequest(name="heads", dataset="sentiment-number", n=6), "c")
+    assert refused.value.status == 429 and "ICL_CLIENT_EXPERIMENTS" in str(refused.value)
+    assert backend._submit(prompt(0), "c").status == JobStatus.QUEUED  # analyses still pass
+
+
+def test_the_budget_is_checked_at_submission(
+    backend: RedisBackend, tiny_model: LoadedModel
+) -> None:
+    """With the worker's tokenizer published, an over-budget request is a 422 at once."""
+    limited(backend, max_analysis_cost=2_000)
+    tokenizer = tiny_model.tokenizer.backend_tokenizer.to_str()
+    backend._redis.set(tokenizer_key("f" * 16), tokenizer)
+    big = AnalysisRequest(prompt="cat : foo dog : bar cat :", top_k_heads=12, top_k_tokens=20)
+    with pytest.raises(BackendError) as refused:
+        backend._submit(big, "c")
+    assert refused.value.status == 422 and "lower top_k_heads to" in str(refused.value)
+    small = big.model_copy(update={"top_k_heads": 1, "top_k_tokens": 5})
+    assert backend._submit(small, "c").status == JobStatus.QUEUED
+    with pytest.raises(BackendError) as too_many:
+        limited(backend, max_experiment_n=10)._submit(
+            ExperimentRequest(name="heads", dataset="sentiment-number", n=11), "c"
+        )
+    assert too_many.value.status == 422 and "lower n" in str(too_many.value)
