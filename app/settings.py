@@ -82,7 +82,7 @@ class Settings(BaseSettings):
         10.0, gt=0, description="A client must send a request's headers within this time."
     )
     body_timeout_s: float = Field(
-        30.0, gt=0, description="Longest pause while a client sends a request's body (408)."
+        60.0, gt=0, description="Time a client has to send a request's body (then 408)."
     )
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from model_worker.loading import LoadedModel
 from tests.tiny_models import tiny_gpt2, tiny_llama
+
+# The durable store of apps built outside a test (module fixtures) is a throwaway folder too.
+os.environ["ICL_DATA_DIR"] = tempfile.mkdtemp(prefix="icl-test-data-")
 
 
 @pytest.fixture(scope="session", params=["gpt2", "llama"])
