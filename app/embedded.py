@@ -24,7 +24,7 @@ from app.contracts import AnalysisRequest, ExperimentRequest
 from app.keys import analysis_job_id, experiment_job_id, is_experiment
 from app.result_parts import Parts, result_parts, size
 from app.settings import Settings
-from app.store import DONE, FAILED, PENDING, ResultStore, StoreError, open_store
+from app.store import DONE, FAILED, PENDING, ResultStore, StoredJob, StoreError, open_store
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -268,28 +268,21 @@ class EmbeddedBackend(PartsReader):
         if stored.state == FAILED:
             return JobState(id=job_id, status=JobStatus.FAILED, error=stored.error)
         if stored.state == PENDING and recover:  # accepted by an earlier process: run it again
-            return await self._recompute(stored.id, stored.kind, stored.fingerprint, stored.request)
+            return await self._recompute(stored)
         return None
 
-    async def _recompute(
-        self, job_id: str, kind: str, fingerprint: str, request_json: str
-    ) -> JobState:
+    async def _recompute(self, stored: StoredJob) -> JobState:
         """Queue a stored request again under its id (its result was lost or never made)."""
         loaded = await self._loaded()
-        if fingerprint != loaded.fingerprint:
+        if stored.fingerprint != loaded.fingerprint:
             return JobState(
-                id=job_id,
+                id=stored.id,
                 status=JobStatus.FAILED,
                 error=f"this job was accepted for other weights of {self.default_model!r} "
-                f"(fingerprint {fingerprint}, now {loaded.fingerprint}); submit it again",
+                f"(fingerprint {stored.fingerprint}, now {loaded.fingerprint}); submit it again",
             )
-        request: AnalysisRequest | ExperimentRequest = (
-            ExperimentRequest.model_validate_json(request_json)
-            if kind == "experiment"
-            else AnalysisRequest.model_validate_json(request_json)
-        )
-        log.info("recomputing %s from its stored request", job_id)
-        return await self._enqueue(job_id, request, loaded, None)
+        log.info("recomputing %s from its stored request", stored.id)
+        return await self._enqueue(stored.id, stored.parsed_request(), loaded, None)
 
     async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
         parts = self._memory.get(job_id)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from app.contracts import AnalysisRequest, ExperimentRequest
 from app.result_parts import Parts
 from app.settings import Settings
 
@@ -37,6 +38,12 @@ class StoredJob(NamedTuple):
     state: str
     error: str | None
     created_at: float
+
+    def parsed_request(self) -> AnalysisRequest | ExperimentRequest:
+        """The request as it was accepted."""
+        if self.kind == "experiment":
+            return ExperimentRequest.model_validate_json(self.request)
+        return AnalysisRequest.model_validate_json(self.request)
 
 
 def _schema(blob: str) -> list[str]:
@@ -120,12 +127,12 @@ class ResultStore:
         )
         return StoredJob(*rows[0]) if rows else None
 
-    def pending(self, limit: int = 100) -> list[StoredJob]:
-        """Accepted jobs without a result or a failure yet, oldest first."""
+    def pending(self, limit: int = 100, since: float = 0.0) -> list[StoredJob]:
+        """Accepted jobs (after `since`) without a result or a failure yet, newest first."""
         rows = self._run(
             "SELECT id, kind, model, fingerprint, request, state, error, created_at "
-            "FROM icl_jobs WHERE state = ? ORDER BY created_at LIMIT ?",
-            (PENDING, limit),
+            "FROM icl_jobs WHERE state = ? AND created_at > ? ORDER BY created_at DESC LIMIT ?",
+            (PENDING, since, limit),
             fetch=True,
         )
         return [StoredJob(*row) for row in rows]

@@ -416,12 +416,8 @@ class RedisBackend(PartsReader):
                 status=JobStatus.FAILED,
                 error=f"this job of model {stored.model!r} was lost by the queue and {why}",
             )
-        request: AnalysisRequest | ExperimentRequest = (
-            ExperimentRequest.model_validate_json(stored.request)
-            if stored.kind == "experiment"
-            else AnalysisRequest.model_validate_json(stored.request)
-        )
         log.warning("job %s was lost by the queue: enqueued again", stored.id)
+        request = stored.parsed_request()
         return self._enqueue(stored.id, request, stored.model, stored.fingerprint, same, None)
 
     async def maintain(self) -> None:
@@ -430,7 +426,8 @@ class RedisBackend(PartsReader):
         await self._call(self._maintain)
 
     def _maintain(self) -> None:
-        for stored in self._store.pending(SWEEP_BATCH):
+        since = time.time() - self._settings.result_ttl_s  # older ones wait for a poll
+        for stored in self._store.pending(SWEEP_BATCH, since):
             try:
                 self._status(stored.id)
             except BackendError:  # e.g. a twin enqueuing it right now: next pass
