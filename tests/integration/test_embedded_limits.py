@@ -3,6 +3,7 @@ result memory bounded in bytes, and results and accepted jobs that outlive the p
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -10,12 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.embedded import EmbeddedBackend
 from app.main import create_app
 from app.settings import Settings
 from tests.integration.test_api_embedded import wait_done
+from tests.integration.worker_entry import install_fake_experiment
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 
@@ -126,3 +129,21 @@ def test_a_restart_keeps_results_and_computes_accepted_jobs(tmp_path: Path) -> N
         lost = wait_done(second, accepted.json()["id"])
         assert lost["status"] == "done" and lost["result"]["prompt"] == body(7)["prompt"]
         assert time.monotonic() - started < 60
+
+
+def test_an_experiment_permalink_outlives_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "model_worker.experiments.job", None)
+    install_fake_experiment()
+    settings = settings_for(tmp_path)
+    experiment = {"name": "accuracy", "dataset": "sentiment-number", "n": 4}
+    with serving(settings) as first:
+        job_id = first.post("/api/experiments", json=experiment).json()["id"]
+        done = wait_done(first, job_id)
+        assert done["status"] == "done"
+    with serving(settings) as second:
+        assert second.get(f"/api/analyses/{job_id}").json() == done
+        page = second.get(f"/e/{job_id}")
+        assert page.status_code == 200 and "accuracy" in page.text
+        assert second.get(f"/e/{job_id}/download/report.md").status_code == 200
