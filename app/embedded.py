@@ -93,7 +93,9 @@ class EmbeddedBackend(PartsReader):
         self._store = store or open_store(settings)
         self._jobs: OrderedDict[str, JobState] = OrderedDict()  # queued, running, failed
         self._memory = PartsMemory(settings.result_memory_bytes)
-        self._pending: list[str] = []
+        self._pending: list[str] = []  # queued jobs, in the order they will run
+        self._works: dict[str, Work] = {}  # what each queued job runs
+        self._ahead: set[str] = set()  # queued jobs of clients that had nothing else queued
         self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
         self._tokenizer: PreTrainedTokenizerBase | None = None
 
@@ -216,17 +218,37 @@ class EmbeddedBackend(PartsReader):
                 loaded.fingerprint,
                 request.model_dump_json(),
             )
+        ahead = client is not None and client not in self._owners.values()
+        if client is not None:
             self._owners[job_id] = client
         state = JobState(id=job_id, status=JobStatus.QUEUED)
         self._set(state)
-        self._pending.append(job_id)
-        self._executor.submit(self._run, job_id, self._work(loaded, request))
-        return state.model_copy(update={"position_in_queue": len(self._pending) - 1})
+        position = self._place(job_id, ahead)
+        self._works[job_id] = self._work(loaded, request)
+        self._executor.submit(self._run_next)
+        return state.model_copy(update={"position_in_queue": position})
+
+    def _place(self, job_id: str, ahead: bool) -> int:
+        """Queue `job_id`; its position. A job of a client with nothing else queued or running
+        goes ahead of the backlogs of clients with many (after earlier such jobs), so one
+        client's bulk submissions never stand between another client and its one analysis."""
+        if not ahead:
+            self._pending.append(job_id)
+            return len(self._pending) - 1
+        position = sum(1 for other in self._pending if other in self._ahead)
+        self._ahead.add(job_id)
+        self._pending.insert(position, job_id)
+        return position
+
+    def _run_next(self) -> None:
+        """Run the job at the head of the queue (one call per enqueued job)."""
+        job_id = self._pending.pop(0)
+        self._ahead.discard(job_id)
+        self._run(job_id, self._works.pop(job_id))
 
     def _run(self, job_id: str, work: Work) -> None:
         from model_worker.jobs import failure_message
 
-        self._pending.remove(job_id)
         self._set(JobState(id=job_id, status=JobStatus.RUNNING))
 
         def progress(fraction: float, message: str) -> None:

@@ -237,9 +237,9 @@ async def abuse(base_url: str, counts: Counter[str], token: str | None = TOKEN) 
     polls and walks away, re-reads whole result bodies, and holds slow-loris connections that
     drip header bytes. `counts` gathers what it was answered."""
 
-    async def flood(client: httpx.AsyncClient) -> None:
+    async def flood(client: httpx.AsyncClient, lane: int) -> None:
         prompts = distinct_prompts(4000, seed=50_000)
-        for n in range(10**9):  # ~40 tokens, every head detailed, 50 tokens per view
+        for n in range(lane, 10**9, 4):  # ~40 tokens, every head detailed, 50 tokens per view
             heavy = {"prompt": prompts[n % 4000][:-1] * 3 + ":", "top_k_heads": 12}
             heavy["top_k_tokens"] = 50
             try:
@@ -290,7 +290,7 @@ async def abuse(base_url: str, counts: Counter[str], token: str | None = TOKEN) 
     port = int(base_url.rsplit(":", 1)[1])
     async with client_from(base_url, ABUSER, token, connections=64) as client:
         await asyncio.gather(
-            *(flood(client) for _ in range(4)),
+            *(flood(client, lane) for lane in range(4)),
             *(walk_away(client) for _ in range(4)),
             reread(client),
             *(slow_loris(port) for _ in range(50)),

@@ -201,15 +201,18 @@ class RedisBackend(PartsReader):
                     status=429,
                     retry_after=self._retry_after(queued, beats),
                 )
+            ahead = False  # a client with nothing else queued or running goes first
             if client is not None:
                 limit = (
                     self._settings.client_experiments
                     if experiment
                     else self._settings.client_queued_jobs
                 )
-                refusal = client_limit(experiment, self._active(client, experiment), limit)
+                active = self._active(client)
+                refusal = client_limit(experiment, active[experiment], limit)
                 if refusal is not None:
                     raise refusal
+                ahead = not any(active.values())
             kind = "experiment" if experiment else "analysis"
             self._store.remember(job_id, kind, model, fingerprint, request.model_dump_json())
             if known is not None:  # a failed earlier attempt: start afresh
@@ -228,6 +231,7 @@ class RedisBackend(PartsReader):
                 retry=JobRetry(max=1),
                 meta={"model": model},
                 description=f"{'experiment' if experiment else 'analysis'} on {model}",
+                at_front=ahead,
             )
             if client is not None:
                 with self._redis.pipeline(transaction=False) as pipe:
@@ -238,12 +242,13 @@ class RedisBackend(PartsReader):
             self._redis.delete(claim_key(job_id))
         return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=job.get_position())
 
-    def _active(self, client: str, experiment: bool) -> int:
-        """How many of `client`'s jobs of this kind are queued or running; forgets the rest."""
+    def _active(self, client: str) -> dict[bool, int]:
+        """How many of `client`'s jobs are queued or running, by kind (True: experiments);
+        forgets the rest."""
         key = client_jobs_key(client)
         ids = [_text(member) for member in self._redis.zrange(key, 0, -1)]
         if not ids:
-            return 0
+            return {True: 0, False: 0}
         with self._redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hget(Job.key_for(job_id), "status")
@@ -252,7 +257,9 @@ class RedisBackend(PartsReader):
         ended = [i for i, st in zip(ids, states, strict=True) if _text(st) not in waiting]
         if ended:
             self._redis.zrem(key, *ended)
-        return sum(1 for i in ids if i not in ended and is_experiment(i) == experiment)
+        waiting_ids = [i for i in ids if i not in ended]
+        experiments = sum(1 for i in waiting_ids if is_experiment(i))
+        return {True: experiments, False: len(waiting_ids) - experiments}
 
     def _claim(self, job_id: str) -> bool:
         """Take the enqueue lock of `job_id`. Its value is a token of ours: when redis-py retries

@@ -147,3 +147,15 @@ def test_an_experiment_permalink_outlives_the_process(
         page = second.get(f"/e/{job_id}")
         assert page.status_code == 200 and "accuracy" in page.text
         assert second.get(f"/e/{job_id}/download/report.md").status_code == 200
+
+
+def test_a_client_with_nothing_queued_goes_ahead_of_a_backlog(tmp_path: Path) -> None:
+    with serving(settings_for(tmp_path)) as bulk, busy(bulk):
+        positions = [bulk.post("/api/analyses", json=body(n)).json() for n in range(4)]
+        assert [p["position_in_queue"] for p in positions] == [0, 1, 2, 3]
+        first = TestClient(bulk.app, client=("10.0.0.2", 50000))
+        second = TestClient(bulk.app, client=("10.0.0.3", 50000))
+        # behind only the bulk client's first job (it was alone when it came)
+        assert first.post("/api/analyses", json=body(8)).json()["position_in_queue"] == 1
+        assert second.post("/api/analyses", json=body(9)).json()["position_in_queue"] == 2
+        assert first.post("/api/analyses", json=body(10)).json()["position_in_queue"] == 6

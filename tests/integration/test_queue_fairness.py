@@ -74,3 +74,11 @@ def test_the_budget_is_checked_at_submission(
             ExperimentRequest(name="heads", dataset="sentiment-number", n=11), "c"
         )
     assert too_many.value.status == 422 and "lower n" in str(too_many.value)
+
+
+def test_a_client_with_nothing_queued_goes_ahead_of_a_backlog(backend: RedisBackend) -> None:
+    """One client's bulk submissions never stand between another client and its analysis."""
+    backlog = [backend._submit(prompt(n), "bulk").position_in_queue for n in range(4)]
+    assert backlog == [0, 1, 2, 3]
+    assert backend._submit(prompt(9), "interactive").position_in_queue == 0
+    assert backend._submit(prompt(10), "interactive").position_in_queue == 5  # its second: last
