@@ -300,7 +300,12 @@ class RedisBackend(PartsReader):
     # --- reading ------------------------------------------------------------------------------
 
     async def status(self, job_id: str) -> JobState | None:
-        return await self._call(self._status, job_id)
+        try:
+            return await self._call(self._status, job_id)
+        except BackendError as exc:  # Redis away: a finished job is still done
+            if exc.status == 503 and await self._call(self._store.has_result, job_id):
+                return self._done(job_id)
+            raise
 
     async def done_body(self, job_id: str) -> bytes | None:
         body = self._bodies.get(job_id)
@@ -313,8 +318,10 @@ class RedisBackend(PartsReader):
                 parts, ttl_ms = await pipe.execute()
         except ResponseError:  # a result written by an older version (one JSON string)
             parts, ttl_ms = await self._call(self._legacy_parts, job_id), 0
-        except RedisError as exc:
-            raise self._unreachable(exc) from exc
+        except RedisError as exc:  # Redis away: a finished result is still in the store
+            parts, ttl_ms = await self._call(self._store.parts, job_id), 0
+            if parts is None:
+                raise self._unreachable(exc) from exc
         if not parts:
             parts = await self._call(self._store.parts, job_id)
             if parts is None:
@@ -330,7 +337,7 @@ class RedisBackend(PartsReader):
         return await self._call(self._read_parts, job_id, names)
 
     def _read_parts(self, job_id: str, names: Sequence[str] | None) -> Parts | None:
-        """From Redis (the hot cache), else from the durable store."""
+        """From Redis (the hot cache), else (or while Redis is away) from the durable store."""
         try:
             if names is None:
                 parts: Parts | None = _byte_keys(self._redis.hgetall(result_key(job_id)))
@@ -345,6 +352,11 @@ class RedisBackend(PartsReader):
             parts = self._legacy_parts(job_id)
             if parts is not None and names is not None:
                 parts = {name: parts[name] for name in names if name in parts}
+        except RedisError:
+            stored = self._store.parts(job_id, names)
+            if stored is None:
+                raise
+            return stored
         if parts:
             return parts
         return self._store.parts(job_id, names)

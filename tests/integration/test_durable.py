@@ -76,6 +76,10 @@ def test_permalinks_and_accepted_jobs_survive_a_redis_restart_that_loses_everyth
             assert [a.status_code for a in accepted] == [202, 202, 202]
 
         redis.stop()
+        with web(model, redis, store_options) as client:  # Redis away: finished work still shows
+            assert client.get(f"/api/analyses/{done_id}").json() == done
+            assert client.get(f"/a/{done_id}").status_code == 200
+            assert client.get(f"/api/analyses/{accepted[0].json()['id']}").status_code == 503
         redis.start()  # empty: queue, jobs and results are gone
         wait_for_workers(redis.url, 1)
 
