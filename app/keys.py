@@ -68,6 +68,11 @@ def client_jobs_key(client: str) -> str:
     return f"{PREFIX}:client:{hashlib.sha256(client.encode()).hexdigest()[:16]}"
 
 
+def ahead_key(queue: str) -> str:
+    """The jobs of a queue that went ahead of the backlogs (a set; see app.queue.fair)."""
+    return f"{PREFIX}:ahead:{queue}"
+
+
 def worker_key(name: str) -> str:
     """A worker's heartbeat: its model, weights fingerprint and current job (expires if silent)."""
     return f"{PREFIX}:worker:{name}"

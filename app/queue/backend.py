@@ -50,6 +50,7 @@ from app.keys import (
     result_key,
 )
 from app.queue.body_cache import BodyCache
+from app.queue.fair import place_ahead
 from app.queue.heartbeats import WorkerBeat, live_beats
 from app.queue.prompt_limit import PromptLimit
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
@@ -231,8 +232,8 @@ class RedisBackend(PartsReader):
                 retry=JobRetry(max=1),
                 meta={"model": model},
                 description=f"{'experiment' if experiment else 'analysis'} on {model}",
-                at_front=ahead,
             )
+            position = place_ahead(self._redis, queue, job_id) if ahead else job.get_position()
             if client is not None:
                 with self._redis.pipeline(transaction=False) as pipe:
                     pipe.zadd(client_jobs_key(client), {job_id: time.time()})
@@ -240,7 +241,7 @@ class RedisBackend(PartsReader):
                     pipe.execute()
         finally:
             self._redis.delete(claim_key(job_id))
-        return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=job.get_position())
+        return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=position)
 
     def _active(self, client: str) -> dict[bool, int]:
         """How many of `client`'s jobs are queued or running, by kind (True: experiments);

@@ -7,8 +7,10 @@ import pytest
 
 from app.backend import BackendError, JobStatus
 from app.contracts import AnalysisRequest, ExperimentRequest
-from app.keys import tokenizer_key
+from app.keys import queue_name, tokenizer_key
 from app.queue.backend import RedisBackend
+from app.queue.reaper import rq_queue
+from tests.integration.conftest import MODEL
 from model_worker.loading import LoadedModel
 
 pytestmark = pytest.mark.redis
@@ -78,7 +80,13 @@ def test_the_budget_is_checked_at_submission(
 
 def test_a_client_with_nothing_queued_goes_ahead_of_a_backlog(backend: RedisBackend) -> None:
     """One client's bulk submissions never stand between another client and its analysis."""
-    backlog = [backend._submit(prompt(n), "bulk").position_in_queue for n in range(4)]
-    assert backlog == [0, 1, 2, 3]
-    assert backend._submit(prompt(9), "interactive").position_in_queue == 0
-    assert backend._submit(prompt(10), "interactive").position_in_queue == 5  # its second: last
+    backlog = [backend._submit(prompt(n), "bulk") for n in range(4)]
+    assert [state.position_in_queue for state in backlog] == [0, 1, 2, 3]
+    # behind only the bulk client's first job (it was alone when it came), first come first
+    # served among such jobs (not last in, first out: nobody waits behind newer arrivals)
+    first = backend._submit(prompt(8), "first")
+    second = backend._submit(prompt(9), "second")
+    assert (first.position_in_queue, second.position_in_queue) == (1, 2)
+    assert backend._submit(prompt(10), "first").position_in_queue == 6  # its second: last
+    queue = rq_queue(queue_name(MODEL), backend._redis)
+    assert queue.job_ids[:4] == [backlog[0].id, first.id, second.id, backlog[1].id]
