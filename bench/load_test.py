@@ -111,7 +111,8 @@ class Report:
             f"wall {self.wall_s:.1f} s",
             f"HTTP requests: {len(self.request_seconds)}, p50 {pct(self.request_seconds, 50)}, "
             f"p99 {pct(self.request_seconds, 99)}; codes {dict(sorted(self.http_codes.items()))}",
-            f"submit→answer: p50 {pct(answer_s, 50)}, p99 {pct(answer_s, 99)}",
+            f"submit→answer: p50 {pct(answer_s, 50)}, p99 {pct(answer_s, 99)}, slowest "
+            + ", ".join(f"{s:.1f} s" for s in sorted(answer_s)[-3:]),
             f"errors (5xx but 503, connection failures): {self.errors}",
         ]
         for a in self.analyses:

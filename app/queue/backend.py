@@ -253,9 +253,14 @@ class RedisBackend(PartsReader):
         with self._redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hget(Job.key_for(job_id), "status")
-            states = pipe.execute()
+                pipe.exists(result_key(job_id))
+            replies = pipe.execute()
         waiting = {RqStatus.STARTED.value, *(s.value for s in QUEUED)}
-        ended = [i for i, st in zip(ids, states, strict=True) if _text(st) not in waiting]
+        ended = [  # a stored result ends a job before RQ's own bookkeeping does
+            job_id
+            for job_id, status, done in zip(ids, replies[::2], replies[1::2], strict=True)
+            if done or _text(status) not in waiting
+        ]
         if ended:
             self._redis.zrem(key, *ended)
         waiting_ids = [i for i in ids if i not in ended]
