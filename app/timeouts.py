@@ -97,12 +97,8 @@ def deadline_protocol(settings: Settings) -> type[DeadlineProtocol]:
 
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
-    """uvicorn's configuration for `icl-heads serve`: host, port and the slow-client deadlines."""
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        http=deadline_protocol(settings),
-        timeout_keep_alive=5,
-        **options,
-    )
+    """uvicorn's configuration for `icl-heads serve`: the slow-client deadlines, host and port
+    (`options` add to or override them)."""
+    defaults: dict[str, Any] = {"host": settings.host, "port": settings.port}
+    defaults |= {"http": deadline_protocol(settings), "timeout_keep_alive": 5}
+    return uvicorn.Config(app, **(defaults | options))

@@ -12,6 +12,9 @@ from tests.tiny_models import tiny_gpt2, tiny_llama
 
 # The durable store of apps built outside a test (module fixtures) is a throwaway folder too.
 os.environ["ICL_DATA_DIR"] = tempfile.mkdtemp(prefix="icl-test-data-")
+# Starlette's TestClient sends `Host: testserver`; the Host allow-list lets it in (and only it)
+# beyond the default names. Tests of the allow-list itself send other hosts.
+os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')
 
 
 @pytest.fixture(scope="session", params=["gpt2", "llama"])

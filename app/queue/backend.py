@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
@@ -55,6 +54,7 @@ from app.queue.heartbeats import WorkerBeat, live_beats
 from app.queue.prompt_limit import PromptLimit
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.result_parts import Parts, result_json, result_parts
+from app.security.redact import redact
 from app.settings import Settings
 from app.store import FAILED, ResultStore, StoredJob, StoreError, open_store
 
@@ -71,15 +71,6 @@ CLIENT_JOBS_TTL_S = 24 * 3600
 #: Pending jobs of the durable store looked at by one `maintain()` pass.
 SWEEP_BATCH = 200
 log = logging.getLogger(__name__)
-
-
-def redacted(url: str) -> str:
-    """`url` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -125,8 +116,8 @@ class RedisBackend(PartsReader):
 
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(
-            f"the job queue (Redis at {redacted(self._url)}) is unreachable: {exc}; "
-            "retry in a few seconds",
+            redact(f"the job queue (Redis at {self._url}) is unreachable: {exc}; ")
+            + "retry in a few seconds",
             status=503,
             retry_after=5,
         )
@@ -558,7 +549,7 @@ class RedisBackend(PartsReader):
         return {
             "mode": "redis",
             "redis": "ok",
-            "redis_url": redacted(self._url),
+            "redis_url": redact(self._url),
             "workers": [_beat_summary(beat) for beat in beats],
             "queued": queues,
             "warnings": warnings,

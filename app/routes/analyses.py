@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.backend import Backend, JobState, JobStatus, ModelInfo
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep, ClientDep
+from app.deps import BackendDep, ClientDep, JobId
 
 router = APIRouter(prefix="/api", tags=["analyses"])
 
@@ -52,7 +52,7 @@ async def submitted(state: JobState, backend: Backend, response: Response) -> Re
 
 
 @router.get("/analyses/{job_id}", response_model=JobState)
-async def get_analysis(job_id: str, backend: BackendDep, request: Request) -> Response | JobState:
+async def get_analysis(job_id: JobId, backend: BackendDep, request: Request) -> Response | JobState:
     """The state of a job: analysis ids start with `a-`, experiment ids with `e-` (their
     `progress` and `message` change while they run). Finished ones come straight from the cache;
     the id is a content hash, so the id is their ETag (`If-None-Match` answers 304)."""

@@ -6,7 +6,7 @@ from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Response, status
 
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId
 from app.figures.analysis import (
     comparable,
     diff_figure,
@@ -46,7 +46,7 @@ def download(figure: Figure, fmt: Format, prefix: str) -> Response:
 
 @router.get("/{job_id}/{figure}.{fmt}")
 async def analysis_figure(
-    job_id: str, figure: Literal["heatmap", "layers"], fmt: Format, backend: BackendDep
+    job_id: JobId, figure: Literal["heatmap", "layers"], fmt: Format, backend: BackendDep
 ) -> Response:
     result = await done_summary(backend, job_id)
     built = heatmap_figure(result) if figure == "heatmap" else layers_figure(result)
@@ -55,7 +55,7 @@ async def analysis_figure(
 
 @router.get("/{job_id}/heads/{name}/{figure}.{fmt}")
 async def head_figure_file(
-    job_id: str,
+    job_id: JobId,
     name: str,
     figure: Literal["attention", "increase", "margin"],
     fmt: Format,
@@ -79,7 +79,7 @@ async def head_figure_file(
 
 
 @router.get("/compare/{a}/{b}/diff.{fmt}")
-async def diff_figure_file(a: str, b: str, fmt: Format, backend: BackendDep) -> Response:
+async def diff_figure_file(a: JobId, b: JobId, fmt: Format, backend: BackendDep) -> Response:
     """The difference heatmap B − A."""
     ra, rb = await done_summary(backend, a), await done_summary(backend, b)
     problem = comparable(ra, rb)
