@@ -65,6 +65,16 @@ def claim_key(job_id: str) -> str:
     return f"{PREFIX}:claim:{job_id}"
 
 
+def client_jobs_key(client: str) -> str:
+    """The jobs one client has submitted and may still be waiting for (a sorted set)."""
+    return f"{PREFIX}:client:{hashlib.sha256(client.encode()).hexdigest()[:16]}"
+
+
+def ahead_key(queue: str) -> str:
+    """The jobs of a queue that went ahead of the backlogs (a set; see app.queue.fair)."""
+    return f"{PREFIX}:ahead:{queue}"
+
+
 def worker_key(name: str) -> str:
     """A worker's heartbeat: its model, weights fingerprint and current job (expires if silent)."""
     return f"{PREFIX}:worker:{name}"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +21,19 @@ from app.security.responses import error_response
 from app.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+#: Seconds between two passes of the backend's upkeep (durable store, lost jobs).
+MAINTAIN_EVERY_S = 5.0
+log = logging.getLogger(__name__)
+
+
+async def maintain_forever(backend: Backend) -> None:
+    """Run `backend.maintain()` every MAINTAIN_EVERY_S until cancelled; errors are logged."""
+    while True:
+        await asyncio.sleep(MAINTAIN_EVERY_S)
+        try:
+            await backend.maintain()
+        except Exception as exc:  # Redis or the store away: the next pass tries again
+            log.warning("upkeep failed: %s", exc)
 
 
 def default_backend(settings: Settings) -> Backend:
@@ -38,9 +54,13 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.backend = backend or default_backend(settings)
+        upkeep = asyncio.create_task(maintain_forever(app.state.backend))
         try:
             yield
         finally:
+            upkeep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upkeep
             await app.state.backend.close()
             await app.state.sessions.close()
 
