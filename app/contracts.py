@@ -13,9 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from app.display import AnalysisDisplay, ExperimentDisplay, HeadDisplay
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key.
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 
 NormMode = Literal["fixed", "recompute"]
+#: What ranks the heads (and picks the detailed top K): the whole head's increase, or the
+#: increase of its label positions alone (`label_increase`).
+RankBy = Literal["increase", "label"]
 
 
 def _fp32_digits(value: float) -> float:
@@ -47,6 +50,7 @@ class AnalysisRequest(_Frozen):
     top_k_heads: int = Field(default=20, ge=1, le=200)
     top_k_tokens: int = Field(default=10, ge=1, le=50)
     extra_heads: list[str] = Field(default_factory=list, max_length=32)
+    rank: RankBy = "increase"
 
 
 class TokenInfo(_Frozen):
@@ -79,6 +83,11 @@ class LayerIncrease(_Frozen):
 
 
 class HeadSummary(_Frozen):
+    """One head: `increase` = I(head | resid_pre); `label_increase` = I of the head restricted
+    to the label positions, I(Σ_{p ∈ labels} a_p v_p W_O^h | resid_pre); `other_increase` = I of
+    the remaining positions (same I, same norm mode; I is not additive, so the two need not
+    sum to `increase`)."""
+
     layer: int
     head: int
     name: str
@@ -86,6 +95,14 @@ class HeadSummary(_Frozen):
     increase: Fp32
     attn_true: Fp32
     attn_false: Fp32
+    label_increase: Fp32
+    other_increase: Fp32
+
+    @property
+    def label_share(self) -> float | None:
+        """label_increase / increase, for a head with a positive increase (else None): near 1
+        for a head whose increase comes from reading the labels, near 0 for one that does not."""
+        return self.label_increase / self.increase if self.increase > 0 else None
 
 
 class TopToken(_Frozen):
@@ -153,6 +170,8 @@ class AnalysisResult(AnalysisDisplay, _Frozen):
     n_layers: int
     n_heads: int
     norm: NormMode
+    #: what `heads[].rank` and `top_heads` are ranked by
+    rank_by: RankBy = "increase"
     prompt: str
     tokens: list[TokenInfo]
     target: Target

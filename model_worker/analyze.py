@@ -25,6 +25,7 @@ from app.contracts import (
     LayerIncrease,
     NormMode,
     PositionContribution,
+    RankBy,
     Target,
     TokenInfo,
     TopToken,
@@ -35,6 +36,7 @@ from model_worker.analysis.contributions import (
     head_outputs,
     logprob_increase,
     position_views_fixed,
+    positions_z,
     subhead_values,
     value_outputs,
 )
@@ -179,15 +181,40 @@ def layer_increases(run: _Run) -> list[LayerIncrease]:
     ]
 
 
-def head_increases(run: _Run) -> Tensor:
-    """I(head_{l,h} | resid_pre_l) for every head: [L, H] (paper Fig. 3/4)."""
-    c, last = run.cache, run.last
-    heads = torch.stack(
-        [head_outputs(c.z[layer, 0, last], run.w_o(layer)) for layer in range(c.z.shape[0])]
-    )
-    return logprob_increase(
-        run.projector, c.resid_pre[:, 0, last], heads, run.target, base_logits=run.pre_logits
+@dataclass(frozen=True)
+class HeadIncreases:
+    """[L, H] each: I(head | resid_pre) (paper Fig. 3/4), and the same I of the head restricted
+    to the label positions (`label`) and to every other position (`other`)."""
+
+    total: Tensor
+    label: Tensor
+    other: Tensor
+
+    def ranking(self, rank: RankBy) -> Tensor:
+        """The [L, H] scores that rank the heads."""
+        return self.label if rank == "label" else self.total
+
+
+def head_increases(run: _Run) -> HeadIncreases:
+    """Every head's increase, whole and split into its label and other positions, projected
+    in one batch: [L, 3H] vectors (head, label part, other part) on each layer's base."""
+    c, last, kv = run.cache, run.last, run.kv_index()
+    labels = run.label_positions
+    vectors = []
+    for layer in range(c.z.shape[0]):
+        w_o = run.w_o(layer)
+        z = c.z[layer, 0, last]
+        z_label = positions_z(c.v[layer, 0], c.pattern[layer, 0, :, last], kv, labels)
+        vectors.append(head_outputs(torch.stack([z, z_label, z - z_label]), w_o).flatten(0, 1))
+    increase = logprob_increase(
+        run.projector,
+        c.resid_pre[:, 0, last],
+        torch.stack(vectors),
+        run.target,
+        base_logits=run.pre_logits,
     ).increase
+    total, label, other = increase.unflatten(1, (3, -1)).unbind(1)
+    return HeadIncreases(total, label, other)
 
 
 def attention_sums(run: _Run) -> tuple[Tensor, Tensor]:
@@ -355,8 +382,11 @@ def analyze(
     top_k_tokens: int = 10,
     extra_heads: list[str] | None = None,
     max_tokens: int | None = None,
+    rank: RankBy = "increase",
 ) -> AnalysisResult:
     """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
+
+    `rank="label"` ranks the heads (and picks the detailed top K) by their label increase.
 
     Raises a UserInputError subclass with one clear line for bad input.
     """
@@ -384,27 +414,34 @@ def analyze(
     run = _Run(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
     increases = head_increases(run)
     attn_true, attn_false = attention_sums(run)
-    order = increases.flatten().argsort(descending=True).tolist()
+    order = increases.ranking(rank).flatten().argsort(descending=True).tolist()
+    columns = {
+        "increase": increases.total,
+        "label_increase": increases.label,
+        "other_increase": increases.other,
+        "attn_true": attn_true,
+        "attn_false": attn_false,
+    }
+    flat_values = {key: value.flatten().tolist() for key, value in columns.items()}
     summaries = [
         HeadSummary(
             layer=flat // g.n_heads,
             head=flat % g.n_heads,
             name=head_name(flat // g.n_heads, flat % g.n_heads),
-            rank=rank + 1,
-            increase=float(increases.flatten()[flat]),
-            attn_true=float(attn_true.flatten()[flat]),
-            attn_false=float(attn_false.flatten()[flat]),
+            rank=position + 1,
+            **{key: values[flat] for key, values in flat_values.items()},
         )
-        for rank, flat in enumerate(order)
+        for position, flat in enumerate(order)
     ]
     top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
-    details = head_details(run, list(dict.fromkeys(top + extra)), increases)
+    details = head_details(run, list(dict.fromkeys(top + extra)), increases.total)
     margin = run.margin_ids()
     return AnalysisResult(
         model=loaded.name,
         n_layers=g.n_layers,
         n_heads=g.n_heads,
         norm=norm,
+        rank_by=rank,
         prompt=prompt,
         tokens=[
             TokenInfo(position=p, id=i, text=t)

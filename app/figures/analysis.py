@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.contracts import AnalysisResult, HeadDetail
+from app.contracts import AnalysisResult, HeadDetail, HeadSummary
 from app.figures.bars import Series, bar_chart
 from app.figures.base import Figure, Row
 from app.figures.colors import (
@@ -25,25 +25,38 @@ def _target(result: AnalysisResult) -> str:
     return visible(result.target.token)
 
 
-def increase_grid(result: AnalysisResult) -> list[list[float]]:
-    """`grid[layer][head]` of head log-probability increases."""
+def increase_grid(result: AnalysisResult, key: str = "increase") -> list[list[float]]:
+    """`grid[layer][head]` of a head summary's float field (`increase`, `label_increase`)."""
     grid = [[0.0] * result.n_heads for _ in range(result.n_layers)]
     for summary in result.heads:
-        grid[summary.layer][summary.head] = summary.increase
+        grid[summary.layer][summary.head] = float(getattr(summary, key))
     return grid
 
 
+def _head_note(s: HeadSummary) -> str:
+    """The heatmap hover's label / other split of a head."""
+    return f"label {signed(s.label_increase)} · other {signed(s.other_increase)}"
+
+
 def heatmap_figure(result: AnalysisResult, focusable: bool = False) -> Figure:
-    """Head increases I(head | Lin) for the target, layer × head."""
-    title = f"Head log-prob increase of “{_target(result)}” ({result.model})"
+    """Head increases I(head | Lin) for the target, layer × head (the label increases when the
+    heads are ranked by them); every cell's hover splits the head into label / other."""
+    by_label = result.rank_by == "label"
+    what = "label-position increase" if by_label else "log-prob increase"
+    title = f"Head {what} of “{_target(result)}” ({result.model})"
     marked = {(s.layer, s.head) for s in result.heads if s.name in result.top_heads[:10]}
+    notes = [[""] * result.n_heads for _ in range(result.n_layers)]
+    for s in result.heads:
+        whole = f"head {signed(s.increase)} · " if by_label else ""
+        notes[s.layer][s.head] = whole + _head_note(s)
     svg = heatmap_svg(
-        increase_grid(result),
+        increase_grid(result, "label_increase" if by_label else "increase"),
         title=title,
         figure="heatmap",
-        legend_label="increase",
+        legend_label="label increase" if by_label else "increase",
         marked=marked,
         focusable=focusable,
+        notes=notes,
     )
     rows: list[Row] = [
         {
@@ -52,6 +65,8 @@ def heatmap_figure(result: AnalysisResult, focusable: bool = False) -> Figure:
             "name": s.name,
             "rank": s.rank,
             "increase": s.increase,
+            "label_increase": s.label_increase,
+            "other_increase": s.other_increase,
             "attn_true": s.attn_true,
             "attn_false": s.attn_false,
         }

@@ -115,6 +115,7 @@ def extra_head_request(result: AnalysisResult, name: str, model: str | None) -> 
         top_k_heads=max(1, len(result.top_heads)),
         top_k_tokens=top_k_tokens,
         extra_heads=[name],
+        rank=result.rank_by,
     )
 
 

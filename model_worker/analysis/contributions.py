@@ -30,6 +30,18 @@ def value_outputs(v: Tensor, w_o: Tensor, kv_index: Tensor) -> Tensor:
     return torch.einsum("shd,hdm->hsm", v[:, kv_index, :], w_o)
 
 
+def positions_z(v: Tensor, pattern_row: Tensor, kv_index: Tensor, positions: list[int]) -> Tensor:
+    """Σ_{p ∈ positions} a_{h,p} v_p for every head: the part of z that `positions` write.
+
+    v [S, n_kv, d_head], pattern_row [H, S] (last query row), kv_index [H] → [H*d_head], laid
+    out like the captured z, so `head_outputs` turns it into each head's residual write.
+    """
+    if not positions:
+        return v.new_zeros(pattern_row.shape[0] * v.shape[-1])
+    chosen = v[positions][:, kv_index, :]  # [P, H, d_head]
+    return torch.einsum("hp,phd->hd", pattern_row[:, positions], chosen).reshape(-1)
+
+
 def subhead_values(pattern_row: Tensor, values: Tensor) -> Tensor:
     """a_{h,p} · v_p W_O^h: pattern_row [H, S] (last query row), values [H, S, D] → [H, S, D].
 

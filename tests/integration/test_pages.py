@@ -94,7 +94,10 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     cell = page.select_one(f"rect.cell[data-layer='{first['layer']}'][data-head='{first['head']}']")
     assert cell is not None
     assert cell.title is not None
-    assert cell.title.text == f"{first['name']} {first['increase']:+.3f}"
+    assert cell.title.text == (
+        f"{first['name']} {first['increase']:+.3f} · label {first['label_increase']:+.3f}"
+        f" · other {first['other_increase']:+.3f}"
+    )
     assert cell["tabindex"] == "0" and not any(a.startswith("hx-") for a in cell.attrs)
     wrapper = page.select_one("[data-panel=heatmap][data-heads-url]")
     assert wrapper is not None and wrapper["data-heads-url"] == f"/a/{job}"
@@ -103,8 +106,25 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     rows = page.select("table.top-heads tbody tr")
     assert [r["data-head-name"] for r in rows] == result["top_heads"]
     mrr = result["head_details"][result["top_heads"][0]]["value_mrr"]
-    shown = [td.text for td in rows[0].select("td.num")][3:]
+    shown = [td.text for td in rows[0].select("td.num")][5:]
     assert shown == [f"{m['mrr']:.2f}" for m in mrr] and len(shown) == 2
+    label = rows[0].select_one("td[data-col=label]")
+    assert label is not None and label.text == f"{first['label_increase']:+.3f}"
+
+
+def test_rank_by_label_increase_from_the_form(client: TestClient) -> None:
+    home = soup(client.get("/").text)
+    options = [o["value"] for o in home.select("form.analyse-form select[name=rank] option")]
+    assert options == ["increase", "label"]
+    job_id = analyse(client, prompt=EXAMPLE_PROMPT, target="foo", rank="label")
+    result = client.get(f"/api/analyses/{job_id}").json()["result"]
+    assert result["rank_by"] == "label"
+    values = [h["label_increase"] for h in result["heads"]]
+    assert values == sorted(values, reverse=True)
+    page = soup(client.get(f"/a/{job_id}").text)
+    rows = page.select("table.top-heads tbody tr")
+    assert [r["data-head-name"] for r in rows] == result["top_heads"]
+    assert "ranked by label increase" in page.select_one("[data-panel=top-heads] h2").text
 
 
 def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> None:
@@ -189,7 +209,9 @@ def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
     png = client.get(f"/figures/{job}/layers.png")
     assert png.content[:8] == b"\x89PNG\r\n\x1a\n"
     csv_lines = client.get(f"/figures/{job}/heatmap.csv").text.strip().splitlines()
-    assert csv_lines[0] == "layer,head,name,rank,increase,attn_true,attn_false"
+    assert csv_lines[0] == (
+        "layer,head,name,rank,increase,label_increase,other_increase,attn_true,attn_false"
+    )
     assert len(csv_lines) == 1 + len(result["heads"])
     rows = client.get(f"/figures/{job}/layers.json").json()["rows"]
     assert rows == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
