@@ -68,12 +68,14 @@ class Target(_Frozen):
 
 
 class LabelInfo(_Frozen):
-    """A label position: the first token of a demonstration's label."""
+    """A label position: the first token of a demonstration's label; `demonstration` is that
+    demonstration's input text (what comes before its separator)."""
 
     position: int
     token: str
     word: str
     is_true: bool
+    demonstration: str = ""
 
 
 class LayerIncrease(_Frozen):
@@ -148,7 +150,23 @@ class KeyProjection(_Frozen):
     prior_attention: list[TopToken]
 
 
+class OffsetQuery(_Frozen):
+    """The last-token query as a key at label position `position` sees it under rotary:
+    W_K^⊤ R_Δ W_Q x̂ with Δ = `offset` = last position − `position`, projected."""
+
+    position: int
+    token: str
+    is_true: bool
+    offset: int
+    query: list[TopToken]
+
+
 class HeadDetail(_Frozen):
+    """The per-position view of one head. `scores`: the pre-softmax score of the last position
+    to every position exactly as the model computes it (softmax over them is `attention`;
+    None where the mask excludes a position); `content_scores`: the same with the query and keys
+    unrotated; `position_scores`: score − content (None for learned positions: no remainder)."""
+
     layer: int
     head: int
     name: str
@@ -158,10 +176,14 @@ class HeadDetail(_Frozen):
     values: list[ValueProjection]
     keys: list[KeyProjection]
     query: list[TopToken]
+    query_by_offset: list[OffsetQuery] = Field(default_factory=list)
     layer_input: list[TopToken]
     value_mrr: list[LabelMrr]
     random_head: str | None
     random_head_mrr: list[LabelMrr]
+    scores: list[Fp32 | None] = Field(default_factory=list)
+    content_scores: list[Fp32 | None] = Field(default_factory=list)
+    position_scores: list[Fp32 | None] | None = None
 
 
 class AnalysisResult(AnalysisDisplay, _Frozen):

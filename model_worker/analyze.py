@@ -24,6 +24,7 @@ from app.contracts import (
     LabelMrr,
     LayerIncrease,
     NormMode,
+    OffsetQuery,
     PositionContribution,
     RankBy,
     Target,
@@ -40,7 +41,7 @@ from model_worker.analysis.contributions import (
     subhead_values,
     value_outputs,
 )
-from model_worker.analysis.icl import IclStructure, detect_structure
+from model_worker.analysis.icl import IclStructure, demonstration_texts, detect_structure
 from model_worker.analysis.metrics import (
     VocabSummary,
     block_rows,
@@ -48,10 +49,12 @@ from model_worker.analysis.metrics import (
     summarize_projections,
 )
 from model_worker.analysis.projection import FinalNorm, VocabProjector
+from model_worker.analysis.scores import ScoreSplit, attention_scores, masked
 from model_worker.architectures import tensor_attr, weight_of
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
+from model_worker.qk import LayerQk, rotate
 
 
 def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:
@@ -249,6 +252,47 @@ def _mrr(run: _Run, ranks: Tensor) -> list[LabelMrr]:
     ]
 
 
+def _layer_qk(run: _Run, layer: int) -> LayerQk:
+    assert run.cache.qk is not None, "analyze captures with record_qk=True"
+    record = run.cache.qk[layer]
+    assert record.query is not None and record.key is not None
+    return record
+
+
+def head_scores(run: _Run, layer: int, head: int) -> ScoreSplit:
+    """The last position's pre-softmax scores of `head`, split into content and position."""
+    record, last = _layer_qk(run, layer), run.last
+    assert record.query is not None and record.key is not None
+    query = record.query[0, head, last]  # [d], after rotary
+    keys = record.key[0, run.loaded.geometry.kv_head(head), : last + 1]  # [S, d]
+    mask = None
+    if record.mask is not None:
+        mask = record.mask[0, min(head, record.mask.shape[1] - 1), last, : last + 1]
+    excluded = masked(mask, last + 1)
+    score = attention_scores(query, keys, record.scaling, record.softcap, mask)
+    if record.rotary is None:
+        return ScoreSplit(score, score, None, excluded)
+    plain_query = rotate(record, query[None, None], [last], inverse=True)[0, 0]
+    plain_keys = rotate(record, keys[None], range(last + 1), inverse=True)[0]
+    content = attention_scores(plain_query, plain_keys, record.scaling, record.softcap, mask)
+    return ScoreSplit(score, content, score - content, excluded)
+
+
+def offset_queries(run: _Run, layer: int, head: int, w_k: Tensor) -> Tensor | None:
+    """W_K^⊤ R_Δ q for each label position (Δ = last − p): [P, D], None without rotary.
+
+    With q_last = R_last q the real (rotated) query, R_Δ q = R_{−p} q_last: the query un-rotated
+    by the label position's angles, which a key at p scores against its unrotated key.
+    """
+    record, labels = _layer_qk(run, layer), run.label_positions
+    if record.rotary is None or not labels:
+        return None
+    assert record.query is not None
+    query = record.query[0, head, run.last]
+    seen = rotate(record, query.expand(len(labels), -1)[None], labels, inverse=True)[0]
+    return seen @ w_k.to(seen.device).T
+
+
 def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
     """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
     if not heads:
@@ -296,12 +340,14 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     random_layers = list(randoms)
     random_values = [values_of(layer, randoms[layer])[labels] for layer in random_layers]
     w_qk = {layer: run.loaded.adapter.w_qk(run.loaded.model, layer, g) for layer in w_o}
-    queries = []
+    queries, offsets = [], []
     for layer, head in heads:
         w_q, b_q, w_k = w_qk[layer]
         x_hat = c.normalized[layer, 0, last]
         query = x_hat @ w_q[head].to(x_hat.device) + b_q[head].to(x_hat.device)
         queries.append(w_k[int(kv[head])].to(x_hat.device) @ query)  # W_K^T W_Q x̂, [D]
+        offsets.append(offset_queries(run, layer, head, w_k[int(kv[head])]))
+    scores = [head_scores(run, layer, head) for layer, head in heads]
     layers = list(w_o)
     prior = torch.stack(
         [c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]
@@ -309,6 +355,9 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     if random_values:
         batch.add("random", torch.stack(random_values), label_ids.expand(len(randoms), -1))
     batch.add("query", torch.stack(queries))
+    rotary = all(o is not None for o in offsets) and bool(labels)
+    if rotary:
+        batch.add("offset", torch.stack([o for o in offsets if o is not None]))
     batch.add("key", c.normalized[layers, 0][:, labels])
     batch.add("prior", prior)
     batch.add("layer_input", c.resid_pre[layers, 0, last])
@@ -360,12 +409,29 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
                     for n, p in enumerate(labels)
                 ],
                 query=run.tops(views["query"], i),
+                query_by_offset=[
+                    OffsetQuery(
+                        position=p,
+                        token=texts[p],
+                        is_true=run.is_true(p),
+                        offset=last - p,
+                        query=run.tops(views["offset"], i, n),
+                    )
+                    for n, p in enumerate(labels)
+                ]
+                if rotary
+                else [],
                 layer_input=run.tops(views["layer_input"], j),
                 value_mrr=_mrr(run, views["value"].ranks[i]),
                 random_head=head_name(layer, randoms[layer]) if layer in randoms else None,
                 random_head_mrr=_mrr(run, views["random"].ranks[random_layers.index(layer)])
                 if layer in randoms
                 else [],
+                scores=scores[i].values(scores[i].score),
+                content_scores=scores[i].values(scores[i].content),
+                position_scores=None
+                if scores[i].position is None
+                else scores[i].values(scores[i].position),
             )
         )
     return details
@@ -396,7 +462,9 @@ def analyze(
     structure = detect_structure(prompt, encoded.offsets, labels)
     with loaded.lock:
         ids = encoded.ids[None].to(loaded.device)
-        cache = run_with_cache(loaded.model, loaded.adapter, g, ids, logits_to_keep=1)
+        cache = run_with_cache(
+            loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True
+        )
     logprobs = torch.log_softmax(cache.logits[0, -1], -1)  # the last position's
     warnings: list[str] = []
     if target is None:
@@ -410,6 +478,7 @@ def analyze(
         for span in structure.labels
         if len(loaded.tokenizer(" " + span.word, add_special_tokens=False)["input_ids"]) > 1
     ]
+    demonstrations = demonstration_texts(prompt, structure)
     projector = final_projector(loaded, cache.resid_final[0, -1], norm)
     run = _Run(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
     increases = head_increases(run)
@@ -461,8 +530,9 @@ def analyze(
                 token=encoded.texts[s.position],
                 word=s.word,
                 is_true=run.is_true(s.position),
+                demonstration=text,
             )
-            for s in structure.labels
+            for s, text in zip(structure.labels, demonstrations, strict=True)
         ],
         margin_labels=None if margin is None else [loaded.token_text(i) for i in margin],
         layers=layer_increases(run),

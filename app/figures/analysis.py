@@ -7,10 +7,12 @@ from app.figures.bars import Series, bar_chart
 from app.figures.base import Figure, Row
 from app.figures.colors import (
     ATTN,
+    CONTENT,
     FALSE_LABEL,
     FFN,
     NEGATIVE,
     OTHER_TOKEN,
+    POSITION,
     POSITIVE,
     TRUE_LABEL,
 )
@@ -18,7 +20,9 @@ from app.figures.heatmap import heatmap_svg
 from app.figures.svg import signed, visible
 
 ANALYSIS_FIGURES = ("heatmap", "layers")
-HEAD_FIGURES = ("attention", "increase", "margin")
+HEAD_FIGURES = ("attention", "scores", "increase", "margin")
+#: the CSV/JSON column of each series of the scores figure
+COLUMN = {"score": "score", "content": "content_score", "position": "position_score"}
 
 
 def _target(result: AnalysisResult) -> str:
@@ -145,6 +149,76 @@ def attention_figure(result: AnalysisResult, detail: HeadDetail) -> Figure:
     return Figure(f"{detail.name}-attention", title, rows, svg)
 
 
+def scores_figure(result: AnalysisResult, detail: HeadDetail) -> Figure | None:
+    """Pre-softmax scores of the last position (softmax = the attention bars), beside their
+    content part (no rotary) and position remainder; None for a detail without scores."""
+    if not detail.scores:
+        return None
+    tokens = [visible(t.text) for t in result.tokens]
+    kinds = _kinds(result)
+    columns = {"score": detail.scores, "content": detail.content_scores}
+    if detail.position_scores is not None:
+        columns["position"] = detail.position_scores
+    colours = {"score": ATTN, "content": CONTENT, "position": POSITION}
+
+    def hover(name: str, p: int, value: float | None) -> str:
+        shown = "masked" if value is None else signed(value)
+        return f"{p} {tokens[p]} ({kinds.get(p, 'other')}) {name} {shown}"
+
+    series = [
+        Series(
+            name,
+            [0.0 if v is None else v for v in values],
+            [colours[name]] * len(values),
+            [hover(name, p, v) for p, v in enumerate(values)],
+        )
+        for name, values in columns.items()
+    ]
+    title = f"{detail.name}: QK scores of the last token"
+    svg = bar_chart(
+        categories=tokens,
+        series=series,
+        title=title,
+        figure="scores",
+        y_label="score (pre-softmax)",
+        legend=[(name, colours[name]) for name in columns],
+    )
+    rows: list[Row] = [
+        {
+            "position": p,
+            "token": result.tokens[p].text,
+            "kind": kinds.get(p, "other"),
+            **{COLUMN[name]: values[p] for name, values in columns.items()},
+            "attention": detail.attention[p],
+        }
+        for p in range(len(tokens))
+    ]
+    return Figure(f"{detail.name}-scores", title, rows, svg)
+
+
+def ranked_demonstrations(result: AnalysisResult, detail: HeadDetail) -> list[Row]:
+    """The demonstrations by the score of their label position, highest first: the metric the
+    two towers compute between the input and each demonstration."""
+    if not detail.scores:
+        return []
+    rows: list[Row] = [
+        {
+            "position": label.position,
+            "demonstration": label.demonstration,
+            "label": label.word,
+            "is_true": label.is_true,
+            "score": detail.scores[label.position],
+            "content": detail.content_scores[label.position],
+            "position_part": None
+            if detail.position_scores is None
+            else detail.position_scores[label.position],
+            "attention": detail.attention[label.position],
+        }
+        for label in result.labels
+    ]
+    return sorted(rows, key=lambda r: -float(r["score"] if r["score"] is not None else -1e30))
+
+
 def _signed_bars(
     result: AnalysisResult, detail: HeadDetail, values: list[float], what: str, figure: str
 ) -> str:
@@ -193,11 +267,14 @@ def margin_figure(result: AnalysisResult, detail: HeadDetail) -> Figure | None:
 
 
 def head_figure(result: AnalysisResult, detail: HeadDetail, name: str) -> Figure | None:
-    """One of HEAD_FIGURES by name (None for a margin figure without two labels)."""
+    """One of HEAD_FIGURES by name (None for a margin figure without two labels, or a scores
+    figure of a result that has none)."""
     if name == "attention":
         return attention_figure(result, detail)
     if name == "increase":
         return increase_figure(result, detail)
+    if name == "scores":
+        return scores_figure(result, detail)
     return margin_figure(result, detail)
 
 

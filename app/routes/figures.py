@@ -57,7 +57,7 @@ async def analysis_figure(
 async def head_figure_file(
     job_id: str,
     name: str,
-    figure: Literal["attention", "increase", "margin"],
+    figure: Literal["attention", "scores", "increase", "margin"],
     fmt: Format,
     backend: BackendDep,
 ) -> Response:
@@ -72,9 +72,12 @@ async def head_figure_file(
         )
     built = head_figure(result, detail, figure)
     if built is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, "no label margin: the prompt lacks two labels"
+        reason = (
+            "no QK scores in this analysis"
+            if figure == "scores"
+            else "no label margin: the prompt lacks two labels"
         )
+        raise HTTPException(status.HTTP_404_NOT_FOUND, reason)
     return download(built, fmt, job_id[:10])
 
 

@@ -21,6 +21,8 @@ from app.figures.analysis import (
     increase_figure,
     layers_figure,
     margin_figure,
+    ranked_demonstrations,
+    scores_figure,
 )
 from app.templating import render
 
@@ -149,10 +151,13 @@ def head_context(
     job_id: str, result: AnalysisResult, source_id: str, detail: HeadDetail
 ) -> dict[str, Any]:
     summary = result.head(detail.name)
-    figures = [attention_figure(result, detail), increase_figure(result, detail)]
-    margin = margin_figure(result, detail)
-    if margin is not None:
-        figures.append(margin)
+    built = [
+        attention_figure(result, detail),
+        scores_figure(result, detail),
+        increase_figure(result, detail),
+        margin_figure(result, detail),
+    ]
+    figures = [f for f in built if f is not None]
     return {
         "job_id": job_id,
         "source_id": source_id,
@@ -161,6 +166,7 @@ def head_context(
         "summary": summary,
         "figures": figures,
         "kinds": {label.position: label.is_true for label in result.labels},
+        "demonstrations": ranked_demonstrations(result, detail),
     }
 
 

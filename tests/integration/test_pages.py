@@ -143,6 +143,17 @@ def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> N
     detail = result["head_details"][name]
     query_chips = page.select("table[data-table=query] tr")[0].select(".chip")
     assert [c.text for c in query_chips] == [t["token"] for t in detail["query"]]
+    assert len(page.select("svg[data-figure=scores] rect.bar")) == 3 * len(result["tokens"])
+    demos = page.select("table[data-table=scores] tbody tr")
+    scores = detail["scores"]
+    ranked = sorted(result["labels"], key=lambda label: -scores[label["position"]])
+    assert [int(r["data-position"]) for r in demos] == [x["position"] for x in ranked]
+    assert [r.select("td")[2].text for r in demos] == [x["demonstration"] for x in ranked]
+    offsets = page.select("table[data-table=query] tr[data-offset]")
+    last = len(result["tokens"]) - 1
+    assert [int(r["data-offset"]) for r in offsets] == [
+        last - x["position"] for x in result["labels"]
+    ]
 
 
 def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
@@ -173,6 +184,10 @@ def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
     assert extra == {**asked, "model": result["model"], "extra_heads": [name]}
     svg = client.get(f"/figures/{head['data-source']}/heads/{name}/attention.svg")
     assert svg.status_code == 200
+    scores = client.get(f"/figures/{head['data-source']}/heads/{name}/scores.csv").text
+    assert scores.splitlines()[0] == (
+        "position,token,kind,score,content_score,position_score,attention"
+    )
 
 
 def test_panels_and_json_twins(client: TestClient, job: str) -> None:
