@@ -84,6 +84,21 @@ class LayerIncrease(_Frozen):
     ffn_increase: Fp32
 
 
+class LayerFlow(_Frozen):
+    """Information flow in one layer, from its attention averaged over heads (Wang et al.
+    2023): the mean weight per (destination, source) pair from each demonstration's tokens into
+    its label position, from the label positions into the last one, and of every other causal
+    pair; `*_mass` are the summed weights (the three add up to the number of tokens)."""
+
+    layer: int
+    demo_to_label: Fp32
+    label_to_last: Fp32
+    other: Fp32
+    demo_to_label_mass: Fp32
+    label_to_last_mass: Fp32
+    other_mass: Fp32
+
+
 class HeadSummary(_Frozen):
     """One head: `increase` = I(head | resid_pre); `label_increase` = I of the head restricted
     to the label positions, I(Σ_{p ∈ labels} a_p v_p W_O^h | resid_pre); `other_increase` = I of
@@ -201,6 +216,7 @@ class AnalysisResult(AnalysisDisplay, _Frozen):
     labels: list[LabelInfo]
     margin_labels: list[str] | None
     layers: list[LayerIncrease]
+    flow: list[LayerFlow] = Field(default_factory=list)
     heads: list[HeadSummary]
     top_heads: list[str]
     head_details: dict[str, HeadDetail]
@@ -230,7 +246,17 @@ class Head(HeadDisplay, HeadSummary):
 
 
 ExperimentName = Literal[
-    "accuracy", "heads", "mrr", "attention", "imbalance", "reorder", "ablation", "bias"
+    "accuracy",
+    "heads",
+    "mrr",
+    "attention",
+    "imbalance",
+    "reorder",
+    "ablation",
+    "bias",
+    "flow",
+    "layers",
+    "matching",
 ]
 EXPERIMENT_NAMES: tuple[str, ...] = (
     "accuracy",
@@ -241,6 +267,9 @@ EXPERIMENT_NAMES: tuple[str, ...] = (
     "reorder",
     "ablation",
     "bias",
+    "flow",
+    "layers",
+    "matching",
 )
 
 
@@ -253,6 +282,10 @@ class ExperimentRequest(_Frozen):
     model: str | None = None
     n: int = Field(default=200, ge=1, le=1000)
     seed: int = 0
+    #: experiments that locate in-context heads rank the candidates by this
+    locate_by: RankBy = "increase"
+    #: MRR and attention experiments: only the prompts the model answers correctly
+    correct_only: bool = False
     dataset_text: str | None = Field(default=None, max_length=5 * 1024 * 1024)
     dataset_filename: str | None = Field(default=None, max_length=200)
 

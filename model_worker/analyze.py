@@ -22,6 +22,7 @@ from app.contracts import (
     KeyProjection,
     LabelInfo,
     LabelMrr,
+    LayerFlow,
     LayerIncrease,
     NormMode,
     OffsetQuery,
@@ -41,6 +42,7 @@ from model_worker.analysis.contributions import (
     subhead_values,
     value_outputs,
 )
+from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.analysis.icl import IclStructure, demonstration_texts, detect_structure
 from model_worker.analysis.metrics import (
     VocabSummary,
@@ -165,19 +167,30 @@ class _Run:
         ]
 
 
+def layer_increase_table(
+    projector: VocabProjector,
+    cache: RunCache,
+    row: int,
+    position: int,
+    target: int,
+    pre_logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) [L] each, at `position` of batch row
+    `row` (paper Fig. 2); `pre_logits` [L, V], when known, spare projecting resid_pre again."""
+    pre, attn_out = cache.resid_pre[:, row, position], cache.attn_out[:, row, position]
+    attn = logprob_increase(
+        projector, pre, attn_out[:, None], target, base_logits=pre_logits
+    ).increase[:, 0]
+    mlp_out = cache.mlp_out[:, row, position, None]
+    ffn = logprob_increase(projector, pre + attn_out, mlp_out, target).increase[:, 0]
+    return attn, ffn
+
+
 def layer_increases(run: _Run) -> list[LayerIncrease]:
     """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) for every layer (paper Fig. 2)."""
-    c, last = run.cache, run.last
-    attn = logprob_increase(
-        run.projector,
-        c.resid_pre[:, 0, last],
-        c.attn_out[:, 0, last, None],
-        run.target,
-        base_logits=run.pre_logits,
-    ).increase[:, 0]
-    ffn = logprob_increase(
-        run.projector, c.resid_mid[:, 0, last], c.mlp_out[:, 0, last, None], run.target
-    ).increase[:, 0]
+    attn, ffn = layer_increase_table(
+        run.projector, run.cache, 0, run.last, run.target, run.pre_logits
+    )
     return [
         LayerIncrease(layer=layer, attn_increase=a, ffn_increase=f)
         for layer, (a, f) in enumerate(zip(attn.tolist(), ffn.tolist(), strict=True))
@@ -218,6 +231,18 @@ def head_increases(run: _Run) -> HeadIncreases:
     ).increase
     total, label, other = increase.unflatten(1, (3, -1)).unbind(1)
     return HeadIncreases(total, label, other)
+
+
+def layer_flows(run: _Run) -> list[LayerFlow]:
+    """Information flow per layer (demonstrations → labels → last token), heads averaged."""
+    flow = information_flow(run.cache.pattern[:, 0], run.label_positions)
+    columns = {name: flow.mean[name].tolist() for name in FLOWS}
+    columns |= {f"{name}_mass": flow.mass[name].tolist() for name in FLOWS}
+    n_layers = run.cache.pattern.shape[0]
+    return [
+        LayerFlow(layer=layer, **{key: values[layer] for key, values in columns.items()})
+        for layer in range(n_layers)
+    ]
 
 
 def attention_sums(run: _Run) -> tuple[Tensor, Tensor]:
@@ -536,6 +561,7 @@ def analyze(
         ],
         margin_labels=None if margin is None else [loaded.token_text(i) for i in margin],
         layers=layer_increases(run),
+        flow=layer_flows(run),
         heads=summaries,
         top_heads=[head_name(layer, head) for layer, head in top],
         head_details={d.name: d for d in details},

@@ -10,6 +10,8 @@ from app.figures.colors import (
     CONTENT,
     FALSE_LABEL,
     FFN,
+    FLOW_DEMO,
+    FLOW_LAST,
     NEGATIVE,
     OTHER_TOKEN,
     POSITION,
@@ -17,9 +19,16 @@ from app.figures.colors import (
     TRUE_LABEL,
 )
 from app.figures.heatmap import heatmap_svg
+from app.figures.lines import Line, line_chart
 from app.figures.svg import signed, visible
 
-ANALYSIS_FIGURES = ("heatmap", "layers")
+ANALYSIS_FIGURES = ("heatmap", "layers", "flow")
+#: the three information flows, their legend names and colours
+FLOW_LINES = (
+    ("demo_to_label", "demonstrations → labels", FLOW_DEMO),
+    ("label_to_last", "labels → last token", FLOW_LAST),
+    ("other", "other", OTHER_TOKEN),
+)
 HEAD_FIGURES = ("attention", "scores", "increase", "margin")
 #: the CSV/JSON column of each series of the scores figure
 COLUMN = {"score": "score", "content": "content_score", "position": "position_score"}
@@ -108,6 +117,33 @@ def layers_figure(result: AnalysisResult) -> Figure:
     )
     rows: list[Row] = [dict(x.model_dump()) for x in layers]
     return Figure("layers", title, rows, svg)
+
+
+def flow_figure(result: AnalysisResult) -> Figure:
+    """Information flow per layer (paper Fig. 1a): demonstrations → labels → last token."""
+    title = "Information flow per layer (attention, mean over heads)"
+    xs = [row.layer for row in result.flow]
+    lines = [
+        Line(name, colour, [float(getattr(row, key)) for row in result.flow])
+        for key, name, colour in FLOW_LINES
+    ]
+    svg = line_chart(
+        xs=xs,
+        lines=lines,
+        title=title,
+        figure="flow",
+        x_label="layer",
+        y_label="mean attention per pair",
+    )
+    rows: list[Row] = [dict(row.model_dump()) for row in result.flow]
+    return Figure("flow", title, rows, svg)
+
+
+def analysis_figure(result: AnalysisResult, name: str) -> Figure:
+    """One of ANALYSIS_FIGURES by name."""
+    if name == "heatmap":
+        return heatmap_figure(result)
+    return layers_figure(result) if name == "layers" else flow_figure(result)
 
 
 def _kinds(result: AnalysisResult) -> dict[int, str]:

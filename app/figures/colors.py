@@ -24,6 +24,8 @@ NEGATIVE = "#2166ac"
 ATTN = "#7c3aed"
 FFN = "#0d9488"
 CONTENT = "#d97706"
+FLOW_DEMO = "#0d9488"
+FLOW_LAST = "#c2410c"
 POSITION = "#64748b"
 
 

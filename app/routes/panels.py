@@ -17,6 +17,7 @@ from app.contracts import AnalysisRequest, AnalysisResult, HeadDetail
 from app.deps import BackendDep
 from app.figures.analysis import (
     attention_figure,
+    flow_figure,
     heatmap_figure,
     increase_figure,
     layers_figure,
@@ -98,6 +99,7 @@ def analysis_context(job_id: str, result: AnalysisResult, link: bool = True) -> 
         "heatmap": heatmap_figure(result, focusable=link),
         "heads_url": f"/a/{job_id}" if link else None,
         "layers": layers_figure(result),
+        "flow": flow_figure(result),
     }
 
 
@@ -198,7 +200,7 @@ def _panel(name: str) -> Callable[..., Awaitable[Response]]:
     return panel
 
 
-for _name in ("tokens", "layers", "heatmap", "top_heads"):
+for _name in ("tokens", "layers", "flow", "heatmap", "top_heads"):
     router.add_api_route(
         f"/a/{{job_id}}/panels/{_name.replace('_', '-')}",
         _panel(_name),
@@ -239,6 +241,12 @@ async def tokens_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 async def layers_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {"layers": [x.model_dump() for x in result.layers]}
+
+
+@router.get("/api/analyses/{job_id}/flow")
+async def flow_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+    result = await done_result(backend, job_id)
+    return {"flow": [x.model_dump() for x in result.flow]}
 
 
 @router.get("/api/analyses/{job_id}/heatmap")

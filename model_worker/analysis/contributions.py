@@ -33,13 +33,16 @@ def value_outputs(v: Tensor, w_o: Tensor, kv_index: Tensor) -> Tensor:
 def positions_z(v: Tensor, pattern_row: Tensor, kv_index: Tensor, positions: list[int]) -> Tensor:
     """Σ_{p ∈ positions} a_{h,p} v_p for every head: the part of z that `positions` write.
 
-    v [S, n_kv, d_head], pattern_row [H, S] (last query row), kv_index [H] → [H*d_head], laid
-    out like the captured z, so `head_outputs` turns it into each head's residual write.
+    v [..., S, n_kv, d_head], pattern_row [..., H, S] (last query row), kv_index [H]
+    → [..., H*d_head], laid out like the captured z, so `head_outputs` turns it into each
+    head's residual write. Leading axes (layers) are shared by v and pattern_row.
     """
+    lead = pattern_row.shape[:-2]
     if not positions:
-        return v.new_zeros(pattern_row.shape[0] * v.shape[-1])
-    chosen = v[positions][:, kv_index, :]  # [P, H, d_head]
-    return torch.einsum("hp,phd->hd", pattern_row[:, positions], chosen).reshape(-1)
+        return v.new_zeros(*lead, pattern_row.shape[-2] * v.shape[-1])
+    chosen = v[..., positions, :, :][..., kv_index, :]  # [..., P, H, d_head]
+    z = torch.einsum("...hp,...phd->...hd", pattern_row[..., positions], chosen)
+    return z.reshape(*lead, -1)
 
 
 def subhead_values(pattern_row: Tensor, values: Tensor) -> Tensor:

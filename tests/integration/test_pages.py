@@ -195,6 +195,7 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
     for panel, selector in [
         ("tokens", ".token-strip"),
         ("layers", "svg[data-figure=layers]"),
+        ("flow", "svg[data-figure=flow]"),
         ("heatmap", "svg[data-figure=heatmap]"),
         ("top-heads", "table.top-heads"),
     ]:
@@ -208,6 +209,9 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
     assert layers == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
     top = client.get(f"/api/analyses/{job}/top-heads").json()["top_heads"]
     assert [h["name"] for h in top] == result["top_heads"]
+    flow = client.get(f"/api/analyses/{job}/flow").json()["flow"]
+    assert flow == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["flow"]]
+    assert len(flow) == result["n_layers"]
 
 
 def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
@@ -230,8 +234,15 @@ def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
     assert len(csv_lines) == 1 + len(result["heads"])
     rows = client.get(f"/figures/{job}/layers.json").json()["rows"]
     assert rows == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
+    flow = ElementTree.fromstring(client.get(f"/figures/{job}/flow.svg").content)
+    lines = flow.findall(".//{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 3
+    assert all(len(line.get("points", "").split()) == result["n_layers"] for line in lines)
+    assert client.get(f"/figures/{job}/flow.png").content[:4] == b"\x89PNG"
+    flow_csv = client.get(f"/figures/{job}/flow.csv").text.strip().splitlines()
+    assert flow_csv[0].startswith("layer,demo_to_label,label_to_last,other,")
     name = result["top_heads"][0]
-    for figure in ("attention", "increase", "margin"):
+    for figure in ("attention", "scores", "increase", "margin"):
         response = client.get(f"/figures/{job}/heads/{name}/{figure}.csv")
         assert response.status_code == 200
         assert len(response.text.strip().splitlines()) == 1 + len(result["tokens"])
