@@ -6,7 +6,7 @@ from 0; heads are named `L{layer}H{head}` (TransformerLens style).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
@@ -258,19 +258,7 @@ ExperimentName = Literal[
     "layers",
     "matching",
 ]
-EXPERIMENT_NAMES: tuple[str, ...] = (
-    "accuracy",
-    "heads",
-    "mrr",
-    "attention",
-    "imbalance",
-    "reorder",
-    "ablation",
-    "bias",
-    "flow",
-    "layers",
-    "matching",
-)
+EXPERIMENT_NAMES: tuple[str, ...] = get_args(ExperimentName)
 
 
 class ExperimentRequest(_Frozen):

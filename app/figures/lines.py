@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.figures.svg import document, esc, num, text, title_width
+from app.figures.svg import document, esc, num, text, title_width, y_axis_label
 
 
 @dataclass(frozen=True)
@@ -73,16 +73,7 @@ def line_chart(
     body.append(
         text(left + plot_width / 2, top + plot_height + 36, x_label, anchor="middle", size=11)
     )
-    body.append(
-        text(
-            14,
-            top + plot_height / 2,
-            y_label,
-            anchor="middle",
-            size=11,
-            extra=f' transform="rotate(-90 14 {num(top + plot_height / 2)})"',
-        )
-    )
+    body.append(y_axis_label(y_label, top + plot_height / 2))
     for line in lines:
         points = " ".join(f"{num(x_at(i))},{num(y_at(v))}" for i, v in enumerate(line.values))
         dash = ' stroke-dasharray="5 3"' if line.dashed else ""

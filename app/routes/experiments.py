@@ -99,16 +99,7 @@ async def submit_experiment_form(
                 raise DatasetError("choose a CSV or JSONL file to upload")
             text, filename = await _read_upload(file)
         experiment = ExperimentRequest.model_validate(
-            {
-                "name": name,
-                "dataset": dataset,
-                "n": n,
-                "seed": seed,
-                "locate_by": locate_by,
-                "correct_only": correct_only,
-                "dataset_text": text,
-                "dataset_filename": filename,
-            }
+            {**form, "dataset_text": text, "dataset_filename": filename}
         )
         state = await backend.submit_experiment(experiment)
     except DatasetError as exc:
