@@ -54,7 +54,11 @@ def test_batched_flow_and_layers_equal_analyze(tiny_model: LoadedModel) -> None:
         expected = torch.tensor(
             [[r.demo_to_label, r.label_to_last, r.other] for r in result.flow]
         ).T
-        assert torch.allclose(flow, expected, atol=1e-5)
+        assert torch.allclose(flow[:3], expected, atol=1e-5)
+        n_labels = len(result.labels)
+        masses = torch.tensor([[r.demo_to_label_mass, r.label_to_last_mass] for r in result.flow]).T
+        assert torch.allclose(flow[3], masses[0] / n_labels, atol=1e-5)
+        assert torch.allclose(flow[4], masses[1], atol=1e-5)
         attn = torch.tensor([x.attn_increase for x in result.layers])
         ffn = torch.tensor([x.ffn_increase for x in result.layers])
         assert torch.allclose(layers, torch.stack([attn, ffn]), atol=1e-4)
