@@ -39,6 +39,7 @@ from model_worker.analysis.contributions import (
     logprob_increase,
     position_views_fixed,
     positions_z,
+    split_increase,
     subhead_values,
     value_outputs,
 )
@@ -212,24 +213,24 @@ class HeadIncreases:
 
 
 def head_increases(run: _Run) -> HeadIncreases:
-    """Every head's increase, whole and split into its label and other positions, projected
-    in one batch: [L, 3H] vectors (head, label part, other part) on each layer's base."""
+    """Every head's increase, whole and split into its label positions and the rest."""
     c, last, kv = run.cache, run.last, run.kv_index()
     labels = run.label_positions
-    vectors = []
+    heads, label_parts = [], []
     for layer in range(c.z.shape[0]):
         w_o = run.w_o(layer)
-        z = c.z[layer, 0, last]
         z_label = positions_z(c.v[layer, 0], c.pattern[layer, 0, :, last], kv, labels)
-        vectors.append(head_outputs(torch.stack([z, z_label, z - z_label]), w_o).flatten(0, 1))
-    increase = logprob_increase(
+        both = head_outputs(torch.stack([c.z[layer, 0, last], z_label]), w_o)  # [2, H, D]
+        heads.append(both[0])
+        label_parts.append(both[1])
+    total, label, other = split_increase(
         run.projector,
         c.resid_pre[:, 0, last],
-        torch.stack(vectors),
+        torch.stack(heads),
+        torch.stack(label_parts),
         run.target,
         base_logits=run.pre_logits,
-    ).increase
-    total, label, other = increase.unflatten(1, (3, -1)).unbind(1)
+    )
     return HeadIncreases(total, label, other)
 
 

@@ -117,6 +117,34 @@ def logprob_increase(
     return Increase(increase, margin)
 
 
+def split_increase(
+    projector: VocabProjector,
+    bases: Tensor,
+    whole: Tensor,
+    part: Tensor,
+    target: int,
+    base_logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """I(whole | x), I(part | x) and I(whole − part | x), [B, M] each, for `whole` and `part`
+    [B, M, D] on `bases` [B, D]. In fixed mode bs is linear, so the rest's logits are the
+    whole's minus the part's: two projections per vector instead of three."""
+    if base_logits is None:
+        base_logits = projector.logits(bases)
+    if projector.mode != "fixed":
+        stacked = torch.cat([whole, part, whole - part], 1)
+        increase = logprob_increase(projector, bases, stacked, target, base_logits=base_logits)
+        total, part_increase, rest = increase.increase.split(whole.shape[1], 1)
+        return total, part_increase, rest
+    rows = block_rows(projector.vocab, whole.device)
+    out = [whole.new_empty(whole.shape[:2]) for _ in range(3)]
+    for b, m in _blocks(whole.shape[0], whole.shape[1], rows):
+        whole_logits, part_logits = projector.linear(whole[b, m]), projector.linear(part[b, m])
+        rest_logits = whole_logits - part_logits
+        for i, logits in enumerate((whole_logits, part_logits, rest_logits)):
+            out[i][b, m] = _increase(base_logits[b], logits, target, None)[0]
+    return out[0], out[1], out[2]
+
+
 @dataclass(frozen=True)
 class PositionViews:
     """Per-position contributions [K, S] of K heads, and the vocabulary views of their

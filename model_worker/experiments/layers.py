@@ -23,10 +23,7 @@ from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.experiments.svg import PALETTE
 from model_worker.loading import LoadedModel
 
-PAPER = (
-    "GPT2-large, one prompt: attention layers in the deep half give the largest increases "
-    "(layers 18–35); FFN layers also contribute"
-)
+PAPER = 'GPT2-large, one prompt: "almost all the improvements are caused by deep attention layers"'
 
 
 def layer_table(loaded: LoadedModel) -> Extra:
