@@ -304,13 +304,23 @@ def head_scores(run: _Run, layer: int, head: int) -> ScoreSplit:
     return ScoreSplit(score, content, score - content, excluded)
 
 
+#: Rotary-aware query views are made for at most this many labels, the nearest to the last
+#: position (each is one more vocabulary projection per detailed head).
+MAX_OFFSET_VIEWS = 8
+
+
+def offset_labels(run: _Run) -> list[int]:
+    """The label positions that get a rotary-aware query view: the MAX_OFFSET_VIEWS last."""
+    return run.label_positions[-MAX_OFFSET_VIEWS:]
+
+
 def offset_queries(run: _Run, layer: int, head: int, w_k: Tensor) -> Tensor | None:
-    """W_K^⊤ R_Δ q for each label position (Δ = last − p): [P, D], None without rotary.
+    """W_K^⊤ R_Δ q for each of `offset_labels` (Δ = last − p): [P, D], None without rotary.
 
     With q_last = R_last q the real (rotated) query, R_Δ q = R_{−p} q_last: the query un-rotated
     by the label position's angles, which a key at p scores against its unrotated key.
     """
-    record, labels = _layer_qk(run, layer), run.label_positions
+    record, labels = _layer_qk(run, layer), offset_labels(run)
     if record.rotary is None or not labels:
         return None
     assert record.query is not None
@@ -443,7 +453,7 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
                         offset=last - p,
                         query=run.tops(views["offset"], i, n),
                     )
-                    for n, p in enumerate(labels)
+                    for n, p in enumerate(offset_labels(run))
                 ]
                 if rotary
                 else [],

@@ -80,3 +80,19 @@ def test_rotary_query_view_scores_each_label_key(tiny_model: LoadedModel) -> Non
 def test_labels_carry_their_demonstration(tiny_model: LoadedModel) -> None:
     result = analyze(tiny_model, EXAMPLE_PROMPT)
     assert [label.demonstration for label in result.labels] == ["love", "like", "eight", "two"]
+
+
+def test_rotary_query_views_cover_the_nearest_labels() -> None:
+    from model_worker.analyze import MAX_OFFSET_VIEWS
+    from tests.tiny_models import tiny_llama
+
+    words = ["love", "like", "eight", "two", "hate", "one", "good", "three", "bad", "four"]
+    prompt = " ".join(f"{w} : {'foo' if i % 2 else 'bar'}" for i, w in enumerate(words)) + " five :"
+    result = analyze(tiny_llama(), prompt, top_k_heads=1)
+    detail = result.head_details[result.top_heads[0]]
+    nearest = [label.position for label in result.labels][-MAX_OFFSET_VIEWS:]
+    assert len(result.labels) == 10 and MAX_OFFSET_VIEWS == 8
+    assert [o.position for o in detail.query_by_offset] == nearest
+    assert [o.offset for o in detail.query_by_offset] == [
+        len(result.tokens) - 1 - p for p in nearest
+    ]
