@@ -111,7 +111,16 @@ def experiment(
         except ValidationError as exc:
             raise UserInputError(exc.errors()[0]["msg"]) from None
         if server is not None:
-            remote = cli_remote.experiment(server, name, dataset, model=model, n=n, seed=seed)
+            remote = cli_remote.experiment(
+                server,
+                name,
+                dataset,
+                model=model,
+                n=n,
+                seed=seed,
+                locate_by=locate_by,
+                correct_only=correct_only,
+            )
             return emit(remote, out, as_json)
         from model_worker.experiments.data import resolve_dataset
 
