@@ -306,7 +306,7 @@ def head_scores(run: _Run, layer: int, head: int) -> ScoreSplit:
 
 #: Rotary-aware query views are made for at most this many labels, the nearest to the last
 #: position (each is one more vocabulary projection per detailed head).
-MAX_OFFSET_VIEWS = 8
+MAX_OFFSET_VIEWS = 4
 
 
 def offset_labels(run: _Run) -> list[int]:

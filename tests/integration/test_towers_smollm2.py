@@ -39,7 +39,7 @@ def test_scores_reproduce_the_attention_of_every_detailed_head(smollm2: LoadedMo
         assert detail.position_scores is not None
         split = torch.tensor(detail.content_scores) + torch.tensor(detail.position_scores)
         assert (split - scores).abs().max() <= 1e-4
-        assert len(detail.query_by_offset) == 4
+        assert len(detail.query_by_offset) == 4  # every label of the paper's prompt
     # L23H1 scores the two true ('foo') label positions highest
     detail = result.head_details["L23H1"]
     ranked = sorted(result.labels, key=lambda label: -float(detail.scores[label.position] or 0))

@@ -91,7 +91,7 @@ def test_rotary_query_views_cover_the_nearest_labels() -> None:
     result = analyze(tiny_llama(), prompt, top_k_heads=1)
     detail = result.head_details[result.top_heads[0]]
     nearest = [label.position for label in result.labels][-MAX_OFFSET_VIEWS:]
-    assert len(result.labels) == 10 and MAX_OFFSET_VIEWS == 8
+    assert len(result.labels) == 10 and MAX_OFFSET_VIEWS < 10
     assert [o.position for o in detail.query_by_offset] == nearest
     assert [o.offset for o in detail.query_by_offset] == [
         len(result.tokens) - 1 - p for p in nearest
