@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 
 from app.backend import Backend
+from app.keys import JOB_ID_PATTERN
 from app.settings import Settings
 
 
@@ -22,3 +23,9 @@ async def get_app_settings(request: Request) -> Settings:
 
 BackendDep = Annotated[Backend, Depends(get_backend)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+
+_JOB_ID_DOC = "A job id: `a-` (analysis) or `e-` (experiment) and 32 hex digits."
+#: A job id in a path or a query: anything else is refused (422) before it reaches a backend,
+#: a template's URL or RQ (which raises on ids with other characters).
+JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description=_JOB_ID_DOC)]
+JobIdQuery = Annotated[str, Query(pattern=JOB_ID_PATTERN, description=_JOB_ID_DOC)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.export_text import csv_text
+
 if TYPE_CHECKING:
     from pandas import DataFrame
 
@@ -73,8 +75,8 @@ def save_tables(result: ExperimentResult, folder: Path, format: TableFormat = "c
     written = []
     for name, frame in experiment_frames(result).items():
         path = folder / f"{name}.{format}"
-        if format == "csv":
-            frame.to_csv(path, index=False)
+        if format == "csv":  # the one CSV writer of every export (app.export_text)
+            path.write_bytes(csv_text(result.tables[name]).encode())
         else:
             frame.to_parquet(path, index=False)
         written.append(path)

@@ -16,6 +16,8 @@ from app.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest, ExperimentRequ
 PREFIX = "icl"
 ANALYSIS = "a-"
 EXPERIMENT = "e-"
+#: Every job id: a kind prefix and 32 hex digits of a content hash (what routes accept).
+JOB_ID_PATTERN = r"^[ae]-[0-9a-f]{32}$"
 #: Sorted set of worker names, scored by the time their heartbeat expires.
 WORKERS_KEY = f"{PREFIX}:workers"
 #: Counter of computations actually run by workers (benchmarks and tests read it).
@@ -76,6 +78,11 @@ def reap_lock_key(queue: str) -> str:
 def tokenizer_key(fingerprint: str) -> str:
     """A worker's tokenizer (tokenizers JSON), so the web tier can count prompt tokens."""
     return f"{PREFIX}:tokenizer:{fingerprint}"
+
+
+def session_key(session_digest: str) -> str:
+    """A login session, by the SHA-256 of its id (app.security.sessions)."""
+    return f"{PREFIX}:session:{session_digest}"
 
 
 def queue_name(model: str) -> str:

@@ -7,12 +7,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from app import security
 from app.backend import Backend, BackendError
-from app.routes import analyses, auth, experiments, figures, health, pages, panels
+from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
+from app.security.redact import redact
+from app.security.responses import error_response
 from app.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -40,14 +42,16 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             yield
         finally:
             await app.state.backend.close()
+            await app.state.sessions.close()
 
     app = FastAPI(title="ICL Heads Explorer", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
 
     @app.exception_handler(BackendError)
-    async def backend_error(_request: Request, exc: BackendError) -> JSONResponse:
+    async def backend_error(request: Request, exc: BackendError) -> Response:
+        """JSON for the API, a page (or an htmx fragment) saying what happened for browsers."""
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+        return error_response(request.scope, exc.status, redact(str(exc)), headers)
 
     app.include_router(analyses.router)
     app.include_router(health.router)
@@ -56,6 +60,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(figures.router)
     app.include_router(auth.router)
     app.include_router(experiments.router)
+    app.include_router(families.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -56,6 +56,22 @@ class Settings(BaseSettings):
         60, ge=0, description="POST/PUT/PATCH/DELETE per client and minute; 0 = unlimited."
     )
 
+    # --- who may reach the server, and as whom (issue 14) ---
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Reverse proxies whose X-Forwarded-For/-Proto are believed; empty = none.",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names served beyond localhost, 127.0.0.1, [::1] and ICL_HOST.",
+    )
+    login_failures_per_client: int = Field(
+        10, ge=1, description="Failed logins per client address in 15 minutes before 429."
+    )
+    login_failures_per_account: int = Field(
+        100, ge=1, description="Failed logins (all clients) in 15 minutes that mean an attack."
+    )
+
 
 @lru_cache
 def get_settings() -> Settings:

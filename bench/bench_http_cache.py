@@ -55,7 +55,7 @@ async def client(
     With `etag`, the client revalidates (If-None-Match) and expects 304 Not Modified."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     condition = f"If-None-Match: {etag}\r\n" if etag else ""
-    message = f"GET {path} HTTP/1.1\r\nHost: bench\r\n{condition}\r\n".encode()
+    message = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{condition}\r\n".encode()
     errors = 0
     for _ in range(requests):
         started = time.perf_counter()

@@ -53,7 +53,6 @@ from model_worker.analysis.metrics import (
 )
 from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.analysis.scores import ScoreSplit, attention_scores, masked
-from model_worker.architectures import tensor_attr, weight_of
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
@@ -62,23 +61,21 @@ from model_worker.qk import LayerQk, rotate
 
 def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:
     """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
-    model, adapter, device = loaded.model, loaded.adapter, x_final.device
-    norm = model.get_submodule(adapter.final_norm)
-    eps = float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5) or 1e-5)
-    unembed = model.get_submodule(adapter.unembed)
-
-    def on_device(tensor: Tensor | None) -> Tensor | None:
-        return None if tensor is None else tensor.to(device)
-
-    final_norm = FinalNorm(
-        adapter.norm_kind,
-        weight_of(norm).to(device),
-        on_device(tensor_attr(norm, "bias")),
-        eps,
-    )
-    w_u = weight_of(unembed).to(device)
+    adapter, device = loaded.adapter, x_final.device
+    norm = adapter.final_norm(loaded.model)
+    w_u, b_u = adapter.unembedding(loaded.model)
     return VocabProjector.at(
-        final_norm, w_u, on_device(tensor_attr(unembed, "bias")), mode, x_final
+        FinalNorm(
+            norm.kind,
+            norm.weight.to(device),
+            None if norm.bias is None else norm.bias.to(device),
+            norm.eps,
+        ),
+        w_u.to(device),
+        None if b_u is None else b_u.to(device),
+        mode,
+        x_final,
+        adapter.final_softcap,
     )
 
 
@@ -151,8 +148,13 @@ class _Run:
         return (ids[1], ids[0]) if ids[1] == self.target else (ids[0], ids[1])
 
     def w_o(self, layer: int) -> Tensor:
+        """Each head's write into the residual per unit of z (W_O, post-norm γ folded in)."""
         g = self.loaded.geometry
-        return self.loaded.adapter.w_o(self.loaded.model, layer, g).to(self.cache.z.device)
+        return self.loaded.adapter.w_out(self.loaded.model, layer, g).to(self.cache.z.device)
+
+    def z(self, layer: int) -> Tensor:
+        """z at the last position with the post-norm scale frozen there: [H*d_head]."""
+        return self.cache.z[layer, 0, self.last] * self.cache.attn_scale[layer, 0, self.last]
 
     def kv_index(self) -> Tensor:
         g = self.loaded.geometry
@@ -220,7 +222,8 @@ def head_increases(run: _Run) -> HeadIncreases:
     for layer in range(c.z.shape[0]):
         w_o = run.w_o(layer)
         z_label = positions_z(c.v[layer, 0], c.pattern[layer, 0, :, last], kv, labels)
-        both = head_outputs(torch.stack([c.z[layer, 0, last], z_label]), w_o)  # [2, H, D]
+        z_label = z_label * c.attn_scale[layer, 0, last]  # the post-norm scale, as run.z
+        both = head_outputs(torch.stack([run.z(layer), z_label]), w_o)  # [2, H, D]
         heads.append(both[0])
         label_parts.append(both[1])
     total, label, other = split_increase(
@@ -278,17 +281,19 @@ def _mrr(run: _Run, ranks: Tensor) -> list[LabelMrr]:
     ]
 
 
-def _layer_qk(run: _Run, layer: int) -> LayerQk:
+def _layer_qk(run: _Run, layer: int) -> LayerQk | None:
+    """What `layer` scored with, or None for a family whose attention does not go through
+    transformers' AttentionInterface (e.g. GPT-J): then it has no QK scores."""
     assert run.cache.qk is not None, "analyze captures with record_qk=True"
     record = run.cache.qk[layer]
-    assert record.query is not None and record.key is not None
-    return record
+    return record if record.query is not None and record.key is not None else None
 
 
-def head_scores(run: _Run, layer: int, head: int) -> ScoreSplit:
+def head_scores(run: _Run, layer: int, head: int) -> ScoreSplit | None:
     """The last position's pre-softmax scores of `head`, split into content and position."""
     record, last = _layer_qk(run, layer), run.last
-    assert record.query is not None and record.key is not None
+    if record is None or record.query is None or record.key is None:
+        return None
     query = record.query[0, head, last]  # [d], after rotary
     keys = record.key[0, run.loaded.geometry.kv_head(head), : last + 1]  # [S, d]
     mask = None
@@ -321,12 +326,22 @@ def offset_queries(run: _Run, layer: int, head: int, w_k: Tensor) -> Tensor | No
     by the label position's angles, which a key at p scores against its unrotated key.
     """
     record, labels = _layer_qk(run, layer), offset_labels(run)
-    if record.rotary is None or not labels:
+    if record is None or record.query is None or record.rotary is None or not labels:
         return None
-    assert record.query is not None
     query = record.query[0, head, run.last]
     seen = rotate(record, query.expand(len(labels), -1)[None], labels, inverse=True)[0]
     return seen @ w_k.to(seen.device).T
+
+
+def score_fields(split: ScoreSplit | None) -> dict[str, list[float | None] | None]:
+    """The HeadDetail score fields of one head (empty without recorded scores)."""
+    if split is None:
+        return {"scores": [], "content_scores": [], "position_scores": None}
+    return {
+        "scores": split.values(split.score),
+        "content_scores": split.values(split.content),
+        "position_scores": None if split.position is None else split.values(split.position),
+    }
 
 
 def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
@@ -338,8 +353,9 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     label_ids = run.encoded.ids[labels]
     w_o = {layer: run.w_o(layer) for layer in sorted({layer for layer, _ in heads})}
 
-    def values_of(layer: int, head: int) -> Tensor:  # [S, D]
-        return value_outputs(c.v[layer, 0], w_o[layer][head : head + 1], kv[head : head + 1])[0]
+    def values_of(layer: int, head: int) -> Tensor:  # [S, D], post-norm scale frozen at last
+        values = value_outputs(c.v[layer, 0], w_o[layer][head : head + 1], kv[head : head + 1])
+        return values[0] * c.attn_scale[layer, 0, last]
 
     values = torch.stack([values_of(layer, head) for layer, head in heads])  # [K, S, D]
     rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
@@ -375,14 +391,16 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     randoms = _random_heads(heads, g.n_heads)
     random_layers = list(randoms)
     random_values = [values_of(layer, randoms[layer])[labels] for layer in random_layers]
-    w_qk = {layer: run.loaded.adapter.w_qk(run.loaded.model, layer, g) for layer in w_o}
+    adapter, model = run.loaded.adapter, run.loaded.model
+    w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in w_o}
     queries, offsets = [], []
     for layer, head in heads:
-        w_q, b_q, w_k = w_qk[layer]
-        x_hat = c.normalized[layer, 0, last]
-        query = x_hat @ w_q[head].to(x_hat.device) + b_q[head].to(x_hat.device)
-        queries.append(w_k[int(kv[head])].to(x_hat.device) @ query)  # W_K^T W_Q x̂, [D]
-        offsets.append(offset_queries(run, layer, head, w_k[int(kv[head])]))
+        x_hat = c.normalized[layer, 0, last, None, None]  # [1, 1, D]
+        with torch.inference_mode():  # the model's real query: after any q-norm, before rotary
+            query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
+        query = query.to(x_hat.device, torch.float32)  # layers may sit on several devices
+        queries.append(w_k[layer][int(kv[head])].to(query.device) @ query)  # W_K^T q, [D]
+        offsets.append(offset_queries(run, layer, head, w_k[layer][int(kv[head])]))
     scores = [head_scores(run, layer, head) for layer, head in heads]
     layers = list(w_o)
     prior = torch.stack(
@@ -463,11 +481,7 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
                 random_head_mrr=_mrr(run, views["random"].ranks[random_layers.index(layer)])
                 if layer in randoms
                 else [],
-                scores=scores[i].values(scores[i].score),
-                content_scores=scores[i].values(scores[i].content),
-                position_scores=None
-                if scores[i].position is None
-                else scores[i].values(scores[i].position),
+                **score_fields(scores[i]),
             )
         )
     return details

@@ -6,8 +6,6 @@ writes report.md, result.json, one CSV per table and an SVG and a PNG per figure
 
 from __future__ import annotations
 
-import csv
-import io
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +13,7 @@ from typing import Annotated
 import typer
 
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
+from app.export_text import csv_text
 from model_worker import cli_remote
 from model_worker.errors import UserInputError
 
@@ -26,13 +25,8 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
     written[0].write_text(result.report_markdown + "\n", encoding="utf-8")
     written[1].write_text(result.model_dump_json(indent=1), encoding="utf-8")
     for name, rows in result.tables.items():
-        buffer = io.StringIO()
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-        writer = csv.DictWriter(buffer, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
         written.append(out / f"{name}.csv")
-        written[-1].write_text(buffer.getvalue(), encoding="utf-8")
+        written[-1].write_text(csv_text(rows), encoding="utf-8")
     for name, svg in result.figures.items():
         written.append(out / f"{name}.svg")
         written[-1].write_text(svg, encoding="utf-8")

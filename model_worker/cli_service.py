@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -36,6 +36,8 @@ def worker(
     """Load a model once, then serve its analysis and experiment jobs from Redis."""
     from redis.exceptions import RedisError
 
+    from app.security.logs import install_log_hygiene
+    from app.security.redact import redact
     from model_worker.cli import quietly, user_errors
     from model_worker.errors import UserInputError
     from model_worker.jobs import load_served_model
@@ -43,6 +45,7 @@ def worker(
 
     settings = _settings(model=model, device=device, dtype=dtype, redis_url=redis_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    install_log_hygiene()
     with user_errors():
         if not settings.redis_url:
             raise UserInputError("a worker needs Redis: set ICL_REDIS_URL or pass --redis-url")
@@ -50,9 +53,25 @@ def worker(
         try:
             connection.ping()
         except RedisError as exc:
-            raise UserInputError(f"cannot reach Redis at {settings.redis_url}: {exc}") from exc
+            message = redact(f"cannot reach Redis at {settings.redis_url}: {exc}")
+            raise UserInputError(message) from exc
         loaded = quietly(lambda: load_served_model(settings))
     ModelWorker(loaded, settings, connection, device=settings.device).run(burst=burst)
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """How uvicorn serves: forwarded headers (X-Forwarded-For/-Proto) believed only from
+    ICL_TRUSTED_PROXIES (uvicorn's own default believes them from 127.0.0.1, so any local user
+    could pick a client address), no Server header."""
+    proxies = settings.trusted_proxies
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "proxy_headers": bool(proxies),
+        "forwarded_allow_ips": proxies or None,
+        "server_header": False,
+        "log_level": "info",
+    }
 
 
 def serve(
@@ -70,7 +89,7 @@ def serve(
 
     settings = _settings(host=host, port=port)
     enforce_bind(settings.host, settings, insecure)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(create_app(settings), **uvicorn_options(settings))
 
 
 def register(app: typer.Typer) -> None:

@@ -29,6 +29,8 @@ from model_worker.loading import LoadedModel, load_model
 
 #: Seconds between two progress writes to Redis (the last one is always written).
 PROGRESS_EVERY_S = 0.25
+#: Longest failure message stored for a job (it may quote the user's input).
+MAX_ERROR_CHARS = 1000
 #: Longest pause between two attempts at a Redis write while Redis is away.
 MAX_BACKOFF_S = 5.0
 
@@ -102,7 +104,13 @@ def load_served_model(settings: Settings) -> LoadedModel:
 
 
 def failure_message(exc: BaseException) -> str:
-    """One line for the client: the user's mistake as is, else what went wrong inside."""
+    """One line for the client (at most MAX_ERROR_CHARS: it is stored and shown): the user's
+    mistake as is, else what went wrong inside."""
+    message = _failure_message(exc)
+    return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def _failure_message(exc: BaseException) -> str:
     if isinstance(exc, UserInputError):
         return str(exc)
     if type(exc).__name__ == "JobTimeoutException":

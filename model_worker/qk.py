@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -132,5 +133,7 @@ def rotate(record: LayerQk, x: Tensor, positions: Sequence[int], inverse: bool =
         return x
     cos, sin = (t[0, list(positions)] for t in record.rotary)  # [P, d_rot]
     sin = -sin if inverse else sin
-    rotated, _ = record.rotate(x[None], x[None], cos[None], sin[None])
-    return rotated[0]
+    width = cos.shape[-1]  # partial rotary (Phi, StableLM): only the first dims rotate
+    part = x[..., :width]
+    rotated, _ = record.rotate(part[None], part[None], cos[None], sin[None])
+    return torch.cat([rotated[0], x[..., width:]], -1)

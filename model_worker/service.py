@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from app.keys import queue_name, result_key, tokenizer_key
 from app.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.settings import Settings
+from model_worker.job_policy import disarm, refusal
 from model_worker.jobs import STATE, serve_model
 from model_worker.loading import LoadedModel
 from model_worker.prompting import token_limit
@@ -54,12 +56,32 @@ def redis_for_worker(url: str) -> Redis:
     return Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
 
 
+class JobRefused(Exception):
+    """A job that is not one of this project's (see model_worker.job_policy)."""
+
+
 class _Worker(SimpleWorker):
     """RQ's SimpleWorker, remembering the job it was running when its work loop broke off and
-    whether the loop ended because the queue was empty (burst mode)."""
+    whether the loop ended because the queue was empty (burst mode); it runs only this project's
+    job functions and fails any other job with the reason, without importing anything of it."""
 
     running: Job | None = None
     drained = False
+
+    def perform_job(self, job: Job, queue: Any, execution: Any) -> bool:
+        reason = refusal(job)
+        if reason is None:
+            return bool(super().perform_job(job, queue, execution))
+        log.error("refused job %s from queue %s: %s", job.id, queue.name, reason)
+        disarm(job)
+        job.meta["error"] = f"refused by the worker: {reason}"
+        try:
+            job.save_meta()
+            self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
+            raise JobRefused(reason)
+        except Exception:
+            self._finalize_failure(job, queue, execution, sys.exc_info())
+        return False
 
     def execute_job(self, job: Job, queue: Any) -> None:
         self.running = job

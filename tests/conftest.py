@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from model_worker.loading import LoadedModel
 from tests.tiny_models import tiny_gpt2, tiny_llama
+
+# Starlette's TestClient sends `Host: testserver`; the Host allow-list lets it in (and only it)
+# beyond the default names. Tests of the allow-list itself send other hosts.
+os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')
 
 
 @pytest.fixture(scope="session", params=["gpt2", "llama"])

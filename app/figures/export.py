@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
 import resvg_py
 
+from app.export_text import csv_text
 from app.figures.base import Figure
 
 
 def to_csv(figure: Figure) -> str:
-    """The rows as CSV with a header (empty string for no rows)."""
-    if not figure.rows:
-        return ""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(figure.rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(figure.rows)
-    return out.getvalue()
+    """The rows as CSV with a header (empty string for no rows; app.export_text)."""
+    return csv_text(figure.rows)
 
 
 def to_json(figure: Figure) -> str:

@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
@@ -39,6 +38,7 @@ from app.queue.body_cache import BodyCache
 from app.queue.heartbeats import WorkerBeat, live_beats
 from app.queue.prompt_limit import PromptLimit
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
+from app.security.redact import redact
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -49,15 +49,6 @@ CLAIM_TTL_S = 10
 #: How long a submit waits for a twin request that holds the claim to finish enqueuing.
 TWIN_WAIT_S = 5.0
 QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
-
-
-def redacted(url: str) -> str:
-    """`url` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -91,8 +82,8 @@ class RedisBackend:
 
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(
-            f"the job queue (Redis at {redacted(self._url)}) is unreachable: {exc}; "
-            "retry in a few seconds",
+            redact(f"the job queue (Redis at {self._url}) is unreachable: {exc}; ")
+            + "retry in a few seconds",
             status=503,
             retry_after=5,
         )
@@ -338,7 +329,7 @@ class RedisBackend:
         return {
             "mode": "redis",
             "redis": "ok",
-            "redis_url": redacted(self._url),
+            "redis_url": redact(self._url),
             "workers": [_beat_summary(beat) for beat in beats],
             "queued": queues,
             "warnings": warnings,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.backend import JobState, JobStatus, ModelInfo
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId
 
 router = APIRouter(prefix="/api", tags=["analyses"])
 
@@ -42,7 +42,7 @@ async def submit_analysis(
 
 
 @router.get("/analyses/{job_id}", response_model=JobState)
-async def get_analysis(job_id: str, backend: BackendDep, request: Request) -> Response | JobState:
+async def get_analysis(job_id: JobId, backend: BackendDep, request: Request) -> Response | JobState:
     """The state of a job: analysis ids start with `a-`, experiment ids with `e-` (their
     `progress` and `message` change while they run). Finished ones come straight from the cache;
     the id is a content hash, so the id is their ETag (`If-None-Match` answers 304)."""

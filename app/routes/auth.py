@@ -10,18 +10,21 @@ from fastapi.responses import RedirectResponse, Response
 from app.deps import SettingsDep
 from app.security.auth import (
     COOKIE_NAME,
+    client_address,
     configured_token,
     safe_next,
-    session_cookie,
     token_matches,
 )
+from app.security.login_limit import LoginLimiter, too_many_failures
+from app.security.sessions import SessionStore
 from app.templating import render
 
 router = APIRouter(tags=["auth"], include_in_schema=False)
 
 
-def login_page(request: Request, next_path: str, error: str | None = None) -> Response:
-    code = status.HTTP_401_UNAUTHORIZED if error else status.HTTP_200_OK
+def login_page(
+    request: Request, next_path: str, error: str | None = None, code: int = status.HTTP_200_OK
+) -> Response:
     context = {"next": safe_next(next_path), "error": error}
     return render(request, "pages/login.html", context, status_code=code)
 
@@ -41,16 +44,27 @@ async def login(
     token: Annotated[str, Form(max_length=1000)] = "",
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
-    """Check the token; on success set the signed HttpOnly SameSite=Strict cookie, go to `next`."""
+    """Check the token (failures are limited per client, app.security.login_limit); on success
+    open a server-side session, set its HttpOnly SameSite=Strict cookie and go to `next`."""
     expected = configured_token(settings)
     if expected is None:
         return RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
+    limiter: LoginLimiter = request.app.state.login_limiter
+    address = client_address(request.scope)
+    wait = limiter.retry_after(address)
+    if wait is not None:
+        response = login_page(request, next, too_many_failures(wait), 429)
+        response.headers["Retry-After"] = str(wait)
+        return response
     if not token_matches(token, expected):
-        return login_page(request, next, error="That token is not right.")
+        limiter.failed(address)
+        return login_page(request, next, "That token is not right.", 401)
+    limiter.succeeded(address)
+    sessions: SessionStore = request.app.state.sessions
     response = RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         COOKIE_NAME,
-        session_cookie(expected),
+        await sessions.open(expected),
         max_age=settings.session_max_age_s,
         httponly=True,
         samesite="strict",
@@ -60,7 +74,12 @@ async def login(
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
+    """End the session server-side (its cookie stops working everywhere) and drop the cookie."""
+    session_id = request.cookies.get(COOKIE_NAME)
+    if session_id:
+        sessions: SessionStore = request.app.state.sessions
+        await sessions.revoke(session_id)
     response = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
     response.delete_cookie(COOKIE_NAME, httponly=True, samesite="strict")
     return response

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile, status
@@ -14,7 +12,8 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobState, JobStatus
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId
+from app.export_text import csv_text
 from app.routes.analyses import submit_responses
 from app.templating import render
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
@@ -133,7 +132,7 @@ async def _state(backend: Backend, job_id: str) -> JobState:
 
 
 @router.get("/e/{job_id}", response_class=HTMLResponse)
-async def experiment_job_page(job_id: str, request: Request, backend: BackendDep) -> HTMLResponse:
+async def experiment_job_page(job_id: JobId, request: Request, backend: BackendDep) -> HTMLResponse:
     """The experiment's permalink: figures and report when done, else a live progress bar."""
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
@@ -143,7 +142,7 @@ async def experiment_job_page(job_id: str, request: Request, backend: BackendDep
 
 
 @router.get("/e/{job_id}/status", response_class=HTMLResponse)
-async def experiment_status(job_id: str, request: Request, backend: BackendDep) -> HTMLResponse:
+async def experiment_status(job_id: JobId, request: Request, backend: BackendDep) -> HTMLResponse:
     """HTMX poll target: the progress partial, or the whole result once done."""
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
@@ -154,7 +153,7 @@ async def experiment_status(job_id: str, request: Request, backend: BackendDep) 
 
 
 @router.get("/e/{job_id}/download/{item}")
-async def experiment_download(job_id: str, item: str, backend: BackendDep) -> Response:
+async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> Response:
     """`report.md`, `result.json`, `<table>.csv`, `<figure>.svg` or `.png` of a done experiment."""
     state = await _state(backend, job_id)
     result = state.experiment
@@ -170,7 +169,7 @@ async def experiment_download(job_id: str, item: str, backend: BackendDep) -> Re
         )
     if suffix == "csv" and stem in result.tables:
         return Response(
-            _csv(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
+            csv_text(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
         )
     if suffix == "png" and stem in result.figures:
         import resvg_py
@@ -180,15 +179,6 @@ async def experiment_download(job_id: str, item: str, backend: BackendDep) -> Re
     if suffix == "svg" and stem in result.figures:
         return Response(result.figures[stem], media_type="image/svg+xml", headers=attachment)
     raise HTTPException(status.HTTP_404_NOT_FOUND, f"no download {item!r} in this experiment")
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    buffer = io.StringIO()
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    writer = csv.DictWriter(buffer, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 @router.post(

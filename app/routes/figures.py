@@ -6,7 +6,7 @@ from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Response, status
 
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId
 from app.figures.analysis import analysis_figure, comparable, diff_figure, head_figure
 from app.figures.base import Figure
 from app.figures.export import to_csv, to_json, to_png
@@ -40,7 +40,7 @@ def download(figure: Figure, fmt: Format, prefix: str) -> Response:
 
 @router.get("/{job_id}/{name}.{fmt}")
 async def analysis_figure_file(
-    job_id: str, name: Literal["heatmap", "layers", "flow"], fmt: Format, backend: BackendDep
+    job_id: JobId, name: Literal["heatmap", "layers", "flow"], fmt: Format, backend: BackendDep
 ) -> Response:
     result = await done_result(backend, job_id)
     return download(analysis_figure(result, name), fmt, job_id[:10])
@@ -48,7 +48,7 @@ async def analysis_figure_file(
 
 @router.get("/{job_id}/heads/{name}/{figure}.{fmt}")
 async def head_figure_file(
-    job_id: str,
+    job_id: JobId,
     name: str,
     figure: Literal["attention", "scores", "increase", "margin"],
     fmt: Format,
@@ -75,7 +75,7 @@ async def head_figure_file(
 
 
 @router.get("/compare/{a}/{b}/diff.{fmt}")
-async def diff_figure_file(a: str, b: str, fmt: Format, backend: BackendDep) -> Response:
+async def diff_figure_file(a: JobId, b: JobId, fmt: Format, backend: BackendDep) -> Response:
     """The difference heatmap B − A."""
     ra, rb = await done_result(backend, a), await done_result(backend, b)
     problem = comparable(ra, rb)

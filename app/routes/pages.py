@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId, JobIdQuery
 from app.figures.analysis import comparable, diff_figure
-from app.routes.panels import analysis_context
+from app.routes.panels import analysis_context, check_head, head_parameter
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
 
 router = APIRouter(tags=["pages"])
@@ -139,9 +139,11 @@ async def analyse(
 
 @router.get("/a/{job_id}", response_class=HTMLResponse)
 async def analysis_page(
-    job_id: str, request: Request, backend: BackendDep, head: str | None = None
+    job_id: JobId, request: Request, backend: BackendDep, head: str | None = None
 ) -> HTMLResponse:
-    """The permalink: rendered whole when done, else a poller that fills it in."""
+    """The permalink: rendered whole when done, else a poller that fills it in; `head` (checked
+    against the head grammar, and the model's range once done) opens that head's panel."""
+    head = head_parameter(head)
     state = await backend.status(job_id)
     if state is None:
         return render(
@@ -152,6 +154,8 @@ async def analysis_page(
         )
     context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
     if state.status == JobStatus.DONE and state.result is not None:
+        if head is not None:
+            check_head(state.result, head)
         context |= analysis_context(job_id, state.result)
     return render(request, "pages/analysis.html", context)
 
@@ -177,10 +181,13 @@ async def compare_submit(
 
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request, backend: BackendDep, a: str = "", b: str = ""
+    request: Request,
+    backend: BackendDep,
+    a: JobIdQuery | None = None,
+    b: JobIdQuery | None = None,
 ) -> HTMLResponse:
     """Two analyses side by side with the difference heatmap (B − A)."""
-    context: dict[str, Any] = {"a": a, "b": b, "compare_presets": COMPARE_PRESETS}
+    context: dict[str, Any] = {"a": a or "", "b": b or "", "compare_presets": COMPARE_PRESETS}
     if a and b:
         context |= await compare_context(backend, a, b)
     return render(request, "pages/compare.html", context)
@@ -210,14 +217,16 @@ async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
 
 
 @router.get("/compare/panels/diff", response_class=HTMLResponse)
-async def compare_panel(request: Request, backend: BackendDep, a: str, b: str) -> HTMLResponse:
+async def compare_panel(
+    request: Request, backend: BackendDep, a: JobIdQuery, b: JobIdQuery
+) -> HTMLResponse:
     """The comparison body (polls until both analyses are done)."""
     context = {"a": a, "b": b, **await compare_context(backend, a, b)}
     return render(request, "partials/_compare_body.html", context)
 
 
 @router.get("/api/compare", responses={409: {"description": "An analysis is unfinished or failed"}})
-async def compare_json(backend: BackendDep, a: str, b: str) -> dict[str, Any]:
+async def compare_json(backend: BackendDep, a: JobIdQuery, b: JobIdQuery) -> dict[str, Any]:
     """JSON twin of the comparison: per-head increases of A and B and their difference."""
     context = await compare_context(backend, a, b)
     if not context.get("ready"):

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from app.backend import Backend, JobState, JobStatus
 from app.contracts import AnalysisRequest, AnalysisResult, HeadDetail
-from app.deps import BackendDep
+from app.deps import BackendDep, JobId, JobIdQuery
 from app.figures.analysis import (
     attention_figure,
     flow_figure,
@@ -28,7 +28,7 @@ from app.figures.analysis import (
 from app.templating import render
 
 router = APIRouter(tags=["panels"])
-HEAD_NAME = re.compile(r"^L(\d{1,4})H(\d{1,4})$")
+HEAD_NAME = re.compile(r"L(\d{1,4})H(\d{1,4})")
 
 
 async def job_state(backend: Backend, job_id: str) -> JobState:
@@ -69,11 +69,21 @@ async def done_result(backend: Backend, job_id: str) -> AnalysisResult:
 
 def check_head(result: AnalysisResult, name: str) -> str:
     """`name` if the model has that head, else 404 with what exists."""
-    match = HEAD_NAME.match(name)
+    match = HEAD_NAME.fullmatch(name)
     if not match or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             f"no head {name!r}: heads are L0H0 … L{result.n_layers - 1}H{result.n_heads - 1}",
+        )
+    return name
+
+
+def head_parameter(name: str | None) -> str | None:
+    """A `?head=` value (it goes into an hx-get URL): None, or a head name; else 422."""
+    if name is not None and not HEAD_NAME.fullmatch(name):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"?head= must name a head such as L0H1, not {name[:40]!r}",
         )
     return name
 
@@ -177,7 +187,7 @@ def head_context(
 
 @router.get("/a/{job_id}/status", response_class=HTMLResponse)
 async def status_panel(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     backend: BackendDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
@@ -192,7 +202,7 @@ async def status_panel(
 
 
 def _panel(name: str) -> Callable[..., Awaitable[Response]]:
-    async def panel(job_id: str, request: Request, backend: BackendDep) -> Response:
+    async def panel(job_id: JobId, request: Request, backend: BackendDep) -> Response:
         result = await done_result(backend, job_id)
         return render(request, f"partials/_{name}.html", analysis_context(job_id, result))
 
@@ -211,7 +221,11 @@ for _name in ("tokens", "layers", "flow", "heatmap", "top_heads"):
 
 @router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
 async def head_panel(
-    job_id: str, name: str, request: Request, backend: BackendDep, job: str | None = None
+    job_id: JobId,
+    name: str,
+    request: Request,
+    backend: BackendDep,
+    job: JobIdQuery | None = None,
 ) -> Response:
     """A head's panel; polls while a head outside the stored details is being computed."""
     result, source_id, detail, extra = await find_head(backend, job_id, name, job)
@@ -226,7 +240,7 @@ async def head_panel(
 
 
 @router.get("/api/analyses/{job_id}/tokens")
-async def tokens_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def tokens_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {
         "tokens": [t.model_dump() for t in result.tokens],
@@ -238,7 +252,7 @@ async def tokens_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 
 @router.get("/api/analyses/{job_id}/layers")
-async def layers_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def layers_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {"layers": [x.model_dump() for x in result.layers]}
 
@@ -250,7 +264,7 @@ async def flow_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 
 @router.get("/api/analyses/{job_id}/heatmap")
-async def heatmap_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def heatmap_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {
         "n_layers": result.n_layers,
@@ -260,7 +274,7 @@ async def heatmap_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 
 @router.get("/api/analyses/{job_id}/top-heads")
-async def top_heads_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
+async def top_heads_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_result(backend, job_id)
     return {
         "top_heads": [
@@ -277,7 +291,11 @@ async def top_heads_json(job_id: str, backend: BackendDep) -> dict[str, Any]:
 
 @router.get("/api/analyses/{job_id}/heads/{name}")
 async def head_json(
-    job_id: str, name: str, backend: BackendDep, response: Response, job: str | None = None
+    job_id: JobId,
+    name: str,
+    backend: BackendDep,
+    response: Response,
+    job: JobIdQuery | None = None,
 ) -> dict[str, Any]:
     """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`)."""
     result, source_id, detail, extra = await find_head(backend, job_id, name, job)

@@ -1,7 +1,9 @@
 """Shared-server hardening: access control, same-origin checks, limits, headers, error pages.
 
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
-headers, 500 page), body limit, rate limit, same-origin check, authentication.
+headers, 500 page), Host check, body limit, rate limit, same-origin check, authentication
+(sessions, login guessing limits), HTML-only answers to htmx. It also makes every log line of
+the process safe (app.security.logs).
 """
 
 from __future__ import annotations
@@ -12,18 +14,35 @@ from app.security.auth import AuthMiddleware
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.errors import install_error_handlers
 from app.security.guard import GuardMiddleware
+from app.security.hosts import HostCheckMiddleware
+from app.security.htmx import HtmlOnlyForHtmxMiddleware
+from app.security.login_limit import LoginLimiter
+from app.security.logs import install_log_hygiene
 from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
+from app.security.sessions import session_store
 from app.settings import Settings
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    """Add the security middleware and the JSON/HTML error handlers to `app`."""
+    """Add the security middleware and the JSON/HTML error handlers to `app`; the session store
+    and the login limiter go to `app.state.sessions` and `app.state.login_limiter`."""
+    install_log_hygiene()
     install_error_handlers(app)
     document_errors(app)
+    app.state.sessions = session_store(settings)
+    app.state.login_limiter = LoginLimiter(
+        settings.login_failures_per_client, settings.login_failures_per_account
+    )
     # add_middleware puts each new layer outside the previous ones: innermost first.
-    app.add_middleware(AuthMiddleware, settings=settings)
+    app.add_middleware(HtmlOnlyForHtmxMiddleware)
+    app.add_middleware(
+        AuthMiddleware,
+        settings=settings,
+        sessions=app.state.sessions,
+        limiter=app.state.login_limiter,
+    )
     app.add_middleware(SameOriginMiddleware, trusted_origins=settings.trusted_origins)
     app.add_middleware(
         RateLimitMiddleware,
@@ -35,4 +54,5 @@ def install(app: FastAPI, settings: Settings) -> None:
         max_body_bytes=settings.max_body_bytes,
         max_upload_bytes=settings.max_upload_bytes,
     )
+    app.add_middleware(HostCheckMiddleware, settings=settings)
     app.add_middleware(GuardMiddleware)

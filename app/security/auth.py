@@ -1,24 +1,27 @@
 """Access control with one shared token (`ICL_AUTH_TOKEN`): `Authorization: Bearer …` for the
-API and scripts, or the signed login cookie the login form sets for browsers. Tokens are
-compared in constant time; the cookie is signed with itsdangerous (keyed by the token, so a
-new token logs everyone out), HttpOnly and SameSite=Strict. Unset token = open (loopback use)."""
+API and scripts, or the login cookie the login form sets for browsers. Tokens are compared in
+constant time; the cookie holds a random session id kept server-side (app.security.sessions:
+logout revokes it, a new token ends every session), HttpOnly and SameSite=Strict. Unset token =
+open (loopback use). Every request's scope says whether it is authenticated
+(`request.state.authenticated`), so public routes such as /healthz can show more to the
+authenticated."""
 
 from __future__ import annotations
 
 import hmac
 from urllib.parse import quote
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.security.login_limit import LoginLimiter, too_many_failures
 from app.security.responses import error_response, wants_json
+from app.security.sessions import SessionStore, SessionsUnavailable
 from app.settings import Settings
 
 COOKIE_NAME = "icl_session"
-SESSION_SALT = "icl-heads-login"
 PUBLIC_PATHS = frozenset({"/login", "/logout", "/healthz", "/favicon.ico"})
 PUBLIC_PREFIXES = ("/static/",)
 
@@ -34,36 +37,28 @@ def token_matches(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-def _serializer(token: str) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(token, salt=SESSION_SALT)
-
-
-def session_cookie(token: str) -> str:
-    """A signed, timestamped login cookie value."""
-    return _serializer(token).dumps({"login": True})
-
-
-def session_valid(cookie: str, token: str, max_age_s: int) -> bool:
-    """True for a cookie signed with this token and younger than `max_age_s`."""
-    try:
-        _serializer(token).loads(cookie, max_age=max_age_s)
-    except BadSignature:  # also SignatureExpired
-        return False
-    return True
-
-
 def bearer_token(headers: Headers) -> str | None:
     scheme, _, credentials = headers.get("authorization", "").partition(" ")
     return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
 
 
-def is_authenticated(connection: HTTPConnection, token: str, max_age_s: int) -> bool:
-    """A matching bearer token or a valid login cookie."""
+async def is_authenticated(
+    connection: HTTPConnection, token: str | None, sessions: SessionStore
+) -> bool:
+    """No token configured, a matching bearer token, or the cookie of a live session."""
+    if token is None:
+        return True
     given = bearer_token(connection.headers)
     if given is not None:
         return token_matches(given, token)
     cookie = connection.cookies.get(COOKIE_NAME)
-    return cookie is not None and session_valid(cookie, token, max_age_s)
+    return cookie is not None and cookie != "" and await sessions.valid(cookie, token)
+
+
+def client_address(scope: Scope) -> str:
+    """The peer address (a forwarded one only from ICL_TRUSTED_PROXIES: see cli_service)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def safe_next(path: str | None) -> str:
@@ -77,24 +72,43 @@ class AuthMiddleware:
     """With a token configured, every path but the login page, health and static files needs
     authentication: 401 JSON for the API, a redirect to the login form for browsers."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: Settings, sessions: SessionStore, limiter: LoginLimiter
+    ) -> None:
         self.app = app
         self.token = configured_token(settings)
-        self.max_age_s = settings.session_max_age_s
+        self.sessions = sessions
+        self.limiter = limiter
 
     def is_public(self, path: str) -> bool:
         return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.token is None
-            or scope["type"] != "http"
-            or self.is_public(scope["path"])
-            or is_authenticated(HTTPConnection(scope), self.token, self.max_age_s)
-        ):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         connection = HTTPConnection(scope)
+        address = client_address(scope)
+        bearer = bearer_token(connection.headers) if self.token else None
+        wait = None if bearer is None else self.limiter.retry_after(address)
+        if wait is not None:
+            detail, headers = too_many_failures(wait), {"Retry-After": str(wait)}
+            await error_response(scope, 429, detail, headers)(scope, receive, send)
+            return
+        try:
+            authenticated = await is_authenticated(connection, self.token, self.sessions)
+        except SessionsUnavailable as exc:
+            if not self.is_public(scope["path"]):
+                response = error_response(scope, 503, str(exc), {"Retry-After": "5"})
+                await response(scope, receive, send)
+                return
+            authenticated = False
+        if bearer is not None:
+            (self.limiter.succeeded if authenticated else self.limiter.failed)(address)
+        scope.setdefault("state", {})["authenticated"] = authenticated
+        if authenticated or self.is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
         target = connection.url.path + (f"?{connection.url.query}" if connection.url.query else "")
         login = f"/login?next={quote(safe_next(target), safe='')}"
         if wants_json(scope):

@@ -1,4 +1,5 @@
-"""The bind check of `icl-heads serve`: listening beyond this machine needs an access token."""
+"""The bind check of `icl-heads serve`: listening beyond this machine needs a strong access
+token (at least MIN_TOKEN_LENGTH characters, no whitespace, not one repeated pattern)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import sys
 from app.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
+MIN_TOKEN_LENGTH = 16
+#: Fewest distinct characters a token must hold (a random 16-character token has ~14).
+MIN_DISTINCT_CHARACTERS = 8
+GENERATE = '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
 
 
 def is_loopback(host: str) -> bool:
@@ -25,15 +30,42 @@ def has_token(settings: Settings) -> bool:
     return bool(settings.auth_token and settings.auth_token.get_secret_value())
 
 
+def token_weakness(token: str) -> str | None:
+    """Why `token` is too weak to guard a public address, or None."""
+    if any(char.isspace() for char in token):
+        return "it contains whitespace"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"it has {len(token)} characters; at least {MIN_TOKEN_LENGTH} are needed"
+    if len(set(token)) < MIN_DISTINCT_CHARACTERS:
+        return f"it uses only {len(set(token))} distinct characters (too easy to guess)"
+    for size in range(1, len(token) // 2 + 1):  # "abcabcabc…", "0123012301230123"
+        if token == (token[:size] * (len(token) // size + 1))[: len(token)]:
+            return "it repeats one short pattern (too easy to guess)"
+    if len({ord(b) - ord(a) for a, b in zip(token, token[1:], strict=False)}) == 1:
+        return "it is a run of consecutive characters (too easy to guess)"  # "abcdefgh…"
+    return None
+
+
 def bind_refusal(host: str, settings: Settings, insecure: bool = False) -> str | None:
-    """Why serving on `host` is refused, or None: a non-loopback address needs ICL_AUTH_TOKEN
-    (or an explicit --insecure)."""
-    if is_loopback(host) or has_token(settings) or insecure:
+    """Why serving on `host` is refused, or None: a non-loopback address needs a strong
+    ICL_AUTH_TOKEN (or, without any token, an explicit --insecure)."""
+    if is_loopback(host):
+        return None
+    if has_token(settings):
+        assert settings.auth_token is not None
+        weakness = token_weakness(settings.auth_token.get_secret_value())
+        if weakness is None:
+            return None
+        return (
+            f"refusing to listen on {host!r} with a weak ICL_AUTH_TOKEN: {weakness}. Use a "
+            f"random token of at least {MIN_TOKEN_LENGTH} characters, e.g. the output of "
+            f"{GENERATE}."
+        )
+    if insecure:
         return None
     return (
         f"refusing to listen on {host!r} without an access token: anyone who can reach this "
-        "machine could use it. Set ICL_AUTH_TOKEN (e.g. to the output of "
-        '`python -c "import secrets; print(secrets.token_urlsafe(32))"`), bind to '
+        f"machine could use it. Set ICL_AUTH_TOKEN (e.g. to the output of {GENERATE}), bind to "
         "127.0.0.1, or pass --insecure if the network is trusted."
     )
 

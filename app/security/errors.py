@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from app.security.responses import error_response
+from app.security.sessions import SessionsUnavailable
 
 
 def validation_messages(exc: RequestValidationError) -> list[dict[str, object]]:
@@ -31,6 +32,11 @@ async def validation_error(request: Request, exc: Exception) -> Response:
     return error_response(request.scope, 422, jsonable_encoder(validation_messages(exc)))
 
 
+async def sessions_unavailable(request: Request, exc: Exception) -> Response:
+    return error_response(request.scope, 503, str(exc), {"Retry-After": "5"})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, http_exception)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(SessionsUnavailable, sessions_unavailable)

@@ -11,16 +11,11 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.security.auth import client_address
 from app.security.responses import error_response
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 EXEMPT_PREFIXES = ("/static/",)
-
-
-def client_key(scope: Scope) -> str:
-    """The peer address (behind a reverse proxy, run uvicorn with --forwarded-allow-ips)."""
-    client = scope.get("client")
-    return client[0] if client else "unknown"
 
 
 class RateLimitMiddleware:
@@ -48,7 +43,7 @@ class RateLimitMiddleware:
         if scope["type"] != "http" or scope["path"].startswith(EXEMPT_PREFIXES):
             await self.app(scope, receive, send)
             return
-        key = client_key(scope)
+        key = client_address(scope)
         checks = [self.all_limit]
         if scope["method"] in WRITE_METHODS:
             checks.append(self.write_limit)

@@ -32,6 +32,17 @@ def status_title(status: int) -> str:
         return "Error"
 
 
+def fragment_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> HTMLResponse:
+    """The error as an HTML fragment, for htmx to swap in."""
+    fragment = (
+        f'<div class="error-message" role="alert" data-status="{status}">'
+        f"<strong>{escape(status_title(status))}</strong> {escape(message)}</div>"
+    )
+    return HTMLResponse(fragment, status_code=status, headers=headers)
+
+
 def error_response(
     scope: Scope,
     status: int,
@@ -44,11 +55,7 @@ def error_response(
     message = detail if isinstance(detail, str) else None
     title = status_title(status)
     if Headers(scope=scope).get("hx-request"):
-        fragment = (
-            f'<div class="error-message" role="alert" data-status="{status}">'
-            f"<strong>{escape(title)}</strong> {escape(message or '')}</div>"
-        )
-        return HTMLResponse(fragment, status_code=status, headers=headers)
+        return fragment_response(status, message or "", headers)
     errors = detail if isinstance(detail, list) else []
     context = {"status": status, "title": title, "message": message, "errors": errors}
     response = render(Request(scope), "pages/error.html", context, status_code=status)

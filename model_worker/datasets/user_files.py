@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 
 from model_worker.datasets.dataset import Dataset, Example
-from model_worker.datasets.errors import DatasetError
+from model_worker.datasets.errors import DatasetError, shown
 
 MAX_BYTES = 5 * 1024 * 1024
 MAX_ROWS = 10_000
 MIN_EXAMPLES_PER_CLASS = 3
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 REQUIRED_COLUMNS = ("text", "label")
+#: Longest label (a class name is a word or a short phrase).
+MAX_LABEL_CHARS = 100
 
 
 def _format_of(filename: str) -> str:
@@ -44,17 +46,24 @@ def _label_str(value: object, where: str) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise DatasetError(f"{where}: label must be a string or an integer, got {value!r}")
+        raise DatasetError(f"{where}: label must be a string or an integer, got {shown(value)}")
+    if isinstance(value, int) and abs(value) >= 10**MAX_LABEL_CHARS:
+        raise DatasetError(f"{where}: label {shown(value)} is longer than {MAX_LABEL_CHARS}")
     label = str(value).strip()
     if not label:
         raise DatasetError(f"{where}: empty label")
+    if len(label) > MAX_LABEL_CHARS:
+        raise DatasetError(
+            f"{where}: label {shown(label)} has {len(label):,} characters; the limit is "
+            f"{MAX_LABEL_CHARS}"
+        )
     return label
 
 
 def _example(text: object, label: object, where: str) -> Example:
     """Return the checked Example of one row."""
     if not isinstance(text, str):
-        raise DatasetError(f"{where}: text must be a string, got {text!r}")
+        raise DatasetError(f"{where}: text must be a string, got {shown(text)}")
     if not text.strip():
         raise DatasetError(f"{where}: empty text")
     return Example(text=text.strip(), label=_label_str(label, where))
@@ -62,7 +71,7 @@ def _example(text: object, label: object, where: str) -> Example:
 
 def _missing_columns_error(found: list[str], where: str) -> DatasetError:
     """Return the error for rows that lack the `text` or `label` column."""
-    names = ", ".join(repr(c) for c in found) or "none"
+    names = ", ".join(shown(c) for c in found[:10]) or "none"
     return DatasetError(f"{where}: expected columns 'text' and 'label'; found {names}")
 
 
@@ -94,6 +103,8 @@ def _read_jsonl(text: str) -> list[Example]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: malformed JSON ({exc.msg})") from exc
+        except ValueError as exc:  # an integer of more than 4,300 digits
+            raise DatasetError(f"{where}: unreadable JSON ({str(exc)[:80]})") from exc
         if not isinstance(record, dict):
             raise DatasetError(f"{where}: expected a JSON object, got {type(record).__name__}")
         if not set(REQUIRED_COLUMNS) <= set(record):
@@ -117,14 +128,23 @@ def _classes(examples: list[Example]) -> tuple[str, ...]:
     for example in examples:
         distinct.setdefault(example.label, set()).add(example.text)
     if len(distinct) < 2:
-        raise DatasetError(f"need at least two classes; found only {next(iter(distinct))!r}")
+        raise DatasetError(f"need at least two classes; found only {shown(next(iter(distinct)))}")
     for label, texts in distinct.items():
         if len(texts) < MIN_EXAMPLES_PER_CLASS:
             raise DatasetError(
-                f"class {label!r} has {len(texts)} distinct examples; at least "
+                f"class {shown(label)} has {len(texts)} distinct examples; at least "
                 f"{MIN_EXAMPLES_PER_CLASS} are needed (2 demonstrations + the input)"
             )
-    return tuple(sorted(distinct, key=lambda c: (0, int(c), "") if c.isdigit() else (1, 0, c)))
+    return tuple(sorted(distinct, key=_class_order))
+
+
+def _class_order(label: str) -> tuple[int, int, str]:
+    """Whole numbers (ASCII digits: `int` refuses `²` and 4,300+ digits) in numeric order,
+    then the other labels in text order."""
+    if label.isascii() and label.isdigit():
+        digits = label.lstrip("0") or "0"
+        return (0, len(digits), digits)
+    return (1, 0, label)
 
 
 def _load_bytes(data: bytes, filename: str, max_bytes: int) -> Dataset:

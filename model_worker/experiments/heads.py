@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from app.contracts import ExperimentResult, head_name
+from app.export_text import markdown_text
 from model_worker.datasets import Dataset, load_builtin
 from model_worker.experiments import paper
 from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
@@ -123,9 +124,9 @@ def run(ctx: Context) -> ExperimentResult:
             f"Mean I(head | resid_pre) for the true label over the {n_correct} correctly "
             f"answered prompts of {len(runs)} (accuracy {pct(metrics['accuracy'])}); "
             f"{other_name}: {sum(r.correct for r in other_runs)} of {len(other_runs)}.\n",
-            f"### Top {TOP} — {ctx.dataset.name}\n",
+            f"### Top {TOP} — {markdown_text(ctx.dataset.name)}\n",
             table(rows),
-            f"\n### Top {TOP} — {other_name}\n",
+            f"\n### Top {TOP} — {markdown_text(other_name)}\n",
             table(other_rows),
             "",
             comparison(

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from app.export_text import markdown_text
 from model_worker.experiments.context import Context, Row
 
 
 def fmt(value: float | int | str | None, digits: int = 3) -> str:
-    """A table cell: floats to `digits` significant digits, None as an em dash."""
+    """A table cell: floats to `digits` significant digits, None as an em dash, text (labels,
+    names) as exactly its text."""
     if value is None:
         return "—"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
-    return str(value).replace("|", "\\|")
+    return markdown_text(value)
 
 
 def pct(value: float) -> str:
@@ -25,7 +27,7 @@ def table(rows: Sequence[Row], columns: Sequence[str] | None = None) -> str:
     if not rows:
         return "_(no rows)_"
     columns = list(columns or rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(map(markdown_text, columns)) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -33,7 +35,8 @@ def table(rows: Sequence[Row], columns: Sequence[str] | None = None) -> str:
 def header(ctx: Context, title: str) -> str:
     """The report's title and its provenance line."""
     return (
-        f"# {title}\n\nModel `{ctx.loaded.name}` · dataset `{ctx.dataset.name}` · "
+        f"# {title}\n\nModel {markdown_text(ctx.loaded.name)} · dataset "
+        f"{markdown_text(ctx.dataset.name)} · "
         f"n = {ctx.n} · seed = {ctx.seed}\n"
     )
 

@@ -125,18 +125,21 @@ def free_port() -> int:
 class OwnRedis:
     """A private redis-server on a free port (never the shared one), to stop and restart."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, password: str | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        auth = f":{password}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
         self._args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
         self._args += ["--save", "", "--appendonly", "no", "--dir", str(folder)]
+        self._args += ["--requirepass", password] if password else []
         self._server: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self._server = subprocess.Popen(self._args, stdout=subprocess.DEVNULL)
-        connection = Redis(port=self.port)
-        wait_for(lambda: _pings(connection), 20, "redis-server to start")
+        connection = Redis(port=self.port, password=self.password)
+        wait_for(lambda: pings(connection), 20, "redis-server to start")
         connection.close()
 
     def stop(self) -> None:
@@ -145,7 +148,7 @@ class OwnRedis:
             self._server = None
 
 
-def _pings(connection: Redis) -> bool:
+def pings(connection: Redis) -> bool:
     try:
         return bool(connection.ping())
     except Exception:

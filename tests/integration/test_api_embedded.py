@@ -107,7 +107,7 @@ def test_unknown_model_is_refused_at_once(client: TestClient) -> None:
 
 
 def test_unknown_job_is_404(client: TestClient) -> None:
-    assert client.get("/api/analyses/a-nothing").status_code == 404
+    assert client.get("/api/analyses/a-00000000000000000000000000000000").status_code == 404
 
 
 def test_too_long_prompt_is_422_with_the_numbers(client: TestClient) -> None:

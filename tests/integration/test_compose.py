@@ -47,7 +47,53 @@ def test_compose_has_redis_web_and_a_gpu_worker_with_health_checks() -> None:
     assert "model-cache" in COMPOSE["volumes"]
     for name in ("web", "worker"):
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
-        assert services[name]["environment"]["ICL_REDIS_URL"] == "redis://redis:6379/0"
+        url = services[name]["environment"]["ICL_REDIS_URL"]
+        assert url == "redis://:${ICL_REDIS_PASSWORD:?set ICL_REDIS_PASSWORD}@redis:6379/0"
+
+
+def test_redis_needs_a_password_and_publishes_no_port() -> None:
+    redis = COMPOSE["services"]["redis"]
+    assert "ports" not in redis and "network_mode" not in redis
+    assert redis["environment"]["ICL_REDIS_PASSWORD"].startswith("${ICL_REDIS_PASSWORD:?")
+    assert "requirepass $$ICL_REDIS_PASSWORD" in redis["command"][2]
+    assert "ICL_REDIS_PASSWORD" not in " ".join(redis["command"][3:])  # not on the command line
+    assert "REDISCLI_AUTH" in redis["healthcheck"]["test"][1]
+    assert COMPOSE["services"]["web"]["environment"]["ICL_AUTH_TOKEN"].startswith(
+        "${ICL_AUTH_TOKEN:?"
+    )
+
+
+def compose_redis_command(port: int, folder: Path) -> list[str]:
+    """The compose file's redis command as a shell runs it (`$$` is compose's `$`), on `port`."""
+    command = [part.replace("$$", "$") for part in COMPOSE["services"]["redis"]["command"]]
+    return [*command, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder)]
+
+
+@pytest.mark.redis
+def test_compose_redis_command_refuses_clients_without_the_password(tmp_path: Path) -> None:
+    from redis import Redis
+    from redis.exceptions import AuthenticationError, ResponseError
+
+    from tests.integration.redis_support import free_port, pings, stop, wait_for
+
+    port, password = free_port(), "c0ffee" * 6
+    env = {"PATH": "/usr/bin:/bin", "ICL_REDIS_PASSWORD": password}
+    server = subprocess.Popen(
+        compose_redis_command(port, tmp_path), env=env, stdout=subprocess.DEVNULL
+    )
+    try:
+        authenticated = Redis(port=port, password=password)
+        wait_for(lambda: pings(authenticated), 20, "the compose redis command to start")
+        with pytest.raises((AuthenticationError, ResponseError), match="(?i)auth"):
+            Redis(port=port).set("icl:queue:x", "1")
+        with pytest.raises((AuthenticationError, ResponseError)):
+            Redis(port=port, password="wrong").ping()
+        shown = subprocess.run(
+            ["ps", "-o", "args=", "-p", str(server.pid)], capture_output=True, text=True
+        )
+        assert password not in shown.stdout
+    finally:
+        stop(server)
 
 
 @pytest.mark.parametrize("service", ["web", "worker"])

@@ -122,4 +122,4 @@ def test_unknown_dataset_and_bad_n_are_refused(client: TestClient) -> None:
     assert answer.status_code == 400 and "n:" in answer.text
     api = client.post("/api/experiments", json={"name": "heads", "dataset": "/etc/passwd"})
     assert api.status_code == 422 and "unknown dataset" in api.json()["detail"]
-    assert client.get("/e/e-nothing").status_code == 404
+    assert client.get("/e/e-00000000000000000000000000000000").status_code == 404

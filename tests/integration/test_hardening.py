@@ -164,8 +164,11 @@ def test_rate_limit_answers_429_with_retry_after() -> None:
 
 
 def test_errors_are_json_for_the_api_and_pages_for_browsers(client: TestClient) -> None:
-    api_404 = client.get("/api/analyses/a-none", headers=BEARER)
-    assert api_404.status_code == 404 and "a-none" in api_404.json()["detail"]
+    api_404 = client.get("/api/analyses/a-00000000000000000000000000000000", headers=BEARER)
+    assert (
+        api_404.status_code == 404
+        and "a-00000000000000000000000000000000" in api_404.json()["detail"]
+    )
     method = client.get("/api/analyses", headers=BEARER)
     assert method.status_code == 405 and method.json() == {"detail": "Method Not Allowed"}
     invalid = client.post("/api/analyses", json={"prompt": ""}, headers=BEARER)

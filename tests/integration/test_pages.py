@@ -272,12 +272,14 @@ def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
     empty = client.post("/analyse", data={"prompt": ""}, follow_redirects=False)
     assert empty.status_code == 400
     assert soup(empty.text).select_one(".error") is not None
-    missing = client.get("/a/a-nothing")
+    missing = client.get("/a/a-00000000000000000000000000000000")
     assert missing.status_code == 404 and "unknown or expired" in missing.text
     assert client.get(f"/a/{job}/heads/L99H0").status_code == 404
     assert client.get(f"/a/{job}/heads/evil").status_code == 404
     assert client.get(f"/figures/{job}/heatmap.gif").status_code == 422
-    assert client.get(f"/api/compare?a={job}&b=a-nothing").status_code == 409
+    assert (
+        client.get(f"/api/compare?a={job}&b=a-00000000000000000000000000000000").status_code == 409
+    )
 
 
 def test_one_long_poll_waits_for_the_result(client: TestClient) -> None:
@@ -308,6 +310,7 @@ def test_token_strings_are_escaped(client: TestClient) -> None:
     page = soup(html)
     assert [s.get("src") for s in page.select("script")] == [
         "/static/vendor/htmx-2.0.11.min.js",
+        "/static/js/htmx-guard.js",
         "/static/js/heatmap.js",
     ]
     assert page.select("[onerror]") == []

@@ -112,7 +112,7 @@ def test_redis_restart_gives_503_then_recovers(tmp_path: Path) -> None:
             assert cached.status_code == 200 and cached.json()["status"] == "done"
             for answer in (
                 client.get("/api/models"),
-                client.get("/api/analyses/a-never-submitted"),
+                client.get("/api/analyses/a-00000000000000000000000000000000"),
                 client.post("/api/analyses", json={"prompt": "dog : bar cat :"}),
                 client.get("/healthz"),
             ):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.datastructures import Headers
 
-from app.security.auth import safe_next, session_cookie, session_valid, token_matches
+from app.security.auth import safe_next, token_matches
 from app.security.bind import bind_refusal, enforce_bind, is_loopback
 from app.security.origin import cross_origin_reason
+from app.security.sessions import MemorySessions
 from app.settings import Settings
 
 
@@ -36,7 +39,7 @@ def test_public_bind_without_token_is_refused_with_a_clear_message(
 
 
 def test_public_bind_passes_with_a_token_or_insecure(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bind_refusal("0.0.0.0", Settings(auth_token="t" * 32)) is None
+    assert bind_refusal("0.0.0.0", Settings(auth_token="kR3v-9xQ_t2LmZ8pW4sN")) is None
     assert bind_refusal("127.0.0.1", Settings(auth_token=None)) is None
     enforce_bind("0.0.0.0", Settings(auth_token=None), insecure=True)
     assert "without access control" in capsys.readouterr().err
@@ -53,14 +56,21 @@ def test_token_comparison() -> None:
     assert not token_matches("ab€", "abc")
 
 
-def test_session_cookie_is_bound_to_the_token_and_expires() -> None:
-    cookie = session_cookie("token-one")
-    assert session_valid(cookie, "token-one", max_age_s=60)
-    assert not session_valid(cookie, "token-two", max_age_s=60)
-    assert not session_valid(cookie[:-2] + "xx", "token-one", max_age_s=60)
-    assert not session_valid("garbage", "token-one", max_age_s=60)
-    time.sleep(1.1)
-    assert not session_valid(cookie, "token-one", max_age_s=0)
+@pytest.mark.anyio
+async def test_sessions_are_bound_to_the_token_revocable_and_expire() -> None:
+    sessions = MemorySessions(max_age_s=60)
+    one, two = await sessions.open("token-one"), await sessions.open("token-one")
+    assert one != two and len(one) >= 40  # random ids, not one value shared by every cookie
+    assert await sessions.valid(one, "token-one") and await sessions.valid(two, "token-one")
+    assert not await sessions.valid(one, "token-two")
+    assert not await sessions.valid(one[:-2] + "xx", "token-one")
+    assert not await sessions.valid("garbage", "token-one")
+    await sessions.revoke(one)
+    assert not await sessions.valid(one, "token-one") and await sessions.valid(two, "token-one")
+    expired = MemorySessions(max_age_s=0)
+    cookie = await expired.open("token-one")
+    time.sleep(0.01)
+    assert not await expired.valid(cookie, "token-one")
 
 
 @pytest.mark.parametrize(
@@ -113,3 +123,40 @@ def test_serve_command_refuses_a_public_address_without_a_token(
         get_settings.cache_clear()
     assert result.exit_code == 2
     assert "ICL_AUTH_TOKEN" in result.output and "--insecure" in result.output
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "x",
+        " ",
+        "\t\n",
+        "secret",
+        "a" * 40,
+        "abababababababababab",
+        "abcabcabcabcabcabcabc",
+        "0123012301230123",
+        "abcdefghijklmnopqrstuvwxyz",
+        "ZYXWVUTSRQPONMLKJIHGFEDCBA",
+        "correct horse battery staple",
+        " kR3v-9xQ_t2LmZ8pW4sN",
+        "kR3v-9xQ_t2LmZ8pW4sN\n",
+    ],
+)
+def test_weak_tokens_are_refused_for_a_public_bind(token: str) -> None:
+    reason = bind_refusal("0.0.0.0", Settings(auth_token=token))
+    assert reason is not None and "weak ICL_AUTH_TOKEN" in reason and "16" in reason
+    assert bind_refusal("127.0.0.1", Settings(auth_token=token)) is None  # loopback: as before
+
+
+@given(st.text(max_size=15) | st.text(min_size=16).map(lambda t: t[:8] + " " + t[8:]))
+def test_short_or_spaced_tokens_never_guard_a_public_address(token: str) -> None:
+    if token:
+        assert bind_refusal("192.168.1.5", Settings(auth_token=token)) is not None
+
+
+def test_a_random_token_guards_a_public_address() -> None:
+    import secrets
+
+    for _ in range(50):
+        assert bind_refusal("0.0.0.0", Settings(auth_token=secrets.token_urlsafe(16))) is None

@@ -1,0 +1,39 @@
+"""The worker's job allow-list (model_worker/job_policy.py) against what the web tier enqueues."""
+
+from __future__ import annotations
+
+from rq import Callback, Queue
+from rq.serializers import JSONSerializer
+
+from app.queue.backend import ANALYSIS_FUNC, EXPERIMENT_FUNC
+from model_worker.job_policy import ALLOWED_JOBS, refusal
+
+
+class FakeRedis:
+    """Enough of a connection for Queue.create_job (which stores nothing)."""
+
+
+def job(func: str, *args: object, **options: object) -> object:
+    queue = Queue("q", connection=FakeRedis(), serializer=JSONSerializer)  # type: ignore[arg-type]
+    return queue.create_job(func, args=args, **options)  # type: ignore[arg-type]
+
+
+def test_the_web_tiers_jobs_are_the_allowed_ones() -> None:
+    assert {ANALYSIS_FUNC, EXPERIMENT_FUNC} == ALLOWED_JOBS
+    assert refusal(job(ANALYSIS_FUNC, '{"prompt": "a : b c :"}', 60)) is None
+    assert refusal(job(EXPERIMENT_FUNC, '{"name": "accuracy"}', 60)) is None
+
+
+def test_anything_else_is_refused_with_a_reason() -> None:
+    cases = {
+        "os.system": job("os.system", "id"),
+        "not one of": job("model_worker.jobs.serve_model", None),
+        "arguments": job(ANALYSIS_FUNC, "{}", "60"),
+        "callback": job(ANALYSIS_FUNC, "{}", 60, on_failure=Callback("os.system")),
+    }
+    for expected, case in cases.items():
+        reason = refusal(case)
+        assert reason is not None
+        if expected != "os.system":
+            assert expected in reason, reason
+    assert "'os.system' is not one of this project's jobs" in (refusal(cases["os.system"]) or "")
