@@ -6,16 +6,19 @@ from 0; heads are named `L{layer}H{head}` (TransformerLens style).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 
 from app.display import AnalysisDisplay, ExperimentDisplay, HeadDisplay
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key.
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 
 NormMode = Literal["fixed", "recompute"]
+#: What ranks the heads (and picks the detailed top K): the whole head's increase, or the
+#: increase of its label positions alone (`label_increase`).
+RankBy = Literal["increase", "label"]
 
 
 def _fp32_digits(value: float) -> float:
@@ -47,6 +50,7 @@ class AnalysisRequest(_Frozen):
     top_k_heads: int = Field(default=20, ge=1, le=200)
     top_k_tokens: int = Field(default=10, ge=1, le=50)
     extra_heads: list[str] = Field(default_factory=list, max_length=32)
+    rank: RankBy = "increase"
 
 
 class TokenInfo(_Frozen):
@@ -64,12 +68,14 @@ class Target(_Frozen):
 
 
 class LabelInfo(_Frozen):
-    """A label position: the first token of a demonstration's label."""
+    """A label position: the first token of a demonstration's label; `demonstration` is that
+    demonstration's input text (what comes before its separator)."""
 
     position: int
     token: str
     word: str
     is_true: bool
+    demonstration: str = ""
 
 
 class LayerIncrease(_Frozen):
@@ -78,7 +84,27 @@ class LayerIncrease(_Frozen):
     ffn_increase: Fp32
 
 
+class LayerFlow(_Frozen):
+    """Information flow in one layer, from its attention averaged over heads (Wang et al.
+    2023): the mean weight per (destination, source) pair from each demonstration's tokens into
+    its label position, from the label positions into the last one, and of every other causal
+    pair; `*_mass` are the summed weights (the three add up to the number of tokens)."""
+
+    layer: int
+    demo_to_label: Fp32
+    label_to_last: Fp32
+    other: Fp32
+    demo_to_label_mass: Fp32
+    label_to_last_mass: Fp32
+    other_mass: Fp32
+
+
 class HeadSummary(_Frozen):
+    """One head: `increase` = I(head | resid_pre); `label_increase` = I of the head restricted
+    to the label positions, I(Σ_{p ∈ labels} a_p v_p W_O^h | resid_pre); `other_increase` = I of
+    the remaining positions (same I, same norm mode; I is not additive, so the two need not
+    sum to `increase`)."""
+
     layer: int
     head: int
     name: str
@@ -86,6 +112,14 @@ class HeadSummary(_Frozen):
     increase: Fp32
     attn_true: Fp32
     attn_false: Fp32
+    label_increase: Fp32
+    other_increase: Fp32
+
+    @property
+    def label_share(self) -> float | None:
+        """label_increase / increase, for a head with a positive increase (else None): near 1
+        for a head whose increase comes from reading the labels, near 0 for one that does not."""
+        return self.label_increase / self.increase if self.increase > 0 else None
 
 
 class TopToken(_Frozen):
@@ -131,7 +165,23 @@ class KeyProjection(_Frozen):
     prior_attention: list[TopToken]
 
 
+class OffsetQuery(_Frozen):
+    """The last-token query as a key at label position `position` sees it under rotary:
+    W_K^⊤ R_Δ W_Q x̂ with Δ = `offset` = last position − `position`, projected."""
+
+    position: int
+    token: str
+    is_true: bool
+    offset: int
+    query: list[TopToken]
+
+
 class HeadDetail(_Frozen):
+    """The per-position view of one head. `scores`: the pre-softmax score of the last position
+    to every position exactly as the model computes it (softmax over them is `attention`;
+    None where the mask excludes a position); `content_scores`: the same with the query and keys
+    unrotated; `position_scores`: score − content (None for learned positions: no remainder)."""
+
     layer: int
     head: int
     name: str
@@ -141,10 +191,14 @@ class HeadDetail(_Frozen):
     values: list[ValueProjection]
     keys: list[KeyProjection]
     query: list[TopToken]
+    query_by_offset: list[OffsetQuery] = Field(default_factory=list)
     layer_input: list[TopToken]
     value_mrr: list[LabelMrr]
     random_head: str | None
     random_head_mrr: list[LabelMrr]
+    scores: list[Fp32 | None] = Field(default_factory=list)
+    content_scores: list[Fp32 | None] = Field(default_factory=list)
+    position_scores: list[Fp32 | None] | None = None
 
 
 class AnalysisCore(_Frozen):
@@ -155,6 +209,8 @@ class AnalysisCore(_Frozen):
     n_layers: int
     n_heads: int
     norm: NormMode
+    #: what `heads[].rank` and `top_heads` are ranked by
+    rank_by: RankBy = "increase"
     prompt: str
     tokens: list[TokenInfo]
     target: Target
@@ -162,6 +218,7 @@ class AnalysisCore(_Frozen):
     labels: list[LabelInfo]
     margin_labels: list[str] | None
     layers: list[LayerIncrease]
+    flow: list[LayerFlow] = Field(default_factory=list)
     heads: list[HeadSummary]
     top_heads: list[str]
     warnings: list[str] = Field(default_factory=list)
@@ -207,9 +264,6 @@ class AnalysisSummary(AnalysisCore):
 
 
 ExperimentName = Literal[
-    "accuracy", "heads", "mrr", "attention", "imbalance", "reorder", "ablation", "bias"
-]
-EXPERIMENT_NAMES: tuple[str, ...] = (
     "accuracy",
     "heads",
     "mrr",
@@ -218,7 +272,11 @@ EXPERIMENT_NAMES: tuple[str, ...] = (
     "reorder",
     "ablation",
     "bias",
-)
+    "flow",
+    "layers",
+    "matching",
+]
+EXPERIMENT_NAMES: tuple[str, ...] = get_args(ExperimentName)
 
 
 class ExperimentRequest(_Frozen):
@@ -230,6 +288,10 @@ class ExperimentRequest(_Frozen):
     model: str | None = None
     n: int = Field(default=200, ge=1, le=1000)
     seed: int = 0
+    #: experiments that locate in-context heads rank the candidates by this
+    locate_by: RankBy = "increase"
+    #: MRR and attention experiments: only the prompts the model answers correctly
+    correct_only: bool = False
     dataset_text: str | None = Field(default=None, max_length=5 * 1024 * 1024)
     dataset_filename: str | None = Field(default=None, max_length=200)
 

@@ -22,9 +22,12 @@ from app.contracts import (
     KeyProjection,
     LabelInfo,
     LabelMrr,
+    LayerFlow,
     LayerIncrease,
     NormMode,
+    OffsetQuery,
     PositionContribution,
+    RankBy,
     Target,
     TokenInfo,
     TopToken,
@@ -35,10 +38,13 @@ from model_worker.analysis.contributions import (
     head_outputs,
     logprob_increase,
     position_views_fixed,
+    positions_z,
+    split_increase,
     subhead_values,
     value_outputs,
 )
-from model_worker.analysis.icl import IclStructure, detect_structure
+from model_worker.analysis.flow import FLOWS, information_flow
+from model_worker.analysis.icl import IclStructure, demonstration_texts, detect_structure
 from model_worker.analysis.metrics import (
     VocabSummary,
     block_rows,
@@ -46,9 +52,11 @@ from model_worker.analysis.metrics import (
     summarize_projections,
 )
 from model_worker.analysis.projection import FinalNorm, VocabProjector
+from model_worker.analysis.scores import ScoreSplit, attention_scores, masked
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
+from model_worker.qk import LayerQk, rotate
 
 
 def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:
@@ -162,34 +170,83 @@ class _Run:
         ]
 
 
+def layer_increase_table(
+    projector: VocabProjector,
+    cache: RunCache,
+    row: int,
+    position: int,
+    target: int,
+    pre_logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) [L] each, at `position` of batch row
+    `row` (paper Fig. 2); `pre_logits` [L, V], when known, spare projecting resid_pre again."""
+    pre, attn_out = cache.resid_pre[:, row, position], cache.attn_out[:, row, position]
+    attn = logprob_increase(
+        projector, pre, attn_out[:, None], target, base_logits=pre_logits
+    ).increase[:, 0]
+    mlp_out = cache.mlp_out[:, row, position, None]
+    ffn = logprob_increase(projector, pre + attn_out, mlp_out, target).increase[:, 0]
+    return attn, ffn
+
+
 def layer_increases(run: _Run) -> list[LayerIncrease]:
     """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) for every layer (paper Fig. 2)."""
-    c, last = run.cache, run.last
-    attn = logprob_increase(
-        run.projector,
-        c.resid_pre[:, 0, last],
-        c.attn_out[:, 0, last, None],
-        run.target,
-        base_logits=run.pre_logits,
-    ).increase[:, 0]
-    ffn = logprob_increase(
-        run.projector, c.resid_mid[:, 0, last], c.mlp_out[:, 0, last, None], run.target
-    ).increase[:, 0]
+    attn, ffn = layer_increase_table(
+        run.projector, run.cache, 0, run.last, run.target, run.pre_logits
+    )
     return [
         LayerIncrease(layer=layer, attn_increase=a, ffn_increase=f)
         for layer, (a, f) in enumerate(zip(attn.tolist(), ffn.tolist(), strict=True))
     ]
 
 
-def head_increases(run: _Run) -> Tensor:
-    """I(head_{l,h} | resid_pre_l) for every head: [L, H] (paper Fig. 3/4)."""
-    c, last = run.cache, run.last
-    heads = torch.stack(
-        [head_outputs(run.z(layer), run.w_o(layer)) for layer in range(c.z.shape[0])]
+@dataclass(frozen=True)
+class HeadIncreases:
+    """[L, H] each: I(head | resid_pre) (paper Fig. 3/4), and the same I of the head restricted
+    to the label positions (`label`) and to every other position (`other`)."""
+
+    total: Tensor
+    label: Tensor
+    other: Tensor
+
+    def ranking(self, rank: RankBy) -> Tensor:
+        """The [L, H] scores that rank the heads."""
+        return self.label if rank == "label" else self.total
+
+
+def head_increases(run: _Run) -> HeadIncreases:
+    """Every head's increase, whole and split into its label positions and the rest."""
+    c, last, kv = run.cache, run.last, run.kv_index()
+    labels = run.label_positions
+    heads, label_parts = [], []
+    for layer in range(c.z.shape[0]):
+        w_o = run.w_o(layer)
+        z_label = positions_z(c.v[layer, 0], c.pattern[layer, 0, :, last], kv, labels)
+        z_label = z_label * c.attn_scale[layer, 0, last]  # the post-norm scale, as run.z
+        both = head_outputs(torch.stack([run.z(layer), z_label]), w_o)  # [2, H, D]
+        heads.append(both[0])
+        label_parts.append(both[1])
+    total, label, other = split_increase(
+        run.projector,
+        c.resid_pre[:, 0, last],
+        torch.stack(heads),
+        torch.stack(label_parts),
+        run.target,
+        base_logits=run.pre_logits,
     )
-    return logprob_increase(
-        run.projector, c.resid_pre[:, 0, last], heads, run.target, base_logits=run.pre_logits
-    ).increase
+    return HeadIncreases(total, label, other)
+
+
+def layer_flows(run: _Run) -> list[LayerFlow]:
+    """Information flow per layer (demonstrations → labels → last token), heads averaged."""
+    flow = information_flow(run.cache.pattern[:, 0], run.label_positions)
+    columns = {name: flow.mean[name].tolist() for name in FLOWS}
+    columns |= {f"{name}_mass": flow.mass[name].tolist() for name in FLOWS}
+    n_layers = run.cache.pattern.shape[0]
+    return [
+        LayerFlow(layer=layer, **{key: values[layer] for key, values in columns.items()})
+        for layer in range(n_layers)
+    ]
 
 
 def attention_sums(run: _Run) -> tuple[Tensor, Tensor]:
@@ -222,6 +279,69 @@ def _mrr(run: _Run, ranks: Tensor) -> list[LabelMrr]:
         LabelMrr(label=run.loaded.token_text(label), mrr=mean_reciprocal_rank(r))
         for label, r in per_label.items()
     ]
+
+
+def _layer_qk(run: _Run, layer: int) -> LayerQk | None:
+    """What `layer` scored with, or None for a family whose attention does not go through
+    transformers' AttentionInterface (e.g. GPT-J): then it has no QK scores."""
+    assert run.cache.qk is not None, "analyze captures with record_qk=True"
+    record = run.cache.qk[layer]
+    return record if record.query is not None and record.key is not None else None
+
+
+def head_scores(run: _Run, layer: int, head: int) -> ScoreSplit | None:
+    """The last position's pre-softmax scores of `head`, split into content and position."""
+    record, last = _layer_qk(run, layer), run.last
+    if record is None or record.query is None or record.key is None:
+        return None
+    query = record.query[0, head, last]  # [d], after rotary
+    keys = record.key[0, run.loaded.geometry.kv_head(head), : last + 1]  # [S, d]
+    mask = None
+    if record.mask is not None:
+        mask = record.mask[0, min(head, record.mask.shape[1] - 1), last, : last + 1]
+    excluded = masked(mask, last + 1)
+    score = attention_scores(query, keys, record.scaling, record.softcap, mask)
+    if record.rotary is None:
+        return ScoreSplit(score, score, None, excluded)
+    plain_query = rotate(record, query[None, None], [last], inverse=True)[0, 0]
+    plain_keys = rotate(record, keys[None], range(last + 1), inverse=True)[0]
+    content = attention_scores(plain_query, plain_keys, record.scaling, record.softcap, mask)
+    return ScoreSplit(score, content, score - content, excluded)
+
+
+#: Rotary-aware query views are made for at most this many labels, the nearest to the last
+#: position (each is one more vocabulary projection per detailed head).
+MAX_OFFSET_VIEWS = 4
+
+
+def offset_labels(run: _Run) -> list[int]:
+    """The label positions that get a rotary-aware query view: the MAX_OFFSET_VIEWS last."""
+    return run.label_positions[-MAX_OFFSET_VIEWS:]
+
+
+def offset_queries(run: _Run, layer: int, head: int, w_k: Tensor) -> Tensor | None:
+    """W_K^⊤ R_Δ q for each of `offset_labels` (Δ = last − p): [P, D], None without rotary.
+
+    With q_last = R_last q the real (rotated) query, R_Δ q = R_{−p} q_last: the query un-rotated
+    by the label position's angles, which a key at p scores against its unrotated key.
+    """
+    record, labels = _layer_qk(run, layer), offset_labels(run)
+    if record is None or record.query is None or record.rotary is None or not labels:
+        return None
+    query = record.query[0, head, run.last]
+    seen = rotate(record, query.expand(len(labels), -1)[None], labels, inverse=True)[0]
+    return seen @ w_k.to(seen.device).T
+
+
+def score_fields(split: ScoreSplit | None) -> dict[str, list[float | None] | None]:
+    """The HeadDetail score fields of one head (empty without recorded scores)."""
+    if split is None:
+        return {"scores": [], "content_scores": [], "position_scores": None}
+    return {
+        "scores": split.values(split.score),
+        "content_scores": split.values(split.content),
+        "position_scores": None if split.position is None else split.values(split.position),
+    }
 
 
 def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
@@ -273,13 +393,15 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     random_values = [values_of(layer, randoms[layer])[labels] for layer in random_layers]
     adapter, model = run.loaded.adapter, run.loaded.model
     w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in w_o}
-    queries = []
+    queries, offsets = [], []
     for layer, head in heads:
         x_hat = c.normalized[layer, 0, last, None, None]  # [1, 1, D]
         with torch.inference_mode():  # the model's real query: after any q-norm, before rotary
             query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
         query = query.to(x_hat.device, torch.float32)  # layers may sit on several devices
         queries.append(w_k[layer][int(kv[head])].to(query.device) @ query)  # W_K^T q, [D]
+        offsets.append(offset_queries(run, layer, head, w_k[layer][int(kv[head])]))
+    scores = [head_scores(run, layer, head) for layer, head in heads]
     layers = list(w_o)
     prior = torch.stack(
         [c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]
@@ -287,6 +409,9 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     if random_values:
         batch.add("random", torch.stack(random_values), label_ids.expand(len(randoms), -1))
     batch.add("query", torch.stack(queries))
+    rotary = all(o is not None for o in offsets) and bool(labels)
+    if rotary:
+        batch.add("offset", torch.stack([o for o in offsets if o is not None]))
     batch.add("key", c.normalized[layers, 0][:, labels])
     batch.add("prior", prior)
     batch.add("layer_input", c.resid_pre[layers, 0, last])
@@ -338,12 +463,25 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
                     for n, p in enumerate(labels)
                 ],
                 query=run.tops(views["query"], i),
+                query_by_offset=[
+                    OffsetQuery(
+                        position=p,
+                        token=texts[p],
+                        is_true=run.is_true(p),
+                        offset=last - p,
+                        query=run.tops(views["offset"], i, n),
+                    )
+                    for n, p in enumerate(offset_labels(run))
+                ]
+                if rotary
+                else [],
                 layer_input=run.tops(views["layer_input"], j),
                 value_mrr=_mrr(run, views["value"].ranks[i]),
                 random_head=head_name(layer, randoms[layer]) if layer in randoms else None,
                 random_head_mrr=_mrr(run, views["random"].ranks[random_layers.index(layer)])
                 if layer in randoms
                 else [],
+                **score_fields(scores[i]),
             )
         )
     return details
@@ -360,8 +498,11 @@ def analyze(
     top_k_tokens: int = 10,
     extra_heads: list[str] | None = None,
     max_tokens: int | None = None,
+    rank: RankBy = "increase",
 ) -> AnalysisResult:
     """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
+
+    `rank="label"` ranks the heads (and picks the detailed top K) by their label increase.
 
     Raises a UserInputError subclass with one clear line for bad input.
     """
@@ -371,7 +512,9 @@ def analyze(
     structure = detect_structure(prompt, encoded.offsets, labels)
     with loaded.lock:
         ids = encoded.ids[None].to(loaded.device)
-        cache = run_with_cache(loaded.model, loaded.adapter, g, ids, logits_to_keep=1)
+        cache = run_with_cache(
+            loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True
+        )
     logprobs = torch.log_softmax(cache.logits[0, -1], -1)  # the last position's
     warnings: list[str] = []
     if target is None:
@@ -385,31 +528,39 @@ def analyze(
         for span in structure.labels
         if len(loaded.tokenizer(" " + span.word, add_special_tokens=False)["input_ids"]) > 1
     ]
+    demonstrations = demonstration_texts(prompt, structure)
     projector = final_projector(loaded, cache.resid_final[0, -1], norm)
     run = _Run(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
     increases = head_increases(run)
     attn_true, attn_false = attention_sums(run)
-    order = increases.flatten().argsort(descending=True).tolist()
+    order = increases.ranking(rank).flatten().argsort(descending=True).tolist()
+    columns = {
+        "increase": increases.total,
+        "label_increase": increases.label,
+        "other_increase": increases.other,
+        "attn_true": attn_true,
+        "attn_false": attn_false,
+    }
+    flat_values = {key: value.flatten().tolist() for key, value in columns.items()}
     summaries = [
         HeadSummary(
             layer=flat // g.n_heads,
             head=flat % g.n_heads,
             name=head_name(flat // g.n_heads, flat % g.n_heads),
-            rank=rank + 1,
-            increase=float(increases.flatten()[flat]),
-            attn_true=float(attn_true.flatten()[flat]),
-            attn_false=float(attn_false.flatten()[flat]),
+            rank=position + 1,
+            **{key: values[flat] for key, values in flat_values.items()},
         )
-        for rank, flat in enumerate(order)
+        for position, flat in enumerate(order)
     ]
     top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
-    details = head_details(run, list(dict.fromkeys(top + extra)), increases)
+    details = head_details(run, list(dict.fromkeys(top + extra)), increases.total)
     margin = run.margin_ids()
     return AnalysisResult(
         model=loaded.name,
         n_layers=g.n_layers,
         n_heads=g.n_heads,
         norm=norm,
+        rank_by=rank,
         prompt=prompt,
         tokens=[
             TokenInfo(position=p, id=i, text=t)
@@ -429,11 +580,13 @@ def analyze(
                 token=encoded.texts[s.position],
                 word=s.word,
                 is_true=run.is_true(s.position),
+                demonstration=text,
             )
-            for s in structure.labels
+            for s, text in zip(structure.labels, demonstrations, strict=True)
         ],
         margin_labels=None if margin is None else [loaded.token_text(i) for i in margin],
         layers=layer_increases(run),
+        flow=layer_flows(run),
         heads=summaries,
         top_heads=[head_name(layer, head) for layer, head in top],
         head_details={d.name: d for d in details},

@@ -10,7 +10,7 @@ Hooks live only for one forward pass and are removed even when it fails.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from model_worker.architectures import Adapter, HeadGeometry
+from model_worker.qk import LayerQk, recording
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class RunCache:
     pattern: Tensor
     resid_final: Tensor
     logits: Tensor
+    #: per layer, the query, key, mask and rotary it scored with (`record_qk=True` only)
+    qk: list[LayerQk] | None = None
 
     @property
     def resid_mid(self) -> Tensor:
@@ -77,17 +80,19 @@ def run_with_cache(
     input_ids: Tensor,
     attention_mask: Tensor | None = None,
     logits_to_keep: int = 0,
+    record_qk: bool = False,
 ) -> RunCache:
     """One eager forward pass of `input_ids` [B, S] with every tensor the analysis needs.
 
     Batches are right-padded (so positions stay exact for learned and rotary embeddings);
     `attention_mask` marks the real tokens. `logits_to_keep` = n > 0 keeps the logits of the
     last n positions only (then `logits` is [B, n, V]), sparing their unembedding.
+    `record_qk` also keeps what every layer scored with (`qk`, see model_worker.qk).
     """
     store: dict[str, list[Tensor | None]] = {
         key: [None] * geometry.n_layers
         for key in RunCache.__dataclass_fields__
-        if key not in ("resid_final", "logits")
+        if key not in ("resid_final", "logits", "qk")
     }
     spec = adapter.spec
     final: dict[str, Tensor] = {}
@@ -149,7 +154,9 @@ def run_with_cache(
     handles.append(
         model.get_submodule(spec.final_norm).register_forward_pre_hook(final_hook, with_kwargs=True)
     )
-    with _hooks(handles), torch.inference_mode():
+    attn_modules = [adapter.sub(model, layer, spec.attn) for layer in range(geometry.n_layers)]
+    qk = recording(model, attn_modules) if record_qk else nullcontext(None)
+    with _hooks(handles), qk as records, torch.inference_mode():
         logits = model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -164,7 +171,10 @@ def run_with_cache(
         for key, tensors in store.items()
     }
     return RunCache(
-        **stacked, resid_final=final["resid_final"].to(device), logits=logits.detach().float()
+        **stacked,
+        resid_final=final["resid_final"].to(device),
+        logits=logits.detach().float(),
+        qk=records,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from app.contracts import NormMode
+from app.contracts import NormMode, RankBy
 from model_worker import cli_experiments, cli_remote, cli_service
 from model_worker.errors import UserInputError
 
@@ -67,6 +67,9 @@ def analyze(
     ] = None,
     norm: Annotated[str, typer.Option(help="fixed or recompute.")] = "fixed",
     top_k: Annotated[int, typer.Option("--top-k", help="Heads with per-position detail.")] = 20,
+    rank: Annotated[
+        str, typer.Option(help="Rank heads by: increase, or label (label-position increase).")
+    ] = "increase",
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -80,15 +83,19 @@ def analyze(
     with user_errors():
         if norm not in ("fixed", "recompute"):
             raise UserInputError(f"--norm must be fixed or recompute, not {norm!r}")
+        if rank not in ("increase", "label"):
+            raise UserInputError(f"--rank must be increase or label, not {rank!r}")
         if top_k < 1:
             raise UserInputError("--top-k must be at least 1")
         label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
         mode: NormMode = "fixed" if norm == "fixed" else "recompute"
+        rank_by: RankBy = "label" if rank == "label" else "increase"
         options: dict[str, Any] = {
             "target": target,
             "labels": label_list,
             "norm": mode,
             "top_k_heads": top_k,
+            "rank": rank_by,
         }
         if server is not None:
             result = cli_remote.analyze(server, prompt, model=model, **options)

@@ -59,6 +59,14 @@ def experiment(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the prompt sets.")] = 0,
+    locate_by: Annotated[
+        str,
+        typer.Option("--locate-by", help="Locate in-context heads by: increase, or label."),
+    ] = "increase",
+    correct_only: Annotated[
+        bool,
+        typer.Option("--correct-only", help="MRR and attention: correctly answered prompts only."),
+    ] = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per pass.")] = 16,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
@@ -83,11 +91,30 @@ def experiment(
         if batch_size < 1:
             raise UserInputError(f"--batch-size must be at least 1, got {batch_size}")
         try:
-            request = ExperimentRequest(name=name, dataset=dataset, model=model, n=n, seed=seed)
+            request = ExperimentRequest.model_validate(
+                {
+                    "name": name,
+                    "dataset": dataset,
+                    "model": model,
+                    "n": n,
+                    "seed": seed,
+                    "locate_by": locate_by,
+                    "correct_only": correct_only,
+                }
+            )
         except ValidationError as exc:
             raise UserInputError(exc.errors()[0]["msg"]) from None
         if server is not None:
-            remote = cli_remote.experiment(server, name, dataset, model=model, n=n, seed=seed)
+            remote = cli_remote.experiment(
+                server,
+                name,
+                dataset,
+                model=model,
+                n=n,
+                seed=seed,
+                locate_by=locate_by,
+                correct_only=correct_only,
+            )
             return emit(remote, out, as_json)
         from model_worker.experiments.data import resolve_dataset
 

@@ -84,6 +84,7 @@ def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResul
         top_k_tokens=request.top_k_tokens,
         extra_heads=request.extra_heads,
         max_tokens=get_settings().max_prompt_tokens,
+        rank=request.rank,
     )
     return result.model_copy(update={"request": request})
 

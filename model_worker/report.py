@@ -34,8 +34,10 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         layers.add_row(str(row.layer), f"{row.attn_increase:+.3f}", f"{row.ffn_increase:+.3f}")
     console.print(layers)
 
-    top = Table(title=f"Top {heads} heads (in-context heads)")
-    for column in ("rank", "head", "increase", "attn true", "attn false", "label-value MRR"):
+    by = "label increase" if result.rank_by == "label" else "increase"
+    top = Table(title=f"Top {heads} heads by {by} (in-context heads)")
+    columns = ("rank", "head", "increase", "label", "other", "attn true", "attn false", "MRR")
+    for column in columns:
         top.add_column(column, justify="right")
     for summary in result.heads[:heads]:
         detail = result.head_details.get(summary.name)
@@ -46,6 +48,8 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
             str(summary.rank),
             summary.name,
             f"{summary.increase:+.3f}",
+            f"{summary.label_increase:+.3f}",
+            f"{summary.other_increase:+.3f}",
             f"{summary.attn_true:.3f}",
             f"{summary.attn_false:.3f}",
             mrr,

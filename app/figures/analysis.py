@@ -2,48 +2,74 @@
 
 from __future__ import annotations
 
-from app.contracts import AnalysisCore, HeadDetail
+from app.contracts import AnalysisCore, HeadDetail, HeadSummary
 from app.figures.bars import Series, bar_chart
 from app.figures.base import Figure, Row
 from app.figures.colors import (
     ATTN,
+    CONTENT,
     FALSE_LABEL,
     FFN,
+    FLOW_DEMO,
+    FLOW_LAST,
     NEGATIVE,
     OTHER_TOKEN,
+    POSITION,
     POSITIVE,
     TRUE_LABEL,
 )
 from app.figures.heatmap import heatmap_svg
+from app.figures.lines import Line, line_chart
 from app.figures.svg import signed, visible
 
-ANALYSIS_FIGURES = ("heatmap", "layers")
-HEAD_FIGURES = ("attention", "increase", "margin")
+ANALYSIS_FIGURES = ("heatmap", "layers", "flow")
+#: the three information flows, their legend names and colours
+FLOW_LINES = (
+    ("demo_to_label", "demonstrations → labels", FLOW_DEMO),
+    ("label_to_last", "labels → last token", FLOW_LAST),
+    ("other", "other", OTHER_TOKEN),
+)
+HEAD_FIGURES = ("attention", "scores", "increase", "margin")
+#: the CSV/JSON column of each series of the scores figure
+COLUMN = {"score": "score", "content": "content_score", "position": "position_score"}
 
 
 def _target(result: AnalysisCore) -> str:
     return visible(result.target.token)
 
 
-def increase_grid(result: AnalysisCore) -> list[list[float]]:
-    """`grid[layer][head]` of head log-probability increases."""
+def increase_grid(result: AnalysisCore, key: str = "increase") -> list[list[float]]:
+    """`grid[layer][head]` of a head summary's float field (`increase`, `label_increase`)."""
     grid = [[0.0] * result.n_heads for _ in range(result.n_layers)]
     for summary in result.heads:
-        grid[summary.layer][summary.head] = summary.increase
+        grid[summary.layer][summary.head] = float(getattr(summary, key))
     return grid
 
 
+def _head_note(s: HeadSummary) -> str:
+    """The heatmap hover's label / other split of a head."""
+    return f"label {signed(s.label_increase)} · other {signed(s.other_increase)}"
+
+
 def heatmap_figure(result: AnalysisCore, focusable: bool = False) -> Figure:
-    """Head increases I(head | Lin) for the target, layer × head."""
-    title = f"Head log-prob increase of “{_target(result)}” ({result.model})"
+    """Head increases I(head | Lin) for the target, layer × head (the label increases when the
+    heads are ranked by them); every cell's hover splits the head into label / other."""
+    by_label = result.rank_by == "label"
+    what = "label-position increase" if by_label else "log-prob increase"
+    title = f"Head {what} of “{_target(result)}” ({result.model})"
     marked = {(s.layer, s.head) for s in result.heads if s.name in result.top_heads[:10]}
+    notes = [[""] * result.n_heads for _ in range(result.n_layers)]
+    for s in result.heads:
+        whole = f"head {signed(s.increase)} · " if by_label else ""
+        notes[s.layer][s.head] = whole + _head_note(s)
     svg = heatmap_svg(
-        increase_grid(result),
+        increase_grid(result, "label_increase" if by_label else "increase"),
         title=title,
         figure="heatmap",
-        legend_label="increase",
+        legend_label="label increase" if by_label else "increase",
         marked=marked,
         focusable=focusable,
+        notes=notes,
     )
     rows: list[Row] = [
         {
@@ -52,6 +78,8 @@ def heatmap_figure(result: AnalysisCore, focusable: bool = False) -> Figure:
             "name": s.name,
             "rank": s.rank,
             "increase": s.increase,
+            "label_increase": s.label_increase,
+            "other_increase": s.other_increase,
             "attn_true": s.attn_true,
             "attn_false": s.attn_false,
         }
@@ -91,6 +119,33 @@ def layers_figure(result: AnalysisCore) -> Figure:
     return Figure("layers", title, rows, svg)
 
 
+def flow_figure(result: AnalysisCore) -> Figure:
+    """Information flow per layer (paper Fig. 1a): demonstrations → labels → last token."""
+    title = "Information flow per layer (attention, mean over heads)"
+    xs = [row.layer for row in result.flow]
+    lines = [
+        Line(name, colour, [float(getattr(row, key)) for row in result.flow])
+        for key, name, colour in FLOW_LINES
+    ]
+    svg = line_chart(
+        xs=xs,
+        lines=lines,
+        title=title,
+        figure="flow",
+        x_label="layer",
+        y_label="mean attention per pair",
+    )
+    rows: list[Row] = [dict(row.model_dump()) for row in result.flow]
+    return Figure("flow", title, rows, svg)
+
+
+def analysis_figure(result: AnalysisCore, name: str) -> Figure:
+    """One of ANALYSIS_FIGURES by name."""
+    if name == "heatmap":
+        return heatmap_figure(result)
+    return layers_figure(result) if name == "layers" else flow_figure(result)
+
+
 def _kinds(result: AnalysisCore) -> dict[int, str]:
     return {label.position: "true" if label.is_true else "false" for label in result.labels}
 
@@ -128,6 +183,76 @@ def attention_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
         for p, (k, a) in enumerate(zip(kind, detail.attention, strict=True))
     ]
     return Figure(f"{detail.name}-attention", title, rows, svg)
+
+
+def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
+    """Pre-softmax scores of the last position (softmax = the attention bars), beside their
+    content part (no rotary) and position remainder; None for a detail without scores."""
+    if not detail.scores:
+        return None
+    tokens = [visible(t.text) for t in result.tokens]
+    kinds = _kinds(result)
+    columns = {"score": detail.scores, "content": detail.content_scores}
+    if detail.position_scores is not None:
+        columns["position"] = detail.position_scores
+    colours = {"score": ATTN, "content": CONTENT, "position": POSITION}
+
+    def hover(name: str, p: int, value: float | None) -> str:
+        shown = "masked" if value is None else signed(value)
+        return f"{p} {tokens[p]} ({kinds.get(p, 'other')}) {name} {shown}"
+
+    series = [
+        Series(
+            name,
+            [0.0 if v is None else v for v in values],
+            [colours[name]] * len(values),
+            [hover(name, p, v) for p, v in enumerate(values)],
+        )
+        for name, values in columns.items()
+    ]
+    title = f"{detail.name}: QK scores of the last token"
+    svg = bar_chart(
+        categories=tokens,
+        series=series,
+        title=title,
+        figure="scores",
+        y_label="score (pre-softmax)",
+        legend=[(name, colours[name]) for name in columns],
+    )
+    rows: list[Row] = [
+        {
+            "position": p,
+            "token": result.tokens[p].text,
+            "kind": kinds.get(p, "other"),
+            **{COLUMN[name]: values[p] for name, values in columns.items()},
+            "attention": detail.attention[p],
+        }
+        for p in range(len(tokens))
+    ]
+    return Figure(f"{detail.name}-scores", title, rows, svg)
+
+
+def ranked_demonstrations(result: AnalysisCore, detail: HeadDetail) -> list[Row]:
+    """The demonstrations by the score of their label position, highest first: the metric the
+    two towers compute between the input and each demonstration."""
+    if not detail.scores:
+        return []
+    rows: list[Row] = [
+        {
+            "position": label.position,
+            "demonstration": label.demonstration,
+            "label": label.word,
+            "is_true": label.is_true,
+            "score": detail.scores[label.position],
+            "content": detail.content_scores[label.position],
+            "position_part": None
+            if detail.position_scores is None
+            else detail.position_scores[label.position],
+            "attention": detail.attention[label.position],
+        }
+        for label in result.labels
+    ]
+    return sorted(rows, key=lambda r: -float(r["score"] if r["score"] is not None else -1e30))
 
 
 def _signed_bars(
@@ -178,11 +303,14 @@ def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
 
 
 def head_figure(result: AnalysisCore, detail: HeadDetail, name: str) -> Figure | None:
-    """One of HEAD_FIGURES by name (None for a margin figure without two labels)."""
+    """One of HEAD_FIGURES by name (None for a margin figure without two labels, or a scores
+    figure of a result that has none)."""
     if name == "attention":
         return attention_figure(result, detail)
     if name == "increase":
         return increase_figure(result, detail)
+    if name == "scores":
+        return scores_figure(result, detail)
     return margin_figure(result, detail)
 
 

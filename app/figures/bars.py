@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.figures.svg import clip, document, esc, num, text, title_width
+from app.figures.svg import clip, document, esc, num, text, title_width, y_axis_label
 
 
 @dataclass(frozen=True)
@@ -66,16 +66,7 @@ def bar_chart(
             f'y2="{num(ty)}" stroke="currentColor" stroke-opacity="{0.6 if tick == 0 else 0.15}"/>'
         )
         body.append(text(left - 7, ty + 4, f"{tick:.3g}", anchor="end", size=10))
-    body.append(
-        text(
-            14,
-            top + plot_height / 2,
-            y_label,
-            anchor="middle",
-            size=11,
-            extra=f' transform="rotate(-90 14 {num(top + plot_height / 2)})"',
-        )
-    )
+    body.append(y_axis_label(y_label, top + plot_height / 2))
     bar_width = (group - 4) / len(series)
     for i, category in enumerate(categories):
         gx = left + i * group + 2

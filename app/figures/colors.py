@@ -23,6 +23,10 @@ POSITIVE = "#b2182b"
 NEGATIVE = "#2166ac"
 ATTN = "#7c3aed"
 FFN = "#0d9488"
+CONTENT = "#d97706"
+FLOW_DEMO = "#0d9488"
+FLOW_LAST = "#c2410c"
+POSITION = "#64748b"
 
 
 def _rgb(hex_colour: str) -> tuple[int, int, int]:

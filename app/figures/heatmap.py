@@ -14,8 +14,10 @@ def heatmap_svg(
     legend_label: str,
     marked: set[tuple[int, int]] | None = None,
     focusable: bool = False,
+    notes: list[list[str]] | None = None,
 ) -> str:
-    """`grid[layer][head]` with layers along x and heads along y; `marked` cells are outlined.
+    """`grid[layer][head]` with layers along x and heads along y; `marked` cells are outlined;
+    `notes[layer][head]`, when given, is added to each cell's hover line.
 
     `focusable` cells (on the page, not in downloads) take the keyboard focus; clicks and keys
     on them are handled by one delegated listener (static/js/heatmap.js), not per cell.
@@ -35,12 +37,13 @@ def heatmap_svg(
             cls = "cell cell--marked" if is_marked else "cell"
             outline = ' stroke="currentColor" stroke-width="1.5"' if is_marked else ""
             extra = ' tabindex="0"' if focusable else ""
+            note = f" · {notes[layer][head]}" if notes else ""
             body.append(
                 f'<rect class="{cls}" data-layer="{layer}" data-head="{head}" '
                 f'data-value="{value:.6g}" x="{num(left + layer * cell)}" '
                 f'y="{num(top + head * cell)}" width="{num(cell - 1)}" height="{num(cell - 1)}" '
                 f'fill="{diverging(value, limit)}"{outline}{extra}>'
-                f"<title>L{layer}H{head} {esc(signed(value))}</title></rect>"
+                f"<title>L{layer}H{head} {esc(signed(value))}{esc(note)}</title></rect>"
             )
     step = 1 if n_layers <= 16 else 5 if n_layers > 40 else 2
     for layer in range(0, n_layers, step):

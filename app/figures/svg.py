@@ -62,6 +62,12 @@ def text(
     )
 
 
+def y_axis_label(label: str, middle: float) -> str:
+    """The y axis' title, rotated, at the left edge, centred on `middle`."""
+    rotate = f' transform="rotate(-90 14 {num(middle)})"'
+    return text(14, middle, label, anchor="middle", size=11, extra=rotate)
+
+
 def document(width: float, height: float, body: list[str], *, title: str, figure: str) -> str:
     """The root `<svg>`: sized, titled (for screen readers and file previews), themed."""
     return (

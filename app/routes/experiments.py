@@ -29,6 +29,9 @@ DESCRIPTIONS = {
     "reorder": "Re-ordered prompts: attention on true/false labels (Fig. 9/11)",
     "ablation": "Zero the in-context heads vs as many random heads",
     "bias": "Majority-label and recency bias reduction (later paper version)",
+    "flow": "Information flow per layer: demonstrations → labels → last token (Fig. 1a)",
+    "layers": "Attention vs FFN increase per layer over the dataset (Fig. 2)",
+    "matching": "Matching test: a demonstration's input as the query; do the heads pick its label?",
 }
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
 
@@ -74,10 +77,19 @@ async def submit_experiment_form(
     dataset: Annotated[str, Form()] = "sentiment-number",
     n: Annotated[str, Form()] = "200",
     seed: Annotated[str, Form()] = "0",
+    locate_by: Annotated[str, Form()] = "increase",
+    correct_only: Annotated[bool, Form()] = False,
     file: Annotated[UploadFile | None, File()] = None,
 ) -> Response:
     """Queue the experiment and go to its page (the form again, with the reason, if refused)."""
-    form = {"name": name, "dataset": dataset, "n": n, "seed": seed}
+    form = {
+        "name": name,
+        "dataset": dataset,
+        "n": n,
+        "seed": seed,
+        "locate_by": locate_by,
+        "correct_only": correct_only,
+    }
     try:
         text = filename = None
         if dataset not in (*BUILTIN_DATASETS, "upload"):
@@ -87,14 +99,7 @@ async def submit_experiment_form(
                 raise DatasetError("choose a CSV or JSONL file to upload")
             text, filename = await _read_upload(file)
         experiment = ExperimentRequest.model_validate(
-            {
-                "name": name,
-                "dataset": dataset,
-                "n": n,
-                "seed": seed,
-                "dataset_text": text,
-                "dataset_filename": filename,
-            }
+            {**form, "dataset_text": text, "dataset_filename": filename}
         )
         state = await backend.submit_experiment(experiment, client)
     except DatasetError as exc:

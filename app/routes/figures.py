@@ -7,13 +7,7 @@ from typing import Literal
 from fastapi import APIRouter, HTTPException, Response, status
 
 from app.deps import BackendDep, JobId
-from app.figures.analysis import (
-    comparable,
-    diff_figure,
-    head_figure,
-    heatmap_figure,
-    layers_figure,
-)
+from app.figures.analysis import analysis_figure, comparable, diff_figure, head_figure
 from app.figures.base import Figure
 from app.figures.export import to_csv, to_json, to_png
 from app.routes.panels import check_head, done_summary
@@ -44,20 +38,19 @@ def download(figure: Figure, fmt: Format, prefix: str) -> Response:
     return Response(body, media_type=MEDIA[fmt], headers=headers)
 
 
-@router.get("/{job_id}/{figure}.{fmt}")
-async def analysis_figure(
-    job_id: JobId, figure: Literal["heatmap", "layers"], fmt: Format, backend: BackendDep
+@router.get("/{job_id}/{name}.{fmt}")
+async def analysis_figure_file(
+    job_id: JobId, name: Literal["heatmap", "layers", "flow"], fmt: Format, backend: BackendDep
 ) -> Response:
     result = await done_summary(backend, job_id)
-    built = heatmap_figure(result) if figure == "heatmap" else layers_figure(result)
-    return download(built, fmt, job_id[:10])
+    return download(analysis_figure(result, name), fmt, job_id[:10])
 
 
 @router.get("/{job_id}/heads/{name}/{figure}.{fmt}")
 async def head_figure_file(
     job_id: JobId,
     name: str,
-    figure: Literal["attention", "increase", "margin"],
+    figure: Literal["attention", "scores", "increase", "margin"],
     fmt: Format,
     backend: BackendDep,
 ) -> Response:
@@ -72,9 +65,12 @@ async def head_figure_file(
         )
     built = head_figure(result, detail, figure)
     if built is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, "no label margin: the prompt lacks two labels"
+        reason = (
+            "no QK scores in this analysis"
+            if figure == "scores"
+            else "no label margin: the prompt lacks two labels"
         )
+        raise HTTPException(status.HTTP_404_NOT_FOUND, reason)
     return download(built, fmt, job_id[:10])
 
 

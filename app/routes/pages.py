@@ -109,10 +109,18 @@ async def analyse(
     labels: Annotated[str, Form()] = "",
     target: Annotated[str, Form()] = "",
     norm: Annotated[str, Form()] = "fixed",
+    rank: Annotated[str, Form()] = "increase",
 ) -> Response:
     """Submit the form's analysis and go to its permalink (the form again, with the reason, if
     the input is refused)."""
-    form = {"prompt": prompt, "model": model, "labels": labels, "target": target, "norm": norm}
+    form = {
+        "prompt": prompt,
+        "model": model,
+        "labels": labels,
+        "target": target,
+        "norm": norm,
+        "rank": rank,
+    }
     try:
         analysis = AnalysisRequest(
             prompt=prompt,
@@ -120,6 +128,7 @@ async def analyse(
             labels=_split_labels(labels),
             target=target.strip() or None,
             norm=norm,
+            rank=rank,
         )
         state = await backend.submit(analysis, client)
     except ValidationError as exc:

@@ -23,10 +23,13 @@ from app.contracts import (
 from app.deps import BackendDep, ClientDep, JobId, JobIdQuery
 from app.figures.analysis import (
     attention_figure,
+    flow_figure,
     heatmap_figure,
     increase_figure,
     layers_figure,
     margin_figure,
+    ranked_demonstrations,
+    scores_figure,
 )
 from app.result_parts import detail_mrr
 from app.templating import render
@@ -120,6 +123,7 @@ def analysis_context(
         "heatmap": heatmap_figure(result, focusable=link),
         "heads_url": f"/a/{job_id}" if link else None,
         "layers": layers_figure(result),
+        "flow": flow_figure(result),
     }
 
 
@@ -141,6 +145,7 @@ def extra_head_request(
         top_k_heads=max(1, len(result.top_heads)),
         top_k_tokens=top_k_tokens,
         extra_heads=[name],
+        rank=result.rank_by,
     )
 
 
@@ -185,10 +190,13 @@ def head_context(
     job_id: str, result: AnalysisCore, source_id: str, detail: HeadDetail
 ) -> dict[str, Any]:
     summary = result.head(detail.name)
-    figures = [attention_figure(result, detail), increase_figure(result, detail)]
-    margin = margin_figure(result, detail)
-    if margin is not None:
-        figures.append(margin)
+    built = [
+        attention_figure(result, detail),
+        scores_figure(result, detail),
+        increase_figure(result, detail),
+        margin_figure(result, detail),
+    ]
+    figures = [f for f in built if f is not None]
     return {
         "job_id": job_id,
         "source_id": source_id,
@@ -197,6 +205,7 @@ def head_context(
         "summary": summary,
         "figures": figures,
         "kinds": {label.position: label.is_true for label in result.labels},
+        "demonstrations": ranked_demonstrations(result, detail),
     }
 
 
@@ -227,7 +236,7 @@ def _panel(name: str) -> Callable[..., Awaitable[Response]]:
     return panel
 
 
-for _name in ("tokens", "layers", "heatmap", "top_heads"):
+for _name in ("tokens", "layers", "flow", "heatmap", "top_heads"):
     router.add_api_route(
         f"/a/{{job_id}}/panels/{_name.replace('_', '-')}",
         _panel(_name),
@@ -273,6 +282,12 @@ async def tokens_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
 async def layers_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
     result = await done_summary(backend, job_id)
     return {"layers": [x.model_dump() for x in result.layers]}
+
+
+@router.get("/api/analyses/{job_id}/flow")
+async def flow_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
+    result = await done_summary(backend, job_id)
+    return {"flow": [x.model_dump() for x in result.flow]}
 
 
 @router.get("/api/analyses/{job_id}/heatmap")

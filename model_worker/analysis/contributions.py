@@ -30,6 +30,21 @@ def value_outputs(v: Tensor, w_o: Tensor, kv_index: Tensor) -> Tensor:
     return torch.einsum("shd,hdm->hsm", v[:, kv_index, :], w_o)
 
 
+def positions_z(v: Tensor, pattern_row: Tensor, kv_index: Tensor, positions: list[int]) -> Tensor:
+    """Σ_{p ∈ positions} a_{h,p} v_p for every head: the part of z that `positions` write.
+
+    v [..., S, n_kv, d_head], pattern_row [..., H, S] (last query row), kv_index [H]
+    → [..., H*d_head], laid out like the captured z, so `head_outputs` turns it into each
+    head's residual write. Leading axes (layers) are shared by v and pattern_row.
+    """
+    lead = pattern_row.shape[:-2]
+    if not positions:
+        return v.new_zeros(*lead, pattern_row.shape[-2] * v.shape[-1])
+    chosen = v[..., positions, :, :][..., kv_index, :]  # [..., P, H, d_head]
+    z = torch.einsum("...hp,...phd->...hd", pattern_row[..., positions], chosen)
+    return z.reshape(*lead, -1)
+
+
 def subhead_values(pattern_row: Tensor, values: Tensor) -> Tensor:
     """a_{h,p} · v_p W_O^h: pattern_row [H, S] (last query row), values [H, S, D] → [H, S, D].
 
@@ -108,6 +123,34 @@ def logprob_increase(
         if margin is not None and block_margin is not None:
             margin[b, m] = block_margin
     return Increase(increase, margin)
+
+
+def split_increase(
+    projector: VocabProjector,
+    bases: Tensor,
+    whole: Tensor,
+    part: Tensor,
+    target: int,
+    base_logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """I(whole | x), I(part | x) and I(whole − part | x), [B, M] each, for `whole` and `part`
+    [B, M, D] on `bases` [B, D]. In fixed mode bs is linear, so the rest's logits are the
+    whole's minus the part's: two projections per vector instead of three."""
+    if base_logits is None:
+        base_logits = projector.logits(bases)
+    if projector.mode != "fixed":
+        stacked = torch.cat([whole, part, whole - part], 1)
+        increase = logprob_increase(projector, bases, stacked, target, base_logits=base_logits)
+        total, part_increase, rest = increase.increase.split(whole.shape[1], 1)
+        return total, part_increase, rest
+    rows = block_rows(projector.vocab, whole.device)
+    out = [whole.new_empty(whole.shape[:2]) for _ in range(3)]
+    for b, m in _blocks(whole.shape[0], whole.shape[1], rows):
+        whole_logits, part_logits = projector.linear(whole[b, m]), projector.linear(part[b, m])
+        rest_logits = whole_logits - part_logits
+        for i, logits in enumerate((whole_logits, part_logits, rest_logits)):
+            out[i][b, m] = _increase(projector, base_logits[b], logits, target, None)[0]
+    return out[0], out[1], out[2]
 
 
 @dataclass(frozen=True)

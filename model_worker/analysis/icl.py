@@ -111,3 +111,14 @@ def detect_structure(
         candidates = [(w, c) for w, c in candidates if w in wanted]
     spans = tuple(LabelSpan(word, char, token_at(offsets, char)) for word, char in candidates)
     return IclStructure(separator, spans)
+
+
+def demonstration_texts(prompt: str, structure: IclStructure) -> list[str]:
+    """Each label's demonstration input: the text between the previous label (or the start)
+    and the separator before the label, stripped."""
+    texts, start = [], 0
+    for span in structure.labels:
+        end = prompt.rfind(structure.separator or "", start, span.char_start)
+        texts.append(prompt[start : end if end > start else span.char_start].strip())
+        start = span.char_start + len(span.word)
+    return texts

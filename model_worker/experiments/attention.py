@@ -23,7 +23,7 @@ from model_worker.experiments import paper
 from model_worker.experiments.batching import Batch, Extra, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
-from model_worker.experiments.locate import locate_for, location_note
+from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
 from model_worker.experiments.svg import bar_chart, scatter
@@ -83,6 +83,7 @@ def run(ctx: Context) -> ExperimentResult:
         progress=stages.stage("attend"),
         label="attention",
     )
+    runs, scope = evaluated(ctx, runs)
     rows: list[Row] = []
     for layer, h in location.heads:
         true = [float(r.attn_true[layer, h]) for r in runs]
@@ -172,7 +173,8 @@ def run(ctx: Context) -> ExperimentResult:
         [
             header(ctx, "Experiment 4 — attention on true vs false labels (Fig. 6, 7)"),
             location_note(location),
-            f"Mean over in-context heads and {len(runs)} prompts: attention on true labels "
+            f"Mean over in-context heads and {len(runs)} prompts ({scope}): attention on "
+            "true labels "
             f"**{metrics['attn_true']:.3f}**, on false labels **{metrics['attn_false']:.3f}**; "
             f"true > false in {100 * metrics['true_gt_false']:.0f}% of (head, prompt) pairs.\n",
             table(rows),

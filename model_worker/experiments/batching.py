@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from model_worker.analysis.contributions import positions_z
 from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.metrics import block_rows, logsumexp_
 from model_worker.analysis.projection import unembed_matmul
@@ -62,7 +63,8 @@ class PromptRun:
     `correct`: the true label's token beats the false label's (argmax over the two labels);
     `correct_vocab`: the true label's token is the argmax over the whole vocabulary.
     attn_true / attn_false [L, H]: attention of the last token summed over true / false label
-    positions. `increases` [L, H]: I(head | resid_pre) for the true label token, when computed.
+    positions. `increases` [L, H]: I(head | resid_pre) for the true label token, when computed;
+    `label_increases` the same for each head restricted to its label positions.
     """
 
     item: Prepared
@@ -74,6 +76,8 @@ class PromptRun:
     attn_false: Tensor
     increases: Tensor | None
     extra: Any = None
+    #: [L, H]: I of each head restricted to the label positions, when computed
+    label_increases: Tensor | None = None
 
     @property
     def correct(self) -> bool:
@@ -148,6 +152,7 @@ class LastToken:
     resid_pre: Tensor
     resid_final: Tensor
     target: int
+    z_label: Tensor | None = None
 
 
 def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tensor:
@@ -222,15 +227,19 @@ def run_prompts(
     *,
     batch_size: int = 16,
     increases: IncreaseMode = "none",
+    label_increases: bool = False,
     intervene: Intervene | None = None,
     extra: Extra | None = None,
     progress: ProgressFn = no_progress,
     label: str = "prompts",
 ) -> list[PromptRun]:
-    """Forward every prompt (batched) and summarise each at its last real token."""
+    """Forward every prompt (batched) and summarise each at its last real token; with
+    `label_increases`, the prompts that get head increases also get their label increases."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     pad_id = loaded.tokenizer.pad_token_id or 0
+    g = loaded.geometry
+    kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
     runs: list[PromptRun] = []
     wanted: dict[int, LastToken] = {}
     progress(0.0, f"{label}: 0/{len(items)}")
@@ -242,18 +251,31 @@ def run_prompts(
             runs.append(run if extras[row] is None else replace(run, extra=extras[row]))
             if increases == "all" or (increases == "correct" and run.correct):
                 last = int(batch.last[row])
-                wanted[len(runs) - 1] = LastToken(  # z with any post-norm scale frozen
-                    cache.z[:, row, last] * cache.attn_scale[:, row, last],
+                labels = list(run.item.label_positions)
+                scale = cache.attn_scale[:, row, last]  # any post-norm scale, frozen
+                wanted[len(runs) - 1] = LastToken(
+                    cache.z[:, row, last] * scale,
                     cache.resid_pre[:, row, last].clone(),
                     cache.resid_final[row, last].clone(),
                     run.item.true_id,
+                    positions_z(cache.v[:, row], cache.pattern[:, row, :, last], kv, labels) * scale
+                    if label_increases
+                    else None,
                 )
         progress(len(runs) / max(1, len(items)), f"{label}: {len(runs)}/{len(items)}")
     if wanted:
         progress(1.0, f"{label}: head increases of {len(wanted)} prompts")
         table = head_increase_table(loaded, list(wanted.values()))
+        label_table = None
+        if label_increases:
+            label_rows = [replace(r, z=r.z_label) for r in wanted.values() if r.z_label is not None]
+            label_table = head_increase_table(loaded, label_rows)
         for i, index in enumerate(wanted):
-            runs[index] = replace(runs[index], increases=table[i])
+            runs[index] = replace(
+                runs[index],
+                increases=table[i],
+                label_increases=None if label_table is None else label_table[i],
+            )
     return runs
 
 

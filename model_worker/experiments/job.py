@@ -21,6 +21,9 @@ RUNNERS: dict[str, str] = {
     "reorder": "variants",
     "ablation": "ablation",
     "bias": "bias",
+    "flow": "flow",
+    "layers": "layers",
+    "matching": "matching",
 }
 DEFAULT_BATCH_SIZE = 16
 

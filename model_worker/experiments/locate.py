@@ -12,6 +12,10 @@
 4. Combined score = rank by increase + rank by drop among the label's candidates; the `k/2`
    best per label (ties → larger increase) are the in-context heads: half pushing "foo", half
    "bar". k = 2·⌈0.5% of all heads⌉ (≥ 2): 12 of 1,024 for Llama-7B, 4 of 270 for SmolLM2.
+
+With `by="label"` steps 2–4 use the *label increase* instead (the head restricted to its label
+positions), which locates heads that read the labels. Either way every head's label share
+(mean label increase / mean increase, over the same prompts) is reported.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.contracts import head_name
+from app.contracts import RankBy, head_name
 from model_worker.datasets import LABELS, IclPrompt
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
@@ -40,9 +44,11 @@ def n_located(n_layers: int, n_heads: int) -> int:
     return max(2, 2 * math.ceil(0.005 * n_layers * n_heads))
 
 
-def mean_increase(runs: Sequence[PromptRun]) -> Tensor:
-    """[L, H] mean head increase over the runs that have one (correct ones when computed so)."""
-    tables = [r.increases for r in runs if r.increases is not None]
+def mean_increase(runs: Sequence[PromptRun], label: bool = False) -> Tensor:
+    """[L, H] mean head increase (`label`: label increase) over the runs that have one
+    (correct ones when computed so)."""
+    found = [r.label_increases if label else r.increases for r in runs]
+    tables = [t for t in found if t is not None]
     if not tables:
         raise ValueError("no prompt has head increases")
     return torch.stack(tables).mean(0)
@@ -69,6 +75,12 @@ def margin(runs: Sequence[PromptRun]) -> float:
     return sum(r.true_logit - r.false_logit for r in runs) / len(runs) if runs else 0.0
 
 
+def label_share(total: Tensor, label: Tensor, head: Head) -> float | None:
+    """label[head] / total[head] of two [L, H] tables, None unless total[head] > 0."""
+    whole = float(total[head])
+    return float(label[head]) / whole if whole > 0 else None
+
+
 @dataclass(frozen=True)
 class Location:
     """The located in-context heads, the increase ranking, and the candidates' bookkeeping."""
@@ -79,10 +91,16 @@ class Location:
     n_prompts: int
     n_correct: int
     accuracy: float
+    mean_label_increase: Tensor
+    by: RankBy = "increase"
 
     @property
     def names(self) -> list[str]:
         return [head_name(*h) for h in self.heads]
+
+    def label_share(self, head: Head) -> float | None:
+        """Mean label increase / mean increase of `head` (None unless the increase is > 0)."""
+        return label_share(self.mean_increase, self.mean_label_increase, head)
 
     def top(self, k: int) -> list[Head]:
         """The k heads with the largest mean increase (any layer)."""
@@ -99,6 +117,7 @@ def locate_heads(
     *,
     batch_size: int = 16,
     progress: ProgressFn = no_progress,
+    by: RankBy = "increase",
 ) -> Location:
     """Locate the in-context heads on `prompts` (see the module docstring)."""
     g = loaded.geometry
@@ -112,15 +131,17 @@ def locate_heads(
         items,
         batch_size=batch_size,
         increases="all",
+        label_increases=True,
         progress=stages.stage("increase"),
         label="head increases",
     )
     correct = [r for r in runs if r.correct] or list(runs)
+    totals, label_totals = mean_increase(correct), mean_increase(correct, label=True)
     deep = [(layer, h) for layer in range(g.n_layers // 2, g.n_layers) for h in range(g.n_heads)]
     plan: list[tuple[str, list[PromptRun], Tensor, list[Head]]] = []
     for label in LABELS:
         label_correct = _label_runs(correct, label) or correct
-        scores = mean_increase(label_correct)
+        scores = mean_increase(label_correct, label=by == "label")
         plan.append((label, _label_runs(runs, label) or list(runs), scores, ranked(scores, deep)))
     total = sum(min(n_candidates, len(order)) for *_, order in plan)
     ablate, done = stages.stage("ablate"), 0
@@ -149,6 +170,8 @@ def locate_heads(
                 "layer": head[0],
                 "mean_increase": float(scores[head]),
                 "increase_rank": rank + 1,
+                "ranked_by": by,
+                "label_share": label_share(totals, label_totals, head),
                 "accuracy_drop": acc_drop,
                 "margin_drop": margin_drop,
                 "drop_rank": drop_rank[head] + 1,
@@ -158,15 +181,17 @@ def locate_heads(
         ]
     return Location(
         heads=chosen,
-        mean_increase=mean_increase(correct),
+        mean_increase=totals,
         candidates=rows,
         n_prompts=len(runs),
         n_correct=sum(r.correct for r in runs),
         accuracy=accuracy(runs),
+        mean_label_increase=label_totals,
+        by=by,
     )
 
 
-_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int, int], Location]] = (
+_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int, int, str], Location]] = (
     weakref.WeakKeyDictionary()
 )
 MAX_REMEMBERED = 8
@@ -180,9 +205,12 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
     """
     prompts = location_prompts(ctx.dataset, ctx.n, ctx.seed)
     remembered = _LOCATIONS.setdefault(ctx.loaded.model, {})
-    key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed)
+    by = ctx.request.locate_by
+    key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed, by)
     if key not in remembered:
-        location = locate_heads(ctx.loaded, prompts, batch_size=ctx.batch_size, progress=progress)
+        location = locate_heads(
+            ctx.loaded, prompts, batch_size=ctx.batch_size, progress=progress, by=by
+        )
         while len(remembered) >= MAX_REMEMBERED:
             remembered.pop(next(iter(remembered)))
         remembered[key] = location
@@ -190,11 +218,32 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
     return remembered[key]
 
 
+def share_text(share: float | None) -> str:
+    """A label share as a percentage (— when the head's mean increase is not positive)."""
+    return "—" if share is None else f"{100 * share:.0f}%"
+
+
 def location_note(location: Location) -> str:
-    """One Markdown paragraph saying which heads were located and how."""
+    """One Markdown paragraph saying which heads were located, how, and their label shares."""
+    ranked = "label increase" if location.by == "label" else "head increase"
+    shares = ", ".join(
+        f"{head_name(*h)} {share_text(location.label_share(h))}" for h in location.heads
+    )
     return (
         f"In-context heads located (recipe in `model_worker/experiments/locate.py`: deep-layer "
-        f"heads ranked by mean head increase and by the accuracy drop when zeroed alone, on "
+        f"heads ranked by mean {ranked} and by the accuracy drop when zeroed alone, on "
         f"{location.n_prompts} location prompts, {location.n_correct} correct): "
-        f"**{', '.join(location.names)}**.\n"
+        f"**{', '.join(location.names)}**. Label share (mean label increase / mean increase, "
+        f"the part of a head's increase that its label positions alone give): {shares}.\n"
     )
+
+
+def evaluated(ctx: Context, runs: list[PromptRun]) -> tuple[list[PromptRun], str]:
+    """The runs an experiment measures (only the correctly answered ones with the request's
+    `correct_only`, all of them when none is) and a phrase saying which."""
+    if not ctx.request.correct_only:
+        return runs, "all prompts"
+    correct = [r for r in runs if r.correct]
+    if not correct:
+        return runs, "all prompts: none was answered correctly"
+    return correct, f"correctly answered only: {len(correct)} of {len(runs)}"

@@ -24,7 +24,7 @@ from model_worker.experiments import paper
 from model_worker.experiments.batching import Batch, Extra, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
-from model_worker.experiments.locate import locate_for, location_note
+from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
 from model_worker.experiments.svg import bar_chart
@@ -81,6 +81,7 @@ def run(ctx: Context) -> ExperimentResult:
         progress=stages.stage("project"),
         label="label-value projections",
     )
+    runs, scope = evaluated(ctx, runs)
     # ranks[(layer, head)][token id] → list of ranks
     ranks: dict[Head, dict[int, list[int]]] = {}
     for r in runs:
@@ -144,7 +145,7 @@ def run(ctx: Context) -> ExperimentResult:
         [
             header(ctx, "Experiment 3 — label-value MRR, in-context vs random heads (Fig. 5)"),
             location_note(location),
-            f"Over {len(runs)} prompts, every label position. Mean MRR: in-context "
+            f"Over {len(runs)} prompts ({scope}), every label position. Mean MRR: in-context "
             f"**{metrics['mrr_in_context']:.4f}**, random same-layer heads "
             f"{metrics['mrr_random']:.4f}, all other heads of those layers "
             f"{metrics['mrr_layer_others']:.4f}.\n",

@@ -56,6 +56,19 @@ def test_table_output(saved_models: dict[str, Path]) -> None:
     assert "Top 10 heads" in result.stdout and "norm = recompute" in result.stdout
 
 
+def test_rank_by_label(saved_models: dict[str, Path]) -> None:
+    args = ["analyze", "-m", str(saved_models["gpt2"]), "-p", EXAMPLE_PROMPT, "--rank", "label"]
+    result = runner.invoke(app, [*args, "--json", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    values = [h["label_increase"] for h in data["heads"]]
+    assert data["rank_by"] == "label" and values == sorted(values, reverse=True)
+    table = runner.invoke(app, args[:5] + ["--rank", "label"], env={"COLUMNS": "200"})
+    assert "by label increase" in table.stdout and "other" in table.stdout
+    bad = runner.invoke(app, [*args[:5], "--rank", "share"])
+    assert bad.exit_code == 2 and "--rank must be increase or label" in bad.output
+
+
 def _error(args: list[str]) -> str:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output

@@ -40,6 +40,31 @@ def test_form_lists_experiments_and_datasets(client: TestClient) -> None:
     assert page.status_code == 200
     for name in ("accuracy", "heads", "ablation", "bias", "sentiment-number", "upload"):
         assert name in page.text
+    for name in ("flow", "layers", "matching"):
+        assert f'value="{name}"' in page.text
+    assert 'name="locate_by"' in page.text and 'name="correct_only"' in page.text
+
+
+def test_form_options_reach_the_request(client: TestClient) -> None:
+    answer = client.post(
+        "/experiments",
+        data={"name": "matching", "dataset": "upload", "n": "2", "locate_by": "label"},
+        files={"file": ("tiny.csv", CSV.encode(), "text/csv")},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303
+    job_id = answer.headers["location"].rsplit("/", 1)[1]
+    plain = client.post(
+        "/experiments",
+        data={"name": "matching", "dataset": "upload", "n": "2"},
+        files={"file": ("tiny.csv", CSV.encode(), "text/csv")},
+        follow_redirects=False,
+    )
+    assert plain.headers["location"].rsplit("/", 1)[1] != job_id  # part of the job's identity
+    bad = client.post(
+        "/experiments", data={"name": "mrr", "dataset": "sentiment-number", "locate_by": "x"}
+    )
+    assert bad.status_code == 400 and "locate_by" in bad.text
 
 
 def test_uploaded_dataset_runs_and_shows_figures_report_downloads(client: TestClient) -> None:

@@ -94,7 +94,10 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     cell = page.select_one(f"rect.cell[data-layer='{first['layer']}'][data-head='{first['head']}']")
     assert cell is not None
     assert cell.title is not None
-    assert cell.title.text == f"{first['name']} {first['increase']:+.3f}"
+    assert cell.title.text == (
+        f"{first['name']} {first['increase']:+.3f} · label {first['label_increase']:+.3f}"
+        f" · other {first['other_increase']:+.3f}"
+    )
     assert cell["tabindex"] == "0" and not any(a.startswith("hx-") for a in cell.attrs)
     wrapper = page.select_one("[data-panel=heatmap][data-heads-url]")
     assert wrapper is not None and wrapper["data-heads-url"] == f"/a/{job}"
@@ -103,8 +106,25 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     rows = page.select("table.top-heads tbody tr")
     assert [r["data-head-name"] for r in rows] == result["top_heads"]
     mrr = result["head_details"][result["top_heads"][0]]["value_mrr"]
-    shown = [td.text for td in rows[0].select("td.num")][3:]
+    shown = [td.text for td in rows[0].select("td.num")][5:]
     assert shown == [f"{m['mrr']:.2f}" for m in mrr] and len(shown) == 2
+    label = rows[0].select_one("td[data-col=label]")
+    assert label is not None and label.text == f"{first['label_increase']:+.3f}"
+
+
+def test_rank_by_label_increase_from_the_form(client: TestClient) -> None:
+    home = soup(client.get("/").text)
+    options = [o["value"] for o in home.select("form.analyse-form select[name=rank] option")]
+    assert options == ["increase", "label"]
+    job_id = analyse(client, prompt=EXAMPLE_PROMPT, target="foo", rank="label")
+    result = client.get(f"/api/analyses/{job_id}").json()["result"]
+    assert result["rank_by"] == "label"
+    values = [h["label_increase"] for h in result["heads"]]
+    assert values == sorted(values, reverse=True)
+    page = soup(client.get(f"/a/{job_id}").text)
+    rows = page.select("table.top-heads tbody tr")
+    assert [r["data-head-name"] for r in rows] == result["top_heads"]
+    assert "ranked by label increase" in page.select_one("[data-panel=top-heads] h2").text
 
 
 def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> None:
@@ -123,6 +143,17 @@ def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> N
     detail = result["head_details"][name]
     query_chips = page.select("table[data-table=query] tr")[0].select(".chip")
     assert [c.text for c in query_chips] == [t["token"] for t in detail["query"]]
+    assert len(page.select("svg[data-figure=scores] rect.bar")) == 3 * len(result["tokens"])
+    demos = page.select("table[data-table=scores] tbody tr")
+    scores = detail["scores"]
+    ranked = sorted(result["labels"], key=lambda label: -scores[label["position"]])
+    assert [int(r["data-position"]) for r in demos] == [x["position"] for x in ranked]
+    assert [r.select("td")[2].text for r in demos] == [x["demonstration"] for x in ranked]
+    offsets = page.select("table[data-table=query] tr[data-offset]")
+    last = len(result["tokens"]) - 1
+    assert [int(r["data-offset"]) for r in offsets] == [
+        last - x["position"] for x in result["labels"]
+    ]
 
 
 def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
@@ -153,6 +184,10 @@ def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
     assert extra == {**asked, "model": result["model"], "extra_heads": [name]}
     svg = client.get(f"/figures/{head['data-source']}/heads/{name}/attention.svg")
     assert svg.status_code == 200
+    scores = client.get(f"/figures/{head['data-source']}/heads/{name}/scores.csv").text
+    assert scores.splitlines()[0] == (
+        "position,token,kind,score,content_score,position_score,attention"
+    )
 
 
 def test_panels_and_json_twins(client: TestClient, job: str) -> None:
@@ -160,6 +195,7 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
     for panel, selector in [
         ("tokens", ".token-strip"),
         ("layers", "svg[data-figure=layers]"),
+        ("flow", "svg[data-figure=flow]"),
         ("heatmap", "svg[data-figure=heatmap]"),
         ("top-heads", "table.top-heads"),
     ]:
@@ -173,6 +209,9 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
     assert layers == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
     top = client.get(f"/api/analyses/{job}/top-heads").json()["top_heads"]
     assert [h["name"] for h in top] == result["top_heads"]
+    flow = client.get(f"/api/analyses/{job}/flow").json()["flow"]
+    assert flow == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["flow"]]
+    assert len(flow) == result["n_layers"]
 
 
 def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
@@ -189,12 +228,21 @@ def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
     png = client.get(f"/figures/{job}/layers.png")
     assert png.content[:8] == b"\x89PNG\r\n\x1a\n"
     csv_lines = client.get(f"/figures/{job}/heatmap.csv").text.strip().splitlines()
-    assert csv_lines[0] == "layer,head,name,rank,increase,attn_true,attn_false"
+    assert csv_lines[0] == (
+        "layer,head,name,rank,increase,label_increase,other_increase,attn_true,attn_false"
+    )
     assert len(csv_lines) == 1 + len(result["heads"])
     rows = client.get(f"/figures/{job}/layers.json").json()["rows"]
     assert rows == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
+    flow = ElementTree.fromstring(client.get(f"/figures/{job}/flow.svg").content)
+    lines = flow.findall(".//{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 3
+    assert all(len(line.get("points", "").split()) == result["n_layers"] for line in lines)
+    assert client.get(f"/figures/{job}/flow.png").content[:4] == b"\x89PNG"
+    flow_csv = client.get(f"/figures/{job}/flow.csv").text.strip().splitlines()
+    assert flow_csv[0].startswith("layer,demo_to_label,label_to_last,other,")
     name = result["top_heads"][0]
-    for figure in ("attention", "increase", "margin"):
+    for figure in ("attention", "scores", "increase", "margin"):
         response = client.get(f"/figures/{job}/heads/{name}/{figure}.csv")
         assert response.status_code == 200
         assert len(response.text.strip().splitlines()) == 1 + len(result["tokens"])

@@ -49,7 +49,10 @@ def test_heatmap_has_one_cell_per_head_with_hover_text(result: AnalysisResult) -
     for cell in cells:
         summary = result.head(f"L{cell.get('data-layer')}H{cell.get('data-head')}")
         title = cell.find(f"{NS}title")
-        assert title is not None and title.text == f"{summary.name} {summary.increase:+.3f}"
+        assert title is not None and title.text == (
+            f"{summary.name} {summary.increase:+.3f} · label {summary.label_increase:+.3f}"
+            f" · other {summary.other_increase:+.3f}"
+        )
     best = result.heads[0]
     assert next(
         c

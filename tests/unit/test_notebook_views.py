@@ -102,7 +102,9 @@ def test_head_view_has_bars_and_token_tables(result: AnalysisResult) -> None:
     assert len(bars) == len(result.tokens)
     assert len(page.select('svg[data-figure="increase"] rect.bar')) == len(result.tokens)
     tables = {t["data-table"] for t in page.select("table.token-table")}
-    assert tables == {"values", "keys", "query"}
+    assert tables == {"scores", "values", "keys", "query"}
+    assert len(page.select('svg[data-figure="scores"] rect.bar')) >= len(result.tokens)
+    assert len(page.select('table[data-table="scores"] tbody tr')) == len(result.labels)
     assert len(page.select('table[data-table="values"] tbody tr')) == len(result.labels)
     assert not page.find("script") and not page.select("a[href]")
 

@@ -1,0 +1,139 @@
+"""The query and key each attention layer really scores with, recorded during a forward pass.
+
+Every Hugging Face attention module hands its post-rotary (post q/k-norm) query and key, the
+mask, the scaling and any soft-cap to an attention function looked up by name in
+`transformers.AttentionInterface`. While `recording()` is active the model's attention
+implementation is a registered recorder that keeps those tensors and then calls the family's own
+eager function (so the pattern and every output are unchanged); a forward pre-hook on each
+attention module keeps the rotary `position_embeddings` (cos, sin) it receives. Modules are
+not modified, and the model's implementation is restored on exit.
+
+The two family-dependent lookups (the eager function, the rotary function) are `_family_eager`
+and `rotary_function`: both read the attention module's own modelling file.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+RECORDER = "icl_heads_record"
+
+RotaryFn = Callable[..., tuple[Tensor, Tensor]]
+
+
+@dataclass
+class LayerQk:
+    """What one layer scored with: query [B, H, S, d], key [B, n_kv, S, d] (both after rotary),
+    the additive mask [B, 1|H, S, S] or None, the score scaling and soft-cap, and the rotary
+    (cos, sin) [B, S, d_rot] it received (None for learned or no positions)."""
+
+    query: Tensor | None = None
+    key: Tensor | None = None
+    mask: Tensor | None = None
+    scaling: float = 1.0
+    softcap: float | None = None
+    rotary: tuple[Tensor, Tensor] | None = None
+    rotate: RotaryFn | None = field(default=None, repr=False)
+
+
+#: attention module → its layer's record, while a `recording()` block runs
+_ACTIVE: dict[nn.Module, LayerQk] = {}
+
+
+def _family_eager(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The eager attention function of the module's own modelling file."""
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise RuntimeError(f"{type(module).__name__} has no eager_attention_forward to record")
+    return eager
+
+
+def rotary_function(module: nn.Module) -> RotaryFn | None:
+    """`apply_rotary_pos_emb(q, k, cos, sin)` of the module's modelling file, if it has one."""
+    return getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
+
+
+def _record(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor]:
+    """The registered attention function: record, then attend exactly as eager does."""
+    record = _ACTIVE.get(module)
+    if record is not None:
+        record.query, record.key = query.detach().float(), key.detach().float()
+        record.mask = None if attention_mask is None else attention_mask.detach().float()
+        record.scaling = float(scaling if scaling is not None else query.shape[-1] ** -0.5)
+        softcap = kwargs.get("softcap")
+        record.softcap = None if softcap is None else float(softcap)
+    if getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's own eager variant
+        upcast: Callable[..., tuple[Tensor, Tensor]] = module._upcast_and_reordered_attn  # type: ignore[assignment]
+        return upcast(query, key, value, attention_mask)
+    return _family_eager(module)(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
+
+
+AttentionInterface.register(RECORDER, _record)
+AttentionMaskInterface.register(RECORDER, eager_mask)
+
+
+@contextmanager
+def recording(model: nn.Module, modules: Sequence[nn.Module]) -> Iterator[list[LayerQk]]:
+    """Within the block, each of `modules` (one attention module per layer) records what it
+    scores with into the yielded list (one LayerQk per module). The model must run eager."""
+    config: Any = model.config
+    previous = config._attn_implementation
+    if previous != "eager":
+        raise RuntimeError(f"QK scores need eager attention, the model runs {previous!r}")
+    records = [LayerQk(rotate=rotary_function(m)) for m in modules]
+
+    def keep_rotary(record: LayerQk) -> Callable[..., None]:
+        def hook(_m: nn.Module, _args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            rotary = kwargs.get("position_embeddings")
+            if isinstance(rotary, tuple) and record.rotate is not None:
+                record.rotary = (rotary[0].detach().float(), rotary[1].detach().float())
+
+        return hook
+
+    handles = [
+        m.register_forward_pre_hook(keep_rotary(r), with_kwargs=True)
+        for m, r in zip(modules, records, strict=True)
+    ]
+    _ACTIVE.update(zip(modules, records, strict=True))
+    config._attn_implementation = RECORDER
+    try:
+        yield records
+    finally:
+        config._attn_implementation = previous
+        for module in modules:
+            _ACTIVE.pop(module, None)
+        for handle in handles:
+            handle.remove()
+
+
+def rotate(record: LayerQk, x: Tensor, positions: Sequence[int], inverse: bool = False) -> Tensor:
+    """x [n, P, d] rotated (or un-rotated) by the rotary angles of batch row 0's `positions`
+    with the family's own rotary function; x unchanged for a layer without rotary."""
+    if record.rotary is None or record.rotate is None:
+        return x
+    cos, sin = (t[0, list(positions)] for t in record.rotary)  # [P, d_rot]
+    sin = -sin if inverse else sin
+    width = cos.shape[-1]  # partial rotary (Phi, StableLM): only the first dims rotate
+    part = x[..., :width]
+    rotated, _ = record.rotate(part[None], part[None], cos[None], sin[None])
+    return torch.cat([rotated[0], x[..., width:]], -1)
