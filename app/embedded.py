@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from app.backend import BackendError, JobState, JobStatus, ModelInfo, done_body
-from app.contracts import AnalysisRequest, ExperimentRequest
+from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from app.keys import analysis_job_id, experiment_job_id
 from app.settings import Settings
 
@@ -92,9 +92,16 @@ class EmbeddedBackend:
         job_id = analysis_job_id(model_name, loaded.fingerprint, request)
 
         def work(progress: Progress) -> JobState:
-            from model_worker.jobs import run_analysis
+            from model_worker.jobs import DETAILS_MESSAGE, run_analysis
 
-            return JobState(id=job_id, status=JobStatus.DONE, result=run_analysis(loaded, request))
+            def heads_stage(partial: AnalysisResult) -> None:
+                running = JobStatus.RUNNING
+                self._store(
+                    JobState(id=job_id, status=running, result=partial, message=DETAILS_MESSAGE)
+                )
+
+            result = run_analysis(loaded, request, heads_stage)
+            return JobState(id=job_id, status=JobStatus.DONE, result=result)
 
         return await self._enqueue(job_id, work)
 

@@ -55,8 +55,18 @@ def until_redis_answers(write: Callable[[], T], what: str) -> T:
             pause = min(MAX_BACKOFF_S, pause * 2)
 
 
-def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
-    """Analyse `request` on the loaded model, within the configured prompt limit."""
+def run_analysis(
+    loaded: LoadedModel,
+    request: AnalysisRequest,
+    on_heads: Callable[[AnalysisResult], None] | None = None,
+) -> AnalysisResult:
+    """Analyse `request` on the loaded model, within the configured prompt limit. `on_heads`
+    receives the result of the per-head stage (no head details yet, `request` set) first."""
+
+    def heads_stage(partial: AnalysisResult) -> None:
+        if on_heads is not None:
+            on_heads(partial.model_copy(update={"request": request}))
+
     result = analyze(
         loaded,
         request.prompt,
@@ -67,6 +77,7 @@ def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResul
         top_k_tokens=request.top_k_tokens,
         extra_heads=request.extra_heads,
         max_tokens=get_settings().max_prompt_tokens,
+        on_heads=heads_stage,
     )
     return result.model_copy(update={"request": request})
 
@@ -210,7 +221,7 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         return
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
-        result = run_analysis(_loaded(), request)
+        result = run_analysis(_loaded(), request, partial_publisher(job))
     _store(connection, job.id, result.model_dump_json(), result_ttl_s)
 
 
@@ -225,6 +236,25 @@ def experiment_job(request_json: str, result_ttl_s: int) -> None:
         request = ExperimentRequest.model_validate_json(request_json)
         result = run_experiment(_loaded(), request, progress_reporter(job))
     _store(connection, job.id, result.model_dump_json(), result_ttl_s)
+
+
+#: The message of a running analysis whose per-head stage is done (its result in the meta).
+DETAILS_MESSAGE = "computing the head details"
+
+
+def partial_publisher(job: Job) -> Callable[[AnalysisResult], None]:
+    """Publish the per-head stage of an analysis in the job's meta (`partial`, its JSON), so
+    that the page draws the heatmap while the head details are computed. Best effort."""
+
+    def publish(partial: AnalysisResult) -> None:
+        job.meta["partial"] = partial.model_dump_json()
+        job.meta["message"] = DETAILS_MESSAGE
+        try:
+            job.save_meta()
+        except RedisError as exc:  # the whole result follows anyway
+            log.warning("could not publish the heads of job %s: %s", job.id, exc)
+
+    return publish
 
 
 def progress_reporter(job: Job) -> Callable[[float, str], None]:

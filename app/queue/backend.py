@@ -266,12 +266,13 @@ class RedisBackend:
         if status == RqStatus.STARTED or status in QUEUED:
             status = self._check_workers(job, status)
         if status == RqStatus.STARTED:
-            progress = job.meta.get("progress")
+            partial = job.meta.get("partial")  # an analysis' per-head stage, once done
             return JobState(
                 id=job_id,
                 status=JobStatus.RUNNING,
-                progress=progress,
+                progress=job.meta.get("progress"),
                 message=job.meta.get("message"),
+                result=None if partial is None else AnalysisResult.model_validate_json(partial),
             )
         if status in QUEUED:
             position = job.get_position()

@@ -13,7 +13,7 @@ from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
 from app.deps import BackendDep, JobId, JobIdQuery
 from app.figures.analysis import comparable, diff_figure
-from app.routes.panels import analysis_context, check_head, head_parameter
+from app.routes.panels import analysis_context, check_head, head_parameter, heads_stage
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
 
 router = APIRouter(tags=["pages"])
@@ -144,10 +144,11 @@ async def analysis_page(
             status.HTTP_404_NOT_FOUND,
         )
     context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
-    if state.status == JobStatus.DONE and state.result is not None:
+    if state.result is not None and state.status in (JobStatus.DONE, JobStatus.RUNNING):
         if head is not None:
             check_head(state.result, head)
         context |= analysis_context(job_id, state.result)
+        context["pending"] = heads_stage(state) is not None
     return render(request, "pages/analysis.html", context)
 
 
@@ -195,8 +196,9 @@ async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
     failed = [s for s in (sa, sb) if s.status == JobStatus.FAILED]
     if failed:
         return {"error": "; ".join(f"{s.id} failed: {s.error}" for s in failed), "ready": False}
-    if sa.result is None or sb.result is None:
+    if any(s.status != JobStatus.DONE or s.result is None for s in (sa, sb)):
         return {"ready": False, "states": (sa, sb)}
+    assert sa.result is not None and sb.result is not None
     problem = comparable(sa.result, sb.result)
     return {
         "ready": True,

@@ -41,17 +41,25 @@ async def job_state(backend: Backend, job_id: str) -> JobState:
 async def next_state(
     backend: Backend, job_id: str, wait_s: float, interval_s: float = 0.05
 ) -> JobState:
-    """The job's state as soon as it ends or reports news, else after `wait_s` (a long poll:
-    the page learns of the result within `interval_s` instead of at its next poll)."""
+    """The job's state as soon as it ends or reports news (its per-head stage among them),
+    else after `wait_s` (a long poll: the page learns of the result within `interval_s`
+    instead of at its next poll)."""
     first = state = await job_state(backend, job_id)
     deadline = time.monotonic() + wait_s
     news = ("status", "progress", "message", "position_in_queue")
     while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:
         await asyncio.sleep(interval_s)
         state = await job_state(backend, job_id)
-        if any(getattr(state, key) != getattr(first, key) for key in news):
+        if any(getattr(state, key) != getattr(first, key) for key in news) or (
+            (state.result is None) != (first.result is None)
+        ):
             break
     return state
+
+
+def heads_stage(state: JobState) -> AnalysisResult | None:
+    """The per-head stage of a running analysis (no head details yet), once it is done."""
+    return state.result if state.status == JobStatus.RUNNING else None
 
 
 async def done_result(backend: Backend, job_id: str) -> AnalysisResult:
@@ -59,7 +67,7 @@ async def done_result(backend: Backend, job_id: str) -> AnalysisResult:
     state = await job_state(backend, job_id)
     if state.status == JobStatus.FAILED:
         raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {job_id} failed: {state.error}")
-    if state.result is None:
+    if state.status != JobStatus.DONE or state.result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {job_id} is {state.status}")
     return state.result
 
@@ -134,13 +142,19 @@ async def find_head(
     """(result, id holding the detail, detail or None while pending, the extra job's state).
 
     A head outside the stored details is computed by a second analysis with
-    `extra_heads=[name]`; `job` is that analysis' id once submitted.
+    `extra_heads=[name]`; `job` is that analysis' id once submitted. While the analysis
+    itself is still computing its head details, it is the job to wait for.
     """
+    state = await job_state(backend, job_id)
+    partial = heads_stage(state)
+    if partial is not None:
+        check_head(partial, name)
+        return partial, job_id, None, state
     result = await done_result(backend, job_id)
     check_head(result, name)
     if name in result.head_details:
         return result, job_id, result.head_details[name], None
-    if job is None:
+    if job is None or job == job_id:
         served = {info.name for info in await backend.models()}
         request = extra_head_request(result, name, result.model if result.model in served else None)
         extra = await backend.submit(request)
@@ -183,12 +197,14 @@ async def status_panel(
     backend: BackendDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
 ) -> Response:
-    """While queued/running: a poller that re-requests itself; when done: the analysis body."""
+    """While queued/running: a poller that re-requests itself; once the per-head stage is
+    done: the analysis body without head details (it polls on); when done: the whole body."""
     state = await next_state(backend, job_id, wait)
-    if state.status == JobStatus.DONE and state.result is not None:
-        return render(
-            request, "partials/_analysis_body.html", analysis_context(job_id, state.result)
-        )
+    if state.result is not None and state.status in (JobStatus.DONE, JobStatus.RUNNING):
+        context = analysis_context(job_id, state.result) | {
+            "pending": heads_stage(state) is not None
+        }
+        return render(request, "partials/_analysis_body.html", context)
     return render(request, "partials/_status.html", {"job_id": job_id, "state": state})
 
 
