@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_analysis import prompt_of  # noqa: E402
+from bench_analysis import cpu_model, prompt_of  # noqa: E402
 
 from model_worker.analyze import analyze  # noqa: E402
 from model_worker.loading import LoadedModel, load_model  # noqa: E402
@@ -256,7 +256,7 @@ def main() -> None:
     ids = loaded.tokenizer(prompt, return_tensors="pt").input_ids
     threads = torch.get_num_threads()
     print(f"model {loaded.name}, prompt {ids.shape[1]} tokens, torch threads {threads}")
-    print(f"load: {os.getloadavg()[0]:.2f} (1-min average); CPU {_cpu_model()}")
+    print(f"load: {os.getloadavg()[0]:.2f} (1-min average); CPU {cpu_model()}")
     expected = explorer_output(loaded, prompt)
     target = analyze(loaded, prompt, top_k_heads=TOP_K).target.id
     runs: dict[str, Callable[[], object]] = {"explorer": lambda: analyze(loaded, prompt)}
@@ -284,14 +284,6 @@ def main() -> None:
         median = statistics.median(seconds)
         print(f"  {name:<28} {median * 1000:8.1f} ms   {median / explorer:5.2f}× the explorer")
     print(f"load after: {os.getloadavg()[0]:.2f}")
-
-
-def _cpu_model() -> str:
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":
