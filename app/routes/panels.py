@@ -7,7 +7,8 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
@@ -196,16 +197,34 @@ async def status_panel(
     request: Request,
     backend: BackendDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
+    after: Annotated[
+        Literal["heads"] | None,
+        Query(description="The page shows the per-head stage: answer with the details' state."),
+    ] = None,
 ) -> Response:
     """While queued/running: a poller that re-requests itself; once the per-head stage is
-    done: the analysis body without head details (it polls on); when done: the whole body."""
+    done: the analysis body without head details, whose own poller (`after=heads`) learns when
+    they are done and then fetches the whole body; when done: the whole body."""
     state = await next_state(backend, job_id, wait)
+    if after == "heads" and state.status != JobStatus.FAILED:
+        done = state.status == JobStatus.DONE
+        template = "partials/_details_ready.html" if done else "partials/_details_pending.html"
+        return render(request, template, {"job_id": job_id})
     if state.result is not None and state.status in (JobStatus.DONE, JobStatus.RUNNING):
         context = analysis_context(job_id, state.result) | {
-            "pending": heads_stage(state) is not None
+            "pending": heads_stage(state) is not None,
+            "open_head": open_head(request),
         }
         return render(request, "partials/_analysis_body.html", context)
     return render(request, "partials/_status.html", {"job_id": job_id, "state": state})
+
+
+def open_head(request: Request) -> str | None:
+    """The head the page has open (`?head=` of the page's URL, which htmx sends as
+    HX-Current-URL), so that a body replacing the page's keeps it open."""
+    query = urlsplit(request.headers.get("HX-Current-URL", "")).query
+    head = parse_qs(query).get("head", [""])[0]
+    return head if HEAD_NAME.match(head) else None
 
 
 def _panel(name: str) -> Callable[..., Awaitable[Response]]:

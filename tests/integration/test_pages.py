@@ -48,8 +48,11 @@ def wait_done(client: TestClient, job_id: str, timeout: float = 30.0) -> Beautif
         assert status is not None
         if status["data-status"] in ("done", "failed"):
             return page
-        poller = status if status["data-status"] != "heads" else page.select_one(".details-pending")
-        assert poller is not None and poller["hx-get"] == f"/a/{job_id}/status?wait=10"
+        if status["data-status"] == "heads":
+            poller = page.select_one(".details-pending")
+            assert poller is not None and poller["hx-get"].endswith("&after=heads")
+        else:
+            assert status["hx-get"] == f"/a/{job_id}/status?wait=10"
         time.sleep(0.05)
     raise AssertionError(f"{job_id} did not finish in {timeout} s")
 
@@ -281,8 +284,10 @@ def test_the_heatmap_comes_before_the_head_details(
         assert len(page.select("table.top-heads tbody tr")) == 2
         assert not [th for th in page.select("table.top-heads th") if "MRR" in th.text]
         poller = page.select_one(".details-pending")
-        assert poller is not None and poller["hx-get"] == f"/a/{job_id}/status?wait=10"
-        assert poller["hx-target"] == "closest .analysis-body"
+        assert poller is not None
+        assert poller["hx-get"] == f"/a/{job_id}/status?wait=10&after=heads"
+        again = soup(client.get(poller["hx-get"].replace("wait=10", "wait=0")).text)
+        assert again.select_one(".details-pending") is not None  # still pending: polls on
         assert soup(client.get(f"/a/{job_id}").text).select_one("[data-status=heads]")
         api = client.get(f"/api/analyses/{job_id}").json()
         assert api["status"] == "running" and api["result"]["head_details"] == {}
@@ -295,8 +300,15 @@ def test_the_heatmap_comes_before_the_head_details(
         assert client.get(f"/api/analyses/{job_id}/heads/{name}").status_code == 202
     finally:
         release.set()
-    page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+    ready = soup(client.get(f"/a/{job_id}/status?wait=30&after=heads").text)
+    refresh = ready.select_one(".details-ready")
+    assert refresh is not None and refresh["hx-get"] == f"/a/{job_id}/status"
+    assert refresh["hx-target"] == "closest .analysis-body"
+    opened = {"HX-Current-URL": f"http://testserver/a/{job_id}?head={name}"}
+    page = soup(client.get(refresh["hx-get"], headers=opened).text)
     assert page.select_one(".analysis-body[data-status=done]") is not None
+    panel_loader = page.select_one("#head-panel")
+    assert panel_loader is not None and panel_loader["hx-get"] == f"/a/{job_id}/heads/{name}"
     assert page.select_one(".details-pending") is None
     assert [th for th in page.select("table.top-heads th") if "MRR" in th.text]
     panel = client.get(f"/a/{job_id}/heads/{name}?job={job_id}")
