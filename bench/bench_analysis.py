@@ -137,9 +137,13 @@ def kernel_rates(loaded: LoadedModel, repeats: int) -> str:
     return f"{rates} GFLOP/s; chosen: {kernel_for(x, w_u).name}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+def setup(
+    description: str, repeats: int
+) -> tuple[argparse.Namespace, LoadedModel, str, torch.Tensor]:
+    """Arguments (--repeats, --tokens), SmolLM2 on the CPU, the prompt and its ids; prints
+    the model, prompt length, threads, CPU model and load."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
     loaded = load_model(device="cpu", dtype="float32")
@@ -148,6 +152,11 @@ def main() -> None:
     threads = torch.get_num_threads()
     print(f"model {loaded.name}, prompt {ids.shape[1]} tokens, torch threads {threads}")
     print(f"CPU {cpu_model()}; load average {os.getloadavg()[0]:.2f}")
+    return args, loaded, prompt, ids
+
+
+def main() -> None:
+    args, loaded, prompt, ids = setup(__doc__.splitlines()[0], 5)
 
     def forward() -> None:
         with torch.inference_mode():

@@ -24,11 +24,8 @@ this one run. Needs the optional extra `peers` (transformer-lens, nnsight), in i
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,10 +33,10 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_analysis import cpu_model, prompt_of  # noqa: E402
+from bench_analysis import interleaved, setup  # noqa: E402
 
 from model_worker.analyze import analyze  # noqa: E402
-from model_worker.loading import LoadedModel, load_model  # noqa: E402
+from model_worker.loading import LoadedModel  # noqa: E402
 
 TOP_K = 20
 BLOCK_ROWS = 160
@@ -247,16 +244,7 @@ def check(name: str, got: Output, expected: Output) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--tokens", type=int, default=64)
-    args = parser.parse_args()
-    loaded = load_model(device="cpu", dtype="float32")
-    prompt = prompt_of(loaded, args.tokens)
-    ids = loaded.tokenizer(prompt, return_tensors="pt").input_ids
-    threads = torch.get_num_threads()
-    print(f"model {loaded.name}, prompt {ids.shape[1]} tokens, torch threads {threads}")
-    print(f"load: {os.getloadavg()[0]:.2f} (1-min average); CPU {cpu_model()}")
+    args, loaded, prompt, ids = setup(__doc__.splitlines()[0], 7)
     expected = explorer_output(loaded, prompt)
     target = analyze(loaded, prompt, top_k_heads=TOP_K).target.id
     runs: dict[str, Callable[[], object]] = {"explorer": lambda: analyze(loaded, prompt)}
@@ -272,18 +260,15 @@ def main() -> None:
 
             check(name, run(), expected)
             runs[name] = run
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, run in runs.items():
-            started = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - started)
-    explorer = statistics.median(times["explorer"])
-    print(f"medians of {args.repeats} interleaved runs:")
-    for name, seconds in times.items():
-        median = statistics.median(seconds)
-        print(f"  {name:<28} {median * 1000:8.1f} ms   {median / explorer:5.2f}× the explorer")
-    print(f"load after: {os.getloadavg()[0]:.2f}")
+    times = interleaved(runs, args.repeats)
+    wall_0, cpu_0 = times["explorer"]
+    print(f"medians of {args.repeats} interleaved runs, wall and CPU time, × the explorer's:")
+    for name, (wall, cpu) in times.items():
+        print(
+            f"  {name:<32} wall {wall * 1000:8.1f} ms {wall / wall_0:5.2f}×   "
+            f"cpu {cpu * 1000:8.1f} ms {cpu / cpu_0:5.2f}×"
+        )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
