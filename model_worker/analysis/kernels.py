@@ -71,15 +71,16 @@ _CHOICES: dict[tuple[str, torch.dtype, tuple[int, ...]], KernelChoice] = {}
 _CHOICES_LOCK = threading.Lock()
 
 
-def calibrate(x: Tensor, w: Tensor, rounds: int = 2) -> KernelChoice:
-    """Time every candidate kernel on CALIBRATION_ROWS rows of `x` against CALIBRATION_VOCAB
-    rows of `w` (one warm-up call each, then the best of `rounds` interleaved calls) and pick
-    the fastest. On a GPU the only candidate that differs, oneDNN, does not apply: no timing."""
+def calibrate(x: Tensor, w: Tensor, rounds: int = 3) -> KernelChoice:
+    """Time every candidate kernel on CALIBRATION_ROWS random rows shaped like `x`'s against
+    CALIBRATION_VOCAB rows of `w` (one warm-up call each, then the best of `rounds` interleaved
+    calls: the machine may be busy) and pick the fastest. On a GPU the only candidate that
+    differs, oneDNN, does not apply: no timing."""
     candidates = kernels(x, w)
     if len(candidates) == 1 or x.device.type != "cpu":
         name = next(iter(candidates))
         return KernelChoice(name, candidates[name], {})
-    probe_x = x[:CALIBRATION_ROWS].contiguous()
+    probe_x = torch.randn(CALIBRATION_ROWS, x.shape[-1], dtype=x.dtype, device=x.device)
     probe_w = w[:CALIBRATION_VOCAB].contiguous()
     best = dict.fromkeys(candidates, math.inf)
     for kernel in candidates.values():
