@@ -213,18 +213,22 @@ async def status_panel(
     if state.result is not None and state.status in (JobStatus.DONE, JobStatus.RUNNING):
         context = analysis_context(job_id, state.result) | {
             "pending": heads_stage(state) is not None,
-            "open_head": open_head(request),
+            "open_head": open_head(request, state.result),
         }
         return render(request, "partials/_analysis_body.html", context)
     return render(request, "partials/_status.html", {"job_id": job_id, "state": state})
 
 
-def open_head(request: Request) -> str | None:
+def open_head(request: Request, result: AnalysisResult) -> str | None:
     """The head the page has open (`?head=` of the page's URL, which htmx sends as
-    HX-Current-URL), so that a body replacing the page's keeps it open."""
+    HX-Current-URL), so that a body replacing the page's keeps it open; None unless it is a
+    head of this model."""
     query = urlsplit(request.headers.get("HX-Current-URL", "")).query
     head = parse_qs(query).get("head", [""])[0]
-    return head if HEAD_NAME.match(head) else None
+    match = HEAD_NAME.fullmatch(head)
+    if match is None or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
+        return None
+    return head
 
 
 def _panel(name: str) -> Callable[..., Awaitable[Response]]:

@@ -242,16 +242,16 @@ def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
 
 def test_long_polls_wait_for_each_stage(client: TestClient) -> None:
     """`?wait=` holds the status request until the job reaches its next stage: the per-head
-    stage (the heatmap, data-status=heads) or the end; at most two polls see it done."""
+    stage (the heatmap, data-status=heads) or the end; at most three polls see it done."""
     body = {"prompt": "two : foo love : bar like : bar one :"}  # not analysed before
     submitted = client.post("/api/analyses", json=body).json()
     job_id = submitted["id"]
     assert submitted["status"] in ("queued", "running")
     seen = []
-    for _ in range(2):
+    for _ in range(3):  # queued → running, running → per-head stage, → done
         page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
         status = page.select_one("[data-status]")
-        assert status is not None and status["data-status"] in ("heads", "done")
+        assert status is not None and status["data-status"] in ("running", "heads", "done")
         seen.append(status["data-status"])
         if seen[-1] == "done":
             break
@@ -277,8 +277,11 @@ def test_the_heatmap_comes_before_the_head_details(
     body = {"prompt": "six : foo hate : bar two : foo one :", "top_k_heads": 2}
     job_id = client.post("/api/analyses", json=body).json()["id"]
     try:
-        page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
-        heads = page.select_one(".analysis-body[data-status=heads]")
+        for _ in range(3):  # queued → running → per-head stage: each wakes the long poll
+            page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+            heads = page.select_one(".analysis-body[data-status=heads]")
+            if heads is not None:
+                break
         assert heads is not None, page
         assert page.select("svg[data-figure=heatmap] rect.cell")
         assert len(page.select("table.top-heads tbody tr")) == 2
@@ -309,6 +312,10 @@ def test_the_heatmap_comes_before_the_head_details(
     assert page.select_one(".analysis-body[data-status=done]") is not None
     panel_loader = page.select_one("#head-panel")
     assert panel_loader is not None and panel_loader["hx-get"] == f"/a/{job_id}/heads/{name}"
+    for bad in ("L99H0", "L0H0%22%3E", "x"):  # out of range or not a head: nothing opened
+        opened = {"HX-Current-URL": f"http://testserver/a/{job_id}?head={bad}"}
+        page = soup(client.get(refresh["hx-get"], headers=opened).text)
+        assert not page.select_one("#head-panel").has_attr("hx-get")
     assert page.select_one(".details-pending") is None
     assert [th for th in page.select("table.top-heads th") if "MRR" in th.text]
     panel = client.get(f"/a/{job_id}/heads/{name}?job={job_id}")
