@@ -147,7 +147,9 @@ class HeadDetail(_Frozen):
     random_head_mrr: list[LabelMrr]
 
 
-class AnalysisResult(AnalysisDisplay, _Frozen):
+class AnalysisCore(_Frozen):
+    """An analysis without its head details: what pages and panels draw from."""
+
     schema_version: int = RESULT_SCHEMA_VERSION
     model: str
     n_layers: int
@@ -162,18 +164,27 @@ class AnalysisResult(AnalysisDisplay, _Frozen):
     layers: list[LayerIncrease]
     heads: list[HeadSummary]
     top_heads: list[str]
-    head_details: dict[str, HeadDetail]
     warnings: list[str] = Field(default_factory=list)
     #: The request a worker answered (None from a direct `analyze()` call): it recomputes the
     #: result exactly, e.g. with one more head detailed.
     request: AnalysisRequest | None = None
 
-    def head(self, name: str) -> Head:
-        """Head `name` (`L23H1`): its summary, tied to this analysis; KeyError if there is none."""
+    def head(self, name: str) -> HeadSummary:
+        """The summary of head `name` (`L23H1`); KeyError if there is none."""
         for summary in self.heads:
             if summary.name == name:
-                return Head(**dict(summary), analysis=self)
+                return summary
         raise KeyError(name)
+
+
+class AnalysisResult(AnalysisDisplay, AnalysisCore):
+    """A whole analysis: the core and the details of the top (and extra) heads."""
+
+    head_details: dict[str, HeadDetail]
+
+    def head(self, name: str) -> Head:
+        """Head `name` (`L23H1`): its summary, tied to this analysis; KeyError if there is none."""
+        return Head(**dict(super().head(name)), analysis=self)
 
 
 class Head(HeadDisplay, HeadSummary):
@@ -186,6 +197,13 @@ class Head(HeadDisplay, HeadSummary):
     def detail(self) -> HeadDetail | None:
         """Its per-position detail, or None when the analysis did not detail it."""
         return self.analysis.head_details.get(self.name)
+
+
+class AnalysisSummary(AnalysisCore):
+    """The core and, per detailed head, its label-value MRR: what the page, the status poll and
+    the panels read, without parsing the (possibly large) head details."""
+
+    detail_mrr: dict[str, list[LabelMrr]]
 
 
 ExperimentName = Literal[

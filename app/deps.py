@@ -8,6 +8,7 @@ from fastapi import Depends, Path, Query, Request
 
 from app.backend import Backend
 from app.keys import JOB_ID_PATTERN
+from app.security.auth import client_address
 from app.settings import Settings
 
 
@@ -21,7 +22,13 @@ async def get_app_settings(request: Request) -> Settings:
     return settings
 
 
+async def get_client(request: Request) -> str:
+    """Who is asking (the address the rate limits key on): per-client shares of the queue."""
+    return client_address(request.scope)
+
+
 BackendDep = Annotated[Backend, Depends(get_backend)]
+ClientDep = Annotated[str, Depends(get_client)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 
 _JOB_ID_DOC = "A job id: `a-` (analysis) or `e-` (experiment) and 32 hex digits."

@@ -60,9 +60,25 @@ def result_key(job_id: str) -> str:
     return f"{PREFIX}:result:{job_id}"
 
 
+def heads_stage_key(job_id: str) -> str:
+    """Where a running analysis' per-head stage lives (its core part, app.result_parts) until
+    the whole result is stored."""
+    return f"{PREFIX}:heads:{job_id}"
+
+
 def claim_key(job_id: str) -> str:
     """A short-lived lock taken while a job is enqueued, so concurrent submits enqueue once."""
     return f"{PREFIX}:claim:{job_id}"
+
+
+def client_jobs_key(client: str) -> str:
+    """The jobs one client has submitted and may still be waiting for (a sorted set)."""
+    return f"{PREFIX}:client:{hashlib.sha256(client.encode()).hexdigest()[:16]}"
+
+
+def ahead_key(queue: str) -> str:
+    """The jobs of a queue that went ahead of the backlogs (a set; see app.queue.fair)."""
+    return f"{PREFIX}:ahead:{queue}"
 
 
 def worker_key(name: str) -> str:

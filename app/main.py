@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,12 +15,25 @@ from fastapi.staticfiles import StaticFiles
 
 from app import security
 from app.backend import Backend, BackendError
-from app.routes import analyses, auth, experiments, figures, health, pages, panels
+from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
 from app.security.redact import redact
 from app.security.responses import error_response
 from app.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+#: Seconds between two passes of the backend's upkeep (durable store, lost jobs).
+MAINTAIN_EVERY_S = 5.0
+log = logging.getLogger(__name__)
+
+
+async def maintain_forever(backend: Backend) -> None:
+    """Run `backend.maintain()` every MAINTAIN_EVERY_S until cancelled; errors are logged."""
+    while True:
+        await asyncio.sleep(MAINTAIN_EVERY_S)
+        try:
+            await backend.maintain()
+        except Exception as exc:  # Redis or the store away: the next pass tries again
+            log.warning("upkeep failed: %s", exc)
 
 
 def default_backend(settings: Settings) -> Backend:
@@ -38,9 +54,13 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.backend = backend or default_backend(settings)
+        upkeep = asyncio.create_task(maintain_forever(app.state.backend))
         try:
             yield
         finally:
+            upkeep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upkeep
             await app.state.backend.close()
             await app.state.sessions.close()
 
@@ -60,6 +80,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(figures.router)
     app.include_router(auth.router)
     app.include_router(experiments.router)
+    app.include_router(families.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

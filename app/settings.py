@@ -55,6 +55,35 @@ class Settings(BaseSettings):
     write_rate_limit_per_minute: int = Field(
         60, ge=0, description="POST/PUT/PATCH/DELETE per client and minute; 0 = unlimited."
     )
+    # --- what one request and one client may cost; where results are kept (issue 14) ---
+    max_analysis_cost: int = Field(
+        300_000,
+        ge=1,
+        description="Budget of one analysis: tokens × detailed heads × (2 × top_k_tokens + 4).",
+    )
+    max_experiment_n: int = Field(1000, ge=1, description="Most prompts one experiment runs.")
+    client_queued_jobs: int = Field(
+        20, ge=1, description="Analyses one client may have queued or running (429 beyond)."
+    )
+    client_experiments: int = Field(
+        2, ge=1, description="Experiments one client may have queued or running (429 beyond)."
+    )
+    result_memory_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="Embedded: bytes of results kept in memory."
+    )
+    data_dir: Path = Field(
+        Path.home() / ".local" / "share" / "icl-heads",
+        description="Durable store's folder (SQLite `results.sqlite3`).",
+    )
+    database_url: str | None = Field(
+        None, description="postgresql://… for a durable store shared by several web replicas."
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="A client must send a request's headers within this time."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="Time a client has to send a request's body (then 408)."
+    )
 
     # --- who may reach the server, and as whom (issue 14) ---
     trusted_proxies: list[str] = Field(

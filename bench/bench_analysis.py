@@ -71,7 +71,7 @@ def zero_each_head(loaded: LoadedModel, ids: torch.Tensor, target: int) -> list[
     with torch.inference_mode():
         base = torch.log_softmax(model(ids).logits[0, -1], -1)[target]
         for layer in range(g.n_layers):
-            out_proj = adapter.sub(model, layer, adapter.out_proj)
+            out_proj = adapter.sub(model, layer, adapter.spec.out_proj)
             for head in range(g.n_heads):
 
                 def zero(

@@ -17,6 +17,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -107,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
 
     loaded = load_model(device="cpu", dtype="float32")
-    settings = Settings()
+    settings = Settings(data_dir=Path(tempfile.mkdtemp()))  # a fresh store: cold means cold
     app = create_app(settings, TimedBackend(settings, loader=lambda: loaded))
     with serve(app) as base_url, sync_playwright() as playwright:
         browser = launch(playwright)

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.contracts import AnalysisRequest  # noqa: E402
-from app.keys import analysis_job_id, result_key  # noqa: E402
+from app.keys import analysis_job_id  # noqa: E402
+from app.result_parts import result_parts  # noqa: E402
 from tests.integration.redis_support import OwnRedis, free_port, wait_for  # noqa: E402
 from tests.tiny_models import EXAMPLE_PROMPT  # noqa: E402
 
@@ -35,16 +36,16 @@ SMOLLM2_PROMPT = "love : positive hate : negative great : positive awful : negat
 
 def cached_result(redis_url: str, tiny: bool) -> tuple[str, int]:
     """Analyse one prompt in this process and store it as a cached result; (id, bytes)."""
-    from model_worker.jobs import run_analysis
+    from model_worker.jobs import run_analysis, store_parts
     from model_worker.loading import load_model
     from tests.tiny_models import tiny_llama
 
     loaded = tiny_llama() if tiny else load_model(device="cpu")
     request = AnalysisRequest(prompt=EXAMPLE_PROMPT if tiny else SMOLLM2_PROMPT)
-    result = run_analysis(loaded, request).model_dump_json()
+    result = run_analysis(loaded, request)
     job_id = analysis_job_id(loaded.name, loaded.fingerprint, request)
-    Redis.from_url(redis_url).set(result_key(job_id), result, ex=3600)
-    return job_id, len(result)
+    store_parts(Redis.from_url(redis_url), job_id, result_parts(result), 3600)
+    return job_id, len(result.model_dump_json())
 
 
 async def client(
@@ -116,6 +117,7 @@ def main() -> None:
             "ICL_REDIS_URL": redis.url,
             "ICL_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
+            "ICL_DATA_DIR": str(Path(tmp) / "data"),
         }
         server = subprocess.Popen(
             [sys.executable, "-m", "model_worker.cli", "serve", "--port", str(port)],

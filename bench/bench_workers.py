@@ -93,6 +93,8 @@ def main() -> None:
             "ICL_REDIS_URL": redis.url,
             "ICL_MODEL": model,
             "ICL_QUEUE_CAP": str(args.total * 2),
+            "ICL_CLIENT_QUEUED_JOBS": str(args.total * 2),  # one address plays every client
+            "ICL_DATA_DIR": str(folder / "data"),
             "ICL_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_CACHE_DIR": str(folder / "cache"),

@@ -6,16 +6,20 @@ loop of `--users` concurrent clients over `--total` distinct prompts, and prints
 HTTP requests and of the submit→answer time, the error count, and whether every submitted
 analysis got its answer. Clients behave like the dashboard: on 429/503 they wait Retry-After.
 Optional faults during the run: `--kill-worker-after N` (SIGKILL one worker once N analyses
-are answered), `--restart-redis-after N` (stop Redis for `--outage-s`, then start it again).
+are answered), `--restart-redis-after N` (stop Redis for `--outage-s`, then start it again),
+`--abuser` (one abusive client beside the normal ones, see `abuse`). Every virtual user has its
+own loopback address (127.0.1.N), the abuser 127.0.0.66: per-client limits see them apart.
 
     .venv/bin/python bench/load_test.py [--total 200] [--users 16] [--workers 2]
     .venv/bin/python bench/load_test.py --workers 0   # the embedded single process instead
+    .venv/bin/python bench/load_test.py --abuser      # the normal clients' view under attack
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -107,7 +111,8 @@ class Report:
             f"wall {self.wall_s:.1f} s",
             f"HTTP requests: {len(self.request_seconds)}, p50 {pct(self.request_seconds, 50)}, "
             f"p99 {pct(self.request_seconds, 99)}; codes {dict(sorted(self.http_codes.items()))}",
-            f"submit→answer: p50 {pct(answer_s, 50)}, p99 {pct(answer_s, 99)}",
+            f"submit→answer: p50 {pct(answer_s, 50)}, p99 {pct(answer_s, 99)}, slowest "
+            + ", ".join(f"{s:.1f} s" for s in sorted(answer_s)[-3:]),
             f"errors (5xx but 503, connection failures): {self.errors}",
         ]
         for a in self.analyses:
@@ -188,30 +193,109 @@ async def run_load(
     token: str | None = TOKEN,
     fault: Callable[[Report], Awaitable[None]] | None = None,
 ) -> Report:
-    """`users` concurrent clients work through `bodies`; `fault` runs alongside them."""
+    """`users` concurrent clients (each from its own loopback address) work through `bodies`;
+    `fault` runs alongside them and is cancelled once they are done."""
     report = Report([Analysis(body["prompt"]) for body in bodies])
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     until = time.monotonic() + timeout_s
     queue: asyncio.Queue[int] = asyncio.Queue()
     for index in range(len(bodies)):
         queue.put_nowait(index)
-    limits = httpx.Limits(max_connections=users)
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=10, limits=limits
-    ) as client:
 
-        async def user() -> None:
+    async def user(number: int) -> None:
+        async with client_from(base_url, f"127.0.1.{number + 1}", token) as client:
             while not queue.empty():
                 index = queue.get_nowait()
                 await analyse(client, report, report.analyses[index], bodies[index], until)
 
-        started = time.perf_counter()
-        tasks = [asyncio.create_task(user()) for _ in range(users)]
-        if fault is not None:
-            tasks.append(asyncio.create_task(fault(report)))
-        await asyncio.gather(*tasks)
-        report.wall_s = time.perf_counter() - started
+    started = time.perf_counter()
+    side = asyncio.create_task(fault(report)) if fault is not None else None
+    await asyncio.gather(*(user(n) for n in range(users)))
+    report.wall_s = time.perf_counter() - started
+    if side is not None:
+        side.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await side
     return report
+
+
+def client_from(
+    base_url: str, address: str, token: str | None, connections: int = 4
+) -> httpx.AsyncClient:
+    """An HTTP client whose connections come from the loopback `address`."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    transport = httpx.AsyncHTTPTransport(
+        local_address=address, limits=httpx.Limits(max_connections=connections)
+    )
+    return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10, transport=transport)
+
+
+ABUSER = "127.0.0.66"
+
+
+async def abuse(base_url: str, counts: Counter[str], token: str | None = TOKEN) -> None:
+    """One abusive client (127.0.0.66) until cancelled, doing at once what the red team did:
+    floods distinct analyses at the budget's edge (and over it) without waiting, starts long
+    polls and walks away, re-reads whole result bodies, and holds slow-loris connections that
+    drip header bytes. `counts` gathers what it was answered."""
+
+    async def flood(client: httpx.AsyncClient, lane: int) -> None:
+        prompts = distinct_prompts(4000, seed=50_000)
+        for n in range(lane, 10**9, 4):  # ~40 tokens, every head detailed, 50 tokens per view
+            heavy = {"prompt": prompts[n % 4000][:-1] * 3 + ":", "top_k_heads": 12}
+            heavy["top_k_tokens"] = 50
+            try:
+                answer = await client.post("/api/analyses", json=heavy)
+                counts[f"POST {answer.status_code}"] += 1
+                if answer.status_code in (200, 202):
+                    ids.append(answer.json()["id"])
+            except httpx.HTTPError:
+                counts["POST error"] += 1
+            await asyncio.sleep(0.02)
+
+    async def walk_away(client: httpx.AsyncClient) -> None:
+        while True:
+            if ids:
+                try:
+                    await client.get(f"/a/{ids[-1]}/status?wait=30", timeout=0.2)
+                except httpx.HTTPError:
+                    counts["long polls abandoned"] += 1
+            await asyncio.sleep(0.05)
+
+    async def reread(client: httpx.AsyncClient) -> None:
+        while True:
+            for job_id in list(ids[-20:]):
+                try:
+                    answer = await client.get(f"/api/analyses/{job_id}")
+                    counts[f"GET {answer.status_code}"] += 1
+                except httpx.HTTPError:
+                    counts["GET error"] += 1
+            await asyncio.sleep(0.05)
+
+    async def slow_loris(port: int) -> None:
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, local_addr=(ABUSER, 0)
+                )
+                writer.write(b"GET /api/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                for _ in range(600):
+                    writer.write(b"X")
+                    await writer.drain()
+                    await asyncio.sleep(0.5)
+                counts["slow loris held 5 min"] += 1
+            except (OSError, ConnectionError):
+                counts["slow loris cut off"] += 1
+            await asyncio.sleep(0.1)
+
+    ids: list[str] = []
+    port = int(base_url.rsplit(":", 1)[1])
+    async with client_from(base_url, ABUSER, token, connections=64) as client:
+        await asyncio.gather(
+            *(flood(client, lane) for lane in range(4)),
+            *(walk_away(client) for _ in range(4)),
+            reread(client),
+            *(slow_loris(port) for _ in range(50)),
+        )
 
 
 async def when_answered(report: Report, count: int, timeout_s: float = 300) -> None:
@@ -273,6 +357,7 @@ class Stack:
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_QUEUE_CAP": "10000",
             "ICL_CACHE_DIR": str(self.folder / "cache"),
+            "ICL_DATA_DIR": str(self.folder / "data"),
             "PYTHONPATH": str(ROOT),
             **self.env,
         }
@@ -317,10 +402,21 @@ def main() -> None:
     parser.add_argument("--kill-worker-after", type=int, default=None)
     parser.add_argument("--restart-redis-after", type=int, default=None)
     parser.add_argument("--outage-s", type=float, default=3.0)
+    parser.add_argument("--abuser", action="store_true", help="an abusive client alongside")
+    parser.add_argument(
+        "--client-jobs", type=int, default=None, help="ICL_CLIENT_QUEUED_JOBS of the server"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), args.workers, args.delay) as stack:
+    env = {} if args.client_jobs is None else {"ICL_CLIENT_QUEUED_JOBS": str(args.client_jobs)}
+    abuser_counts: Counter[str] = Counter()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Stack(Path(tmp), args.workers, args.delay, **env) as stack,
+    ):
 
         async def faults(report: Report) -> None:
+            if args.abuser:
+                await abuse(stack.base_url, abuser_counts)
             if args.kill_worker_after is not None:
                 await when_answered(report, args.kill_worker_after)
                 stack.kill_worker(0)
@@ -336,6 +432,8 @@ def main() -> None:
         load = run_load(stack.base_url, bodies, args.users, args.timeout, fault=faults)
         report = asyncio.run(load)
         print(report.summary())
+        if args.abuser:
+            print("the abuser was answered:", dict(sorted(abuser_counts.items())))
         answered = report.count("done") + report.count("failed")
         print("every submitted analysis answered:", "yes" if answered == len(bodies) else "NO")
 

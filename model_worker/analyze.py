@@ -47,7 +47,6 @@ from model_worker.analysis.metrics import (
     summarize_projections,
 )
 from model_worker.analysis.projection import FinalNorm, VocabProjector
-from model_worker.architectures import tensor_attr, weight_of
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
@@ -55,23 +54,21 @@ from model_worker.prompting import Encoded, encode_prompt, parse_head_names, tar
 
 def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:
     """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
-    model, adapter, device = loaded.model, loaded.adapter, x_final.device
-    norm = model.get_submodule(adapter.final_norm)
-    eps = float(getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5) or 1e-5)
-    unembed = model.get_submodule(adapter.unembed)
-
-    def on_device(tensor: Tensor | None) -> Tensor | None:
-        return None if tensor is None else tensor.to(device)
-
-    final_norm = FinalNorm(
-        adapter.norm_kind,
-        weight_of(norm).to(device),
-        on_device(tensor_attr(norm, "bias")),
-        eps,
-    )
-    w_u = weight_of(unembed).to(device)
+    adapter, device = loaded.adapter, x_final.device
+    norm = adapter.final_norm(loaded.model)
+    w_u, b_u = adapter.unembedding(loaded.model)
     return VocabProjector.at(
-        final_norm, w_u, on_device(tensor_attr(unembed, "bias")), mode, x_final
+        FinalNorm(
+            norm.kind,
+            norm.weight.to(device),
+            None if norm.bias is None else norm.bias.to(device),
+            norm.eps,
+        ),
+        w_u.to(device),
+        None if b_u is None else b_u.to(device),
+        mode,
+        x_final,
+        adapter.final_softcap,
     )
 
 
@@ -144,8 +141,13 @@ class _Run:
         return (ids[1], ids[0]) if ids[1] == self.target else (ids[0], ids[1])
 
     def w_o(self, layer: int) -> Tensor:
+        """Each head's write into the residual per unit of z (W_O, post-norm γ folded in)."""
         g = self.loaded.geometry
-        return self.loaded.adapter.w_o(self.loaded.model, layer, g).to(self.cache.z.device)
+        return self.loaded.adapter.w_out(self.loaded.model, layer, g).to(self.cache.z.device)
+
+    def z(self, layer: int) -> Tensor:
+        """z at the last position with the post-norm scale frozen there: [H*d_head]."""
+        return self.cache.z[layer, 0, self.last] * self.cache.attn_scale[layer, 0, self.last]
 
     def kv_index(self) -> Tensor:
         g = self.loaded.geometry
@@ -184,7 +186,7 @@ def head_increases(run: _Run) -> Tensor:
     """I(head_{l,h} | resid_pre_l) for every head: [L, H] (paper Fig. 3/4)."""
     c, last = run.cache, run.last
     heads = torch.stack(
-        [head_outputs(c.z[layer, 0, last], run.w_o(layer)) for layer in range(c.z.shape[0])]
+        [head_outputs(run.z(layer), run.w_o(layer)) for layer in range(c.z.shape[0])]
     )
     return logprob_increase(
         run.projector, c.resid_pre[:, 0, last], heads, run.target, base_logits=run.pre_logits
@@ -232,8 +234,9 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     label_ids = run.encoded.ids[labels]
     w_o = {layer: run.w_o(layer) for layer in sorted({layer for layer, _ in heads})}
 
-    def values_of(layer: int, head: int) -> Tensor:  # [S, D]
-        return value_outputs(c.v[layer, 0], w_o[layer][head : head + 1], kv[head : head + 1])[0]
+    def values_of(layer: int, head: int) -> Tensor:  # [S, D], post-norm scale frozen at last
+        values = value_outputs(c.v[layer, 0], w_o[layer][head : head + 1], kv[head : head + 1])
+        return values[0] * c.attn_scale[layer, 0, last]
 
     values = torch.stack([values_of(layer, head) for layer, head in heads])  # [K, S, D]
     rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
@@ -269,13 +272,15 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     randoms = _random_heads(heads, g.n_heads)
     random_layers = list(randoms)
     random_values = [values_of(layer, randoms[layer])[labels] for layer in random_layers]
-    w_qk = {layer: run.loaded.adapter.w_qk(run.loaded.model, layer, g) for layer in w_o}
+    adapter, model = run.loaded.adapter, run.loaded.model
+    w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in w_o}
     queries = []
     for layer, head in heads:
-        w_q, b_q, w_k = w_qk[layer]
-        x_hat = c.normalized[layer, 0, last]
-        query = x_hat @ w_q[head].to(x_hat.device) + b_q[head].to(x_hat.device)
-        queries.append(w_k[int(kv[head])].to(x_hat.device) @ query)  # W_K^T W_Q x̂, [D]
+        x_hat = c.normalized[layer, 0, last, None, None]  # [1, 1, D]
+        with torch.inference_mode():  # the model's real query: after any q-norm, before rotary
+            query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
+        query = query.to(x_hat.device, torch.float32)  # layers may sit on several devices
+        queries.append(w_k[layer][int(kv[head])].to(query.device) @ query)  # W_K^T q, [D]
     layers = list(w_o)
     prior = torch.stack(
         [c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]

@@ -101,6 +101,30 @@ def analyze(
         print_result(result)
 
 
+@app.command()
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the catalog as JSON.")] = False,
+) -> None:
+    """List the supported model families (model_type) and what was verified for each."""
+    import json
+
+    from model_worker.adapters import catalog
+
+    families = catalog()
+    if as_json:
+        sys.stdout.write(json.dumps(families) + "\n")
+        return
+    for entry in families:
+        typer.echo(f"{entry['family']:<12} {entry['title']:<20} {entry['block']}")
+        typer.echo(f"{'':<12} {', '.join(entry['features'])}")
+        typer.echo(f"{'':<12} e.g. {', '.join(entry['examples'])}")
+        real = entry["verified"]["real_checkpoints"]
+        typer.echo(f"{'':<12} verified on a tiny random checkpoint (fp32, both norm modes)")
+        typer.echo(f"{'':<12} " + "; ".join(entry["verified"]["tiny_random_fp32"]))
+        if real:
+            typer.echo(f"{'':<12} and on {', '.join(real)}")
+
+
 cli_service.register(app)
 cli_experiments.register(app)
 

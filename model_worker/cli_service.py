@@ -86,10 +86,12 @@ def serve(
 
     from app.main import create_app
     from app.security.bind import enforce_bind
+    from app.timeouts import server_config
 
     settings = _settings(host=host, port=port)
     enforce_bind(settings.host, settings, insecure)
-    uvicorn.run(create_app(settings), **uvicorn_options(settings))
+    app = create_app(settings)
+    uvicorn.Server(server_config(app, settings, **uvicorn_options(settings))).run()
 
 
 def register(app: typer.Typer) -> None:

@@ -18,4 +18,4 @@ class ModelLoadError(UserInputError):
 
 
 class UnsupportedModelError(ModelLoadError):
-    """A model family without an adapter in `architectures.ADAPTERS`."""
+    """A model_type without a spec in the family registry (`model_worker/adapters/families/`)."""

@@ -6,17 +6,17 @@
 - `add_to_final_residual`: adds one vector per batch row to the final residual (the input of the
   final norm) at that row's analysed position — used by the majority-label bias reduction.
 - `positionless_heads`: recomputes the chosen heads' attention without the positional component
-  and replaces their `z`. Rotary models (Llama family): scores from queries and keys *before* the
-  rotation, `softmax(q kᵀ · scale + causal mask)`. GPT-2 (learned absolute positions) has no
-  separable positional term inside attention, so we use this documented approximation: queries
-  and keys are computed from `ln_1(resid_pre − W_pos[p])`, the layer input with the position
-  embedding's direct contribution removed (exact for layer 0, an approximation deeper, where
-  positional information is also mixed into other directions). Values are unchanged in both.
+  and replaces their `z`. Rotary models: scores from the model's own queries and keys (after any
+  q/k norm) *before* the rotation, `softmax(cap(q kᵀ · scale) + causal/sliding mask)` with the
+  model's scaling and attention soft-cap. Learned absolute positions (GPT-2) have no separable
+  positional term inside attention, so we use this documented approximation: queries and keys
+  are computed from `norm(resid_pre − W_pos[p])`, the layer input with the position embedding's
+  direct contribution removed (exact for layer 0, an approximation deeper, where positional
+  information is also mixed into other directions). Values are unchanged in both.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -86,7 +86,7 @@ def zero_heads(loaded: LoadedModel, heads: Sequence[Head]) -> Iterator[None]:
                 z[..., head * d_head : (head + 1) * d_head] = 0
             return z
 
-        module = adapter.sub(loaded.model, layer, adapter.out_proj)
+        module = adapter.sub(loaded.model, layer, adapter.spec.out_proj)
         handles.append(module.register_forward_pre_hook(_z_hook(rewrite), with_kwargs=True))
     with _removing(handles):
         yield
@@ -97,7 +97,7 @@ def add_to_final_residual(
     loaded: LoadedModel, vectors: Tensor, positions: Tensor
 ) -> Iterator[None]:
     """Within the block, the final residual of row b at `positions[b]` gets `vectors[b]` [D]."""
-    norm = loaded.model.get_submodule(loaded.adapter.final_norm)
+    norm = loaded.model.get_submodule(loaded.adapter.spec.final_norm)
 
     def hook(
         _m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -111,60 +111,23 @@ def add_to_final_residual(
         yield
 
 
-def _qkv(loaded: LoadedModel, layer: int, x_qk: Tensor, x_v: Tensor) -> tuple[Tensor, ...]:
-    """Queries [B, S, H, d], keys and values [B, S, n_kv, d] without any rotation."""
-    adapter, g = loaded.adapter, loaded.geometry
-    shape = (*x_qk.shape[:-1], -1, g.d_head)
-    if adapter.fused_qkv is not None:
-        fused = adapter.sub(loaded.model, layer, adapter.fused_qkv)
-        width = g.n_heads * g.d_head
-        q, k, _ = fused(x_qk).split(width, dim=-1)
-        _, _, v = fused(x_v).split(width, dim=-1)
-        return q.view(shape), k.view(shape), v.view(shape)
-    assert adapter.q_proj and adapter.k_proj and adapter.v_proj
-    q = adapter.sub(loaded.model, layer, adapter.q_proj)(x_qk)
-    k = adapter.sub(loaded.model, layer, adapter.k_proj)(x_qk)
-    v = adapter.sub(loaded.model, layer, adapter.v_proj)(x_v)
-    return q.view(shape), k.view(shape), v.view(shape)
-
-
-def _scale(loaded: LoadedModel, layer: int) -> float:
-    """The attention score scale the model itself applies in `layer`."""
-    attn = loaded.adapter.sub(loaded.model, layer, loaded.adapter.attn)
-    if loaded.adapter.family == "gpt2":
-        scale = 1 / math.sqrt(loaded.geometry.d_head) if attn.scale_attn_weights else 1.0
-        return scale / (layer + 1) if attn.scale_attn_by_inverse_layer_idx else scale
-    scaling = attn.scaling
-    assert isinstance(scaling, float | int)
-    return float(scaling)
-
-
 def positionless_z(loaded: LoadedModel, layer: int, heads: Sequence[int], resid: Tensor) -> Tensor:
     """z of `heads` in `layer` with attention scores free of the positional component.
 
     `resid` [B, S, D] is the layer's input (resid_pre); returns [B, S, len(heads), d_head].
-    Causal masking only: rows are right-padded, so a real token never sees padding.
+    Causal (and sliding-window) masking only: rows are right-padded, so a real token never
+    sees padding.
     """
-    adapter, g = loaded.adapter, loaded.geometry
-    ln = adapter.sub(loaded.model, layer, adapter.ln_attn)
-    x_v = ln(resid)
-    if adapter.family == "gpt2":
-        weight = loaded.model.get_submodule("transformer.wpe").weight
-        assert isinstance(weight, Tensor)
-        wpe = weight[: resid.shape[1]]
-        x_qk = ln(resid - wpe.to(resid.dtype))
-    else:
-        x_qk = x_v
-    q, k, v = _qkv(loaded, layer, x_qk, x_v)
-    seq = resid.shape[1]
-    causal = torch.ones(seq, seq, dtype=torch.bool, device=resid.device).tril()
-    out = []
-    for head in heads:
-        kv = g.kv_head(head)
-        scores = torch.einsum("bqd,bkd->bqk", q[:, :, head], k[:, :, kv]) * _scale(loaded, layer)
-        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
-        out.append(torch.einsum("bqk,bkd->bqd", scores.softmax(-1), v[:, :, kv]))
-    return torch.stack(out, dim=2)
+    adapter, g, model = loaded.adapter, loaded.geometry, loaded.model
+    ln_name = adapter.spec.ln_attn
+    norm = adapter.sub(model, layer, ln_name) if ln_name else nn.Identity()
+    x_v = norm(resid)
+    positions = adapter.position_embedding(model, resid.shape[1])
+    x_qk = x_v if positions is None else norm(resid - positions.to(resid.dtype))
+    q, k, v = adapter.project_qkv(model, layer, g, x_qk, x_v)
+    probs = adapter.pattern(model, layer, g, q, k)  # [B, H, S, S]
+    kv = [g.kv_head(head) for head in heads]
+    return torch.einsum("bhqk,bkhd->bqhd", probs[:, list(heads)], v[:, :, kv])
 
 
 @contextmanager
@@ -191,7 +154,7 @@ def positionless_heads(loaded: LoadedModel, heads: Sequence[Head]) -> Iterator[N
             return z
 
         block = adapter.layer(loaded.model, layer)
-        module = adapter.sub(loaded.model, layer, adapter.out_proj)
+        module = adapter.sub(loaded.model, layer, adapter.spec.out_proj)
         handles.append(block.register_forward_pre_hook(keep, with_kwargs=True))
         handles.append(module.register_forward_pre_hook(_z_hook(rewrite), with_kwargs=True))
     with _removing(handles):

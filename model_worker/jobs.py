@@ -20,8 +20,10 @@ from redis.exceptions import RedisError
 from rq import get_current_job
 from rq.job import Job
 
+from app.budget import BudgetError, check_analysis, check_experiment
 from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
-from app.keys import COMPUTED_KEY, result_key
+from app.keys import COMPUTED_KEY, heads_stage_key, result_key
+from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts
 from app.settings import Settings, get_settings
 from model_worker.analyze import analyze
 from model_worker.errors import UserInputError
@@ -55,13 +57,29 @@ def until_redis_answers(write: Callable[[], T], what: str) -> T:
             pause = min(MAX_BACKOFF_S, pause * 2)
 
 
+def within_budget(loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest) -> None:
+    """UserInputError when `request` is over the budget (the web tier checks it first when it
+    can count tokens; this holds for every path to a worker)."""
+    settings = get_settings()
+    try:
+        if isinstance(request, ExperimentRequest):
+            check_experiment(request, settings.max_experiment_n)
+        else:
+            ids = loaded.tokenizer(request.prompt, add_special_tokens=True)["input_ids"]
+            check_analysis(len(ids), request, settings.max_analysis_cost)
+    except BudgetError as exc:
+        raise UserInputError(str(exc)) from exc
+
+
 def run_analysis(
     loaded: LoadedModel,
     request: AnalysisRequest,
     on_heads: Callable[[AnalysisResult], None] | None = None,
 ) -> AnalysisResult:
-    """Analyse `request` on the loaded model, within the configured prompt limit. `on_heads`
-    receives the result of the per-head stage (no head details yet, `request` set) first."""
+    """Analyse `request` on the loaded model, within the configured prompt limit and budget.
+    `on_heads` receives the result of the per-head stage (no head details yet, `request` set)
+    first."""
+    within_budget(loaded, request)
 
     def heads_stage(partial: AnalysisResult) -> None:
         if on_heads is not None:
@@ -187,14 +205,22 @@ def _release_gpu_memory(exc: BaseException) -> None:
         torch.cuda.empty_cache()
 
 
-def _store(connection: Redis, job_id: str, result_json: str, ttl_s: int) -> None:
+def store_parts(connection: Redis, job_id: str, parts: Parts, ttl_s: int) -> None:
+    """Write a result's parts as one hash, at once (a MULTI transaction), with its TTL."""
+    key = result_key(job_id)
+    with connection.pipeline() as pipe:
+        pipe.delete(key, heads_stage_key(job_id))  # the per-head stage served until now
+        pipe.hset(key, mapping=parts)  # type: ignore[arg-type]
+        pipe.expire(key, ttl_s)
+        pipe.incr(COMPUTED_KEY)
+        pipe.execute()
+
+
+def _store(connection: Redis, job_id: str, parts: Parts, ttl_s: int) -> None:
     """Write the result (waiting for Redis if it is away: the work is not thrown away)."""
 
     def write() -> None:
-        with connection.pipeline() as pipe:
-            pipe.set(result_key(job_id), result_json, ex=ttl_s)
-            pipe.incr(COMPUTED_KEY)
-            pipe.execute()
+        store_parts(connection, job_id, parts, ttl_s)
 
     until_redis_answers(write, f"the result of job {job_id}")
 
@@ -221,8 +247,8 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         return
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
-        result = run_analysis(_loaded(), request, partial_publisher(job))
-    _store(connection, job.id, result.model_dump_json(), result_ttl_s)
+        result = run_analysis(_loaded(), request, heads_publisher(connection, job, result_ttl_s))
+    _store(connection, job.id, result_parts(result), result_ttl_s)
 
 
 def experiment_job(request_json: str, result_ttl_s: int) -> None:
@@ -234,22 +260,20 @@ def experiment_job(request_json: str, result_ttl_s: int) -> None:
         from model_worker.experiments.job import run_experiment
 
         request = ExperimentRequest.model_validate_json(request_json)
+        within_budget(_loaded(), request)
         result = run_experiment(_loaded(), request, progress_reporter(job))
-    _store(connection, job.id, result.model_dump_json(), result_ttl_s)
+    _store(connection, job.id, result_parts(result), result_ttl_s)
 
 
-#: The message of a running analysis whose per-head stage is done (its result in the meta).
-DETAILS_MESSAGE = "computing the head details"
-
-
-def partial_publisher(job: Job) -> Callable[[AnalysisResult], None]:
-    """Publish the per-head stage of an analysis in the job's meta (`partial`, its JSON), so
-    that the page draws the heatmap while the head details are computed. Best effort."""
+def heads_publisher(connection: Redis, job: Job, ttl_s: int) -> Callable[[AnalysisResult], None]:
+    """Publish the per-head stage of an analysis (its core part, under `heads_stage_key`),
+    then say so in the job's meta, so that the page draws the heatmap while the head details
+    are computed; the status read stays a read of the job's meta. Best effort."""
 
     def publish(partial: AnalysisResult) -> None:
-        job.meta["partial"] = partial.model_dump_json()
-        job.meta["message"] = DETAILS_MESSAGE
         try:
+            connection.set(heads_stage_key(job.id), analysis_parts(partial)[CORE], ex=ttl_s)
+            job.meta["message"] = DETAILS_MESSAGE
             job.save_meta()
         except RedisError as exc:  # the whole result follows anyway
             log.warning("could not publish the heads of job %s: %s", job.id, exc)

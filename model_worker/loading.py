@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -27,6 +28,7 @@ from transformers import (
 )
 
 from app.settings import DEFAULT_MODEL
+from model_worker.adapters import spec_for
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.errors import ModelLoadError
 
@@ -149,6 +151,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+def _declared_model_type(location: str) -> str | None:
+    """`model_type` from a local folder's config.json, when it has one (else None)."""
+    path = Path(location) / "config.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def load_model(
     name_or_path: str | None = None,
     device: str = "auto",
@@ -182,8 +194,11 @@ def load_model(
     try:
         config = AutoConfig.from_pretrained(location)
     except Exception as exc:
+        declared = _declared_model_type(location)
+        if declared is not None:
+            spec_for(declared)  # a family we do not know: say so, naming the supported ones
         raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
-    adapter_for(config.model_type)  # fail fast, before loading weights
+    adapter_for(config)  # fail fast, before loading weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModelForCausalLM.from_pretrained(
@@ -195,6 +210,11 @@ def load_model(
     except ModelLoadError:
         raise
     except Exception as exc:
+        if "mismatched_sizes" in str(exc) or "size mismatch" in str(exc):
+            raise ModelLoadError(
+                f"cannot load model {name!r}: its weights do not match its config.json "
+                "(tensor sizes differ from what the config's widths and head counts imply)"
+            ) from exc
         raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
     model.eval()
     fingerprint = fingerprint or str(getattr(config, "_commit_hash", "") or "")
@@ -206,9 +226,11 @@ def wrap_model(
 ) -> LoadedModel:
     """A LoadedModel around an already built model (tests build tiny ones from configs)."""
     config = model.config
-    adapter = adapter_for(config.model_type)
+    adapter = adapter_for(config)
     if getattr(config, "_attn_implementation", "eager") != "eager":
         model.set_attn_implementation("eager")
+    geometry = adapter.geometry(config)
+    adapter.check(model, geometry)
     max_positions = getattr(config, "n_positions", None) or getattr(
         config, "max_position_embeddings", None
     )
@@ -217,7 +239,7 @@ def wrap_model(
         model=model.eval(),
         tokenizer=tokenizer,
         adapter=adapter,
-        geometry=adapter.geometry(config),
+        geometry=geometry,
         fingerprint=fingerprint,
         max_positions=max_positions,
     )

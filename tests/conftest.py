@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 from model_worker.loading import LoadedModel
 from tests.tiny_models import tiny_gpt2, tiny_llama
 
+# The durable store of apps built outside a test (module fixtures) is a throwaway folder too.
+os.environ["ICL_DATA_DIR"] = tempfile.mkdtemp(prefix="icl-test-data-")
 # Starlette's TestClient sends `Host: testserver`; the Host allow-list lets it in (and only it)
 # beyond the default names. Tests of the allow-list itself send other hosts.
 os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')
@@ -26,3 +29,11 @@ def smollm2() -> LoadedModel:
     from model_worker.loading import load_model
 
     return load_model(device="cpu", dtype="float32")
+
+
+@pytest.fixture(autouse=True)
+def private_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test's durable store (ICL_DATA_DIR) is its own: results never leak between tests."""
+    monkeypatch.setenv("ICL_DATA_DIR", str(tmp_path_factory.mktemp("data")))

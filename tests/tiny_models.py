@@ -1,4 +1,5 @@
-"""Tiny random GPT-2 and Llama (GQA) models built from configs, with a word-level tokenizer.
+"""Tiny random models built from configs, with a word-level tokenizer: GPT-2, Llama (GQA), and
+one per registered family (`tiny_family`, from the spec's own tiny config).
 
 No downloads: the tokenizer is built in memory, the weights are random and seeded.
 """
@@ -9,7 +10,10 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
+from torch import nn
 from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -17,7 +21,17 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from model_worker.adapters import REGISTRY
 from model_worker.loading import LoadedModel, wrap_model
+
+#: Config keys of dropout probabilities across families (all zero in the tiny models).
+DROPOUTS = (
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "attention_dropout",
+    "hidden_dropout",
+)
 
 WORDS = [
     "[PAD]",
@@ -101,3 +115,35 @@ def tiny_llama(seed: int = 0) -> LoadedModel:
             if "norm" in name:
                 param.uniform_(0.5, 1.5)
     return wrap_model(model, word_tokenizer(), name="tiny-llama")
+
+
+def randomize_norms_and_biases(model: nn.Module, norm_offset: float) -> None:
+    """Norm weights uniform in [0.5, 1.5] as the model applies them (γ + offset), random norm
+    and projection biases: identities must not pass only because γ = 1 or b = 0."""
+    with torch.no_grad():
+        for module in model.modules():
+            weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+            if "norm" in type(module).__name__.lower() and isinstance(weight, torch.Tensor):
+                weight.uniform_(0.5, 1.5).sub_(norm_offset)
+            if isinstance(bias, torch.Tensor) and bias.requires_grad:
+                bias.normal_(0.0, 0.1)
+
+
+def tiny_family(family: str, seed: int = 0) -> LoadedModel:
+    """A tiny random fp32 checkpoint of a registered family, from its spec's `tiny` config."""
+    spec = REGISTRY[family]
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(
+        family,
+        vocab_size=len(WORDS),
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+        **spec.tiny,
+        **{k: 0.0 for k in DROPOUTS},
+    )
+    model = AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", dtype=torch.float32
+    )
+    randomize_norms_and_biases(model, spec.norm_offset)
+    return wrap_model(model, word_tokenizer(), name=f"tiny-{family}")

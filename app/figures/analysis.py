@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.contracts import AnalysisResult, HeadDetail
+from app.contracts import AnalysisCore, HeadDetail
 from app.figures.bars import Series, bar_chart
 from app.figures.base import Figure, Row
 from app.figures.colors import (
@@ -21,11 +21,11 @@ ANALYSIS_FIGURES = ("heatmap", "layers")
 HEAD_FIGURES = ("attention", "increase", "margin")
 
 
-def _target(result: AnalysisResult) -> str:
+def _target(result: AnalysisCore) -> str:
     return visible(result.target.token)
 
 
-def increase_grid(result: AnalysisResult) -> list[list[float]]:
+def increase_grid(result: AnalysisCore) -> list[list[float]]:
     """`grid[layer][head]` of head log-probability increases."""
     grid = [[0.0] * result.n_heads for _ in range(result.n_layers)]
     for summary in result.heads:
@@ -33,7 +33,7 @@ def increase_grid(result: AnalysisResult) -> list[list[float]]:
     return grid
 
 
-def heatmap_figure(result: AnalysisResult, focusable: bool = False) -> Figure:
+def heatmap_figure(result: AnalysisCore, focusable: bool = False) -> Figure:
     """Head increases I(head | Lin) for the target, layer × head."""
     title = f"Head log-prob increase of “{_target(result)}” ({result.model})"
     marked = {(s.layer, s.head) for s in result.heads if s.name in result.top_heads[:10]}
@@ -60,7 +60,7 @@ def heatmap_figure(result: AnalysisResult, focusable: bool = False) -> Figure:
     return Figure("heatmap", title, rows, svg)
 
 
-def layers_figure(result: AnalysisResult) -> Figure:
+def layers_figure(result: AnalysisCore) -> Figure:
     """Per-layer attention vs FFN log-prob increase (the paper's Fig. 2)."""
     title = f"Attention vs FFN increase of “{_target(result)}” per layer"
     layers = result.layers
@@ -91,11 +91,11 @@ def layers_figure(result: AnalysisResult) -> Figure:
     return Figure("layers", title, rows, svg)
 
 
-def _kinds(result: AnalysisResult) -> dict[int, str]:
+def _kinds(result: AnalysisCore) -> dict[int, str]:
     return {label.position: "true" if label.is_true else "false" for label in result.labels}
 
 
-def attention_figure(result: AnalysisResult, detail: HeadDetail) -> Figure:
+def attention_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
     """Attention of the last token to every position; true/false labels coloured apart."""
     kinds = _kinds(result)
     colour = {"true": TRUE_LABEL, "false": FALSE_LABEL, "other": OTHER_TOKEN}
@@ -131,7 +131,7 @@ def attention_figure(result: AnalysisResult, detail: HeadDetail) -> Figure:
 
 
 def _signed_bars(
-    result: AnalysisResult, detail: HeadDetail, values: list[float], what: str, figure: str
+    result: AnalysisCore, detail: HeadDetail, values: list[float], what: str, figure: str
 ) -> str:
     tokens = [visible(p.token) for p in detail.positions]
     return bar_chart(
@@ -153,7 +153,7 @@ def _signed_bars(
     )
 
 
-def increase_figure(result: AnalysisResult, detail: HeadDetail) -> Figure:
+def increase_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
     """Log-prob increase of each subheadvalue a_p·v_p·W_O (per source position)."""
     values = [p.increase for p in detail.positions]
     svg = _signed_bars(result, detail, values, "increase", "increase")
@@ -164,7 +164,7 @@ def increase_figure(result: AnalysisResult, detail: HeadDetail) -> Figure:
     return Figure(f"{detail.name}-increase", f"{detail.name}: increase per position", rows, svg)
 
 
-def margin_figure(result: AnalysisResult, detail: HeadDetail) -> Figure | None:
+def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
     """Label margin bs(·)[first] − bs(·)[second] per position; None without two labels."""
     if not result.margin_labels or any(p.margin is None for p in detail.positions):
         return None
@@ -177,7 +177,7 @@ def margin_figure(result: AnalysisResult, detail: HeadDetail) -> Figure | None:
     return Figure(f"{detail.name}-margin", f"{detail.name}: label margin per position", rows, svg)
 
 
-def head_figure(result: AnalysisResult, detail: HeadDetail, name: str) -> Figure | None:
+def head_figure(result: AnalysisCore, detail: HeadDetail, name: str) -> Figure | None:
     """One of HEAD_FIGURES by name (None for a margin figure without two labels)."""
     if name == "attention":
         return attention_figure(result, detail)
@@ -186,7 +186,7 @@ def head_figure(result: AnalysisResult, detail: HeadDetail, name: str) -> Figure
     return margin_figure(result, detail)
 
 
-def comparable(a: AnalysisResult, b: AnalysisResult) -> str | None:
+def comparable(a: AnalysisCore, b: AnalysisCore) -> str | None:
     """Why two analyses cannot be compared head by head, or None if they can."""
     if (a.n_layers, a.n_heads) != (b.n_layers, b.n_heads):
         return (
@@ -196,7 +196,7 @@ def comparable(a: AnalysisResult, b: AnalysisResult) -> str | None:
     return None
 
 
-def diff_figure(a: AnalysisResult, b: AnalysisResult) -> Figure:
+def diff_figure(a: AnalysisCore, b: AnalysisCore) -> Figure:
     """Head increases of B minus those of A (same model shape; check `comparable` first)."""
     ga, gb = increase_grid(a), increase_grid(b)
     grid = [[vb - va for va, vb in zip(ra, rb, strict=True)] for ra, rb in zip(ga, gb, strict=True)]

@@ -31,14 +31,14 @@ class PromptLimit:
             )
         return self._tokenizers[fingerprint]
 
-    def check(self, connection: Redis, beats: list[WorkerBeat], prompt: str) -> None:
-        """BackendError(422) when `prompt` has more tokens than the workers accept."""
-        limits = [beat.max_prompt_tokens for beat in beats if beat.max_prompt_tokens]
-        if not limits:
-            return
+    def check(self, connection: Redis, beats: list[WorkerBeat], prompt: str) -> int | None:
+        """The prompt's number of tokens (None when no tokenizer is published);
+        BackendError(422) when it has more tokens than the workers accept."""
         tokenizer = self._tokenizer(connection, min(beat.fingerprint for beat in beats))
         if tokenizer is None:
-            return
-        n_tokens, limit = len(tokenizer.encode(prompt).ids), min(limits)
-        if n_tokens > limit:
-            raise BackendError(f"the prompt has {n_tokens} tokens; the limit is {limit}", 422)
+            return None
+        n_tokens = len(tokenizer.encode(prompt).ids)
+        limits = [beat.max_prompt_tokens for beat in beats if beat.max_prompt_tokens]
+        if limits and n_tokens > min(limits):
+            raise BackendError(f"the prompt has {n_tokens} tokens; the limit is {min(limits)}", 422)
+        return n_tokens

@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 
-from app.backend import JobState, JobStatus, ModelInfo
+from app.backend import Backend, JobState, JobStatus, ModelInfo
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep, JobId
+from app.deps import BackendDep, ClientDep, JobId
 
 router = APIRouter(prefix="/api", tags=["analyses"])
 
@@ -18,8 +18,11 @@ def submit_responses(invalid: str) -> dict[int | str, dict[str, Any]]:
     return {
         202: {"model": JobState, "description": "Queued or running"},
         404: {"description": "No live worker serves the requested model"},
-        422: {"description": invalid},
-        429: {"description": "The model's queue is full; see Retry-After"},
+        422: {"description": invalid + ", or over the budget (the message names the knob)"},
+        429: {
+            "description": "The model's queue is full, or this client has its share of it "
+            "queued; see Retry-After"
+        },
         503: {"description": "The job queue (Redis) is unreachable"},
     }
 
@@ -30,14 +33,21 @@ def submit_responses(invalid: str) -> dict[int | str, dict[str, Any]]:
     responses=submit_responses("Invalid request (e.g. an empty prompt)"),
 )
 async def submit_analysis(
-    request: AnalysisRequest, backend: BackendDep, response: Response
-) -> JobState:
+    request: AnalysisRequest, backend: BackendDep, client: ClientDep, response: Response
+) -> Response | JobState:
     """200 with the result when cached, else 202 with the job's id and status."""
     if not request.prompt.strip():
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the prompt is empty")
-    state = await backend.submit(request)
-    if state.status != JobStatus.DONE:
-        response.status_code = status.HTTP_202_ACCEPTED
+    return await submitted(await backend.submit(request, client), backend, response)
+
+
+async def submitted(state: JobState, backend: Backend, response: Response) -> Response | JobState:
+    """A submission's answer: 200 with the whole result when done, else 202 with the state."""
+    if state.status == JobStatus.DONE:
+        body = await backend.done_body(state.id)
+        if body is not None:
+            return Response(body, media_type="application/json")
+    response.status_code = status.HTTP_202_ACCEPTED
     return state
 
 
@@ -53,6 +63,9 @@ async def get_analysis(job_id: JobId, backend: BackendDep, request: Request) -> 
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
             )
+        if state.status == JobStatus.RUNNING:  # with its per-head stage, once done
+            running = await backend.running_body(state)
+            return state if running is None else Response(running, media_type="application/json")
         if state.status != JobStatus.DONE:
             return state
         # it finished between the two reads: answer (and so keep) its body like any other

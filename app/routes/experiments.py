@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobState, JobStatus
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
-from app.deps import BackendDep, JobId
+from app.deps import BackendDep, ClientDep, JobId
 from app.export_text import csv_text
-from app.routes.analyses import submit_responses
+from app.routes.analyses import submit_responses, submitted
 from app.templating import render
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
 
@@ -69,6 +69,7 @@ async def _read_upload(upload: UploadFile) -> tuple[str, str]:
 async def submit_experiment_form(
     request: Request,
     backend: BackendDep,
+    client: ClientDep,
     name: Annotated[str, Form()] = "accuracy",
     dataset: Annotated[str, Form()] = "sentiment-number",
     n: Annotated[str, Form()] = "200",
@@ -95,7 +96,7 @@ async def submit_experiment_form(
                 "dataset_filename": filename,
             }
         )
-        state = await backend.submit_experiment(experiment)
+        state = await backend.submit_experiment(experiment, client)
     except DatasetError as exc:
         return _form_page(request, form, str(exc), status.HTTP_400_BAD_REQUEST)
     except ValidationError as exc:
@@ -131,9 +132,15 @@ async def experiment_job_page(job_id: JobId, request: Request, backend: BackendD
     """The experiment's permalink: figures and report when done, else a live progress bar."""
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
-    if state.status == JobStatus.DONE and state.experiment is not None:
-        context |= result_context(job_id, state.experiment)
+    result = await _done_experiment(backend, state)
+    if result is not None:
+        context |= result_context(job_id, result)
     return render(request, "pages/experiment.html", context)
+
+
+async def _done_experiment(backend: Backend, state: JobState) -> ExperimentResult | None:
+    """The result of a done experiment (None while it runs or after it failed)."""
+    return await backend.experiment(state.id) if state.status == JobStatus.DONE else None
 
 
 @router.get("/e/{job_id}/status", response_class=HTMLResponse)
@@ -141,8 +148,9 @@ async def experiment_status(job_id: JobId, request: Request, backend: BackendDep
     """HTMX poll target: the progress partial, or the whole result once done."""
     state = await _state(backend, job_id)
     context: dict[str, Any] = {"job_id": job_id, "state": state}
-    if state.status == JobStatus.DONE and state.experiment is not None:
-        context |= result_context(job_id, state.experiment)
+    result = await _done_experiment(backend, state)
+    if result is not None:
+        context |= result_context(job_id, result)
         return render(request, "partials/_experiment_result.html", context)
     return render(request, "partials/_experiment_status.html", context)
 
@@ -150,8 +158,7 @@ async def experiment_status(job_id: JobId, request: Request, backend: BackendDep
 @router.get("/e/{job_id}/download/{item}")
 async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> Response:
     """`report.md`, `result.json`, `<table>.csv`, `<figure>.svg` or `.png` of a done experiment."""
-    state = await _state(backend, job_id)
-    result = state.experiment
+    result = await _done_experiment(backend, await _state(backend, job_id))
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")
     stem, _, suffix = item.rpartition(".")
@@ -183,8 +190,8 @@ async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> 
     tags=["experiments"],
 )
 async def submit_experiment_json(
-    experiment: ExperimentRequest, backend: BackendDep, response: Response
-) -> JobState:
+    experiment: ExperimentRequest, backend: BackendDep, client: ClientDep, response: Response
+) -> Response | JobState:
     """200 with the result when cached, else 202 with the job id (poll /api/analyses/{id})."""
     try:
         if experiment.dataset == "upload":
@@ -199,7 +206,4 @@ async def submit_experiment_json(
             )
     except DatasetError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from exc
-    state = await backend.submit_experiment(experiment)
-    if state.status != JobStatus.DONE:
-        response.status_code = status.HTTP_202_ACCEPTED
-    return state
+    return await submitted(await backend.submit_experiment(experiment, client), backend, response)

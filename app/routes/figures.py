@@ -16,7 +16,7 @@ from app.figures.analysis import (
 )
 from app.figures.base import Figure
 from app.figures.export import to_csv, to_json, to_png
-from app.routes.panels import check_head, done_result
+from app.routes.panels import check_head, done_summary
 
 router = APIRouter(prefix="/figures", tags=["figures"])
 Format = Literal["svg", "png", "csv", "json"]
@@ -48,7 +48,7 @@ def download(figure: Figure, fmt: Format, prefix: str) -> Response:
 async def analysis_figure(
     job_id: JobId, figure: Literal["heatmap", "layers"], fmt: Format, backend: BackendDep
 ) -> Response:
-    result = await done_result(backend, job_id)
+    result = await done_summary(backend, job_id)
     built = heatmap_figure(result) if figure == "heatmap" else layers_figure(result)
     return download(built, fmt, job_id[:10])
 
@@ -62,9 +62,9 @@ async def head_figure_file(
     backend: BackendDep,
 ) -> Response:
     """A head's figure from analysis `job_id` (which must hold that head's detail)."""
-    result = await done_result(backend, job_id)
+    result = await done_summary(backend, job_id)
     check_head(result, name)
-    detail = result.head_details.get(name)
+    detail = await backend.head_detail(job_id, name) if name in result.detail_mrr else None
     if detail is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
@@ -81,7 +81,7 @@ async def head_figure_file(
 @router.get("/compare/{a}/{b}/diff.{fmt}")
 async def diff_figure_file(a: JobId, b: JobId, fmt: Format, backend: BackendDep) -> Response:
     """The difference heatmap B − A."""
-    ra, rb = await done_result(backend, a), await done_result(backend, b)
+    ra, rb = await done_summary(backend, a), await done_summary(backend, b)
     problem = comparable(ra, rb)
     if problem:
         raise HTTPException(status.HTTP_409_CONFLICT, problem)

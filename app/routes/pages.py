@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep, JobId, JobIdQuery
+from app.deps import BackendDep, ClientDep, JobId, JobIdQuery
 from app.figures.analysis import comparable, diff_figure
 from app.routes.panels import analysis_context, check_head, head_parameter, heads_stage
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
@@ -103,6 +103,7 @@ def _problem(exc: ValidationError) -> str:
 async def analyse(
     request: Request,
     backend: BackendDep,
+    client: ClientDep,
     prompt: Annotated[str, Form()] = "",
     model: Annotated[str, Form()] = "",
     labels: Annotated[str, Form()] = "",
@@ -120,7 +121,7 @@ async def analyse(
             target=target.strip() or None,
             norm=norm,
         )
-        state = await backend.submit(analysis)
+        state = await backend.submit(analysis, client)
     except ValidationError as exc:
         return await _home(request, backend, form, _problem(exc), status.HTTP_400_BAD_REQUEST)
     except BackendError as exc:
@@ -144,11 +145,13 @@ async def analysis_page(
             status.HTTP_404_NOT_FOUND,
         )
     context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
-    if state.result is not None and state.status in (JobStatus.DONE, JobStatus.RUNNING):
+    partial = await heads_stage(backend, state)
+    result = await backend.summary(job_id) if state.status == JobStatus.DONE else partial
+    if result is not None:
         if head is not None:
-            check_head(state.result, head)
-        context |= analysis_context(job_id, state.result)
-        context["pending"] = heads_stage(state) is not None
+            check_head(result, head)
+        context |= analysis_context(job_id, result)
+        context["pending"] = partial is not None
     return render(request, "pages/analysis.html", context)
 
 
@@ -156,6 +159,7 @@ async def analysis_page(
 async def compare_submit(
     request: Request,
     backend: BackendDep,
+    client: ClientDep,
     preset: Annotated[str, Form()] = "",
     prompt_a: Annotated[str, Form()] = "",
     prompt_b: Annotated[str, Form()] = "",
@@ -164,8 +168,8 @@ async def compare_submit(
     if preset in COMPARE_PRESETS:
         _, prompt_a, prompt_b = COMPARE_PRESETS[preset]
     try:
-        a = await backend.submit(AnalysisRequest(prompt=prompt_a))
-        b = await backend.submit(AnalysisRequest(prompt=prompt_b))
+        a = await backend.submit(AnalysisRequest(prompt=prompt_a), client)
+        b = await backend.submit(AnalysisRequest(prompt=prompt_b), client)
     except ValidationError as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, _problem(exc)) from exc
     return RedirectResponse(f"/compare?a={a.id}&b={b.id}", status_code=status.HTTP_303_SEE_OTHER)
@@ -196,16 +200,17 @@ async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
     failed = [s for s in (sa, sb) if s.status == JobStatus.FAILED]
     if failed:
         return {"error": "; ".join(f"{s.id} failed: {s.error}" for s in failed), "ready": False}
-    if any(s.status != JobStatus.DONE or s.result is None for s in (sa, sb)):
+    ra = await backend.summary(a) if sa.status == JobStatus.DONE else None
+    rb = await backend.summary(b) if sb.status == JobStatus.DONE else None
+    if ra is None or rb is None:
         return {"ready": False, "states": (sa, sb)}
-    assert sa.result is not None and sb.result is not None
-    problem = comparable(sa.result, sb.result)
+    problem = comparable(ra, rb)
     return {
         "ready": True,
         "error": problem,
-        "left": analysis_context(a, sa.result, link=False),
-        "right": analysis_context(b, sb.result, link=False),
-        "diff": None if problem else diff_figure(sa.result, sb.result),
+        "left": analysis_context(a, ra, link=False),
+        "right": analysis_context(b, rb, link=False),
+        "diff": None if problem else diff_figure(ra, rb),
     }
 
 

@@ -47,16 +47,22 @@ class Increase:
 
 
 def _increase(
-    base_logits: Tensor, delta: Tensor, target: int, margin_ids: tuple[int, int] | None
+    projector: VocabProjector,
+    base_logits: Tensor,
+    delta: Tensor,
+    target: int,
+    margin_ids: tuple[int, int] | None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V].
+    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V], with any
+    final soft-cap applied to the summed logits.
 
     `delta` (a whole block of logits) is consumed as scratch.
     """
     margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
-    full = delta.add_(base_logits[:, None, :])
+    full = projector.cap(delta.add_(base_logits[:, None, :]))
     logprob = full[..., target].clone() - logsumexp_(full)  # a copy: full becomes scratch
-    base = base_logits[:, target] - torch.logsumexp(base_logits, -1)
+    base_full = base_logits if projector.softcap is None else projector.cap(base_logits.clone())
+    base = base_full[:, target] - torch.logsumexp(base_full, -1)
     return logprob - base[:, None], margin
 
 
@@ -96,7 +102,9 @@ def logprob_increase(
     margin = None if margin_ids is None else vectors.new_empty(vectors.shape[:2])
     for b, m in _blocks(vectors.shape[0], vectors.shape[1], rows):
         delta = projector.delta(base_logits[b], bases[b], vectors[b, m])
-        increase[b, m], block_margin = _increase(base_logits[b], delta, target, margin_ids)
+        increase[b, m], block_margin = _increase(
+            projector, base_logits[b], delta, target, margin_ids
+        )
         if margin is not None and block_margin is not None:
             margin[b, m] = block_margin
     return Increase(increase, margin)
@@ -158,7 +166,9 @@ def position_views_fixed(
             top_values[b, index] = summary.top_values.reshape(*shape, -1)
             ranks[b, index] = summary.ranks.reshape(shape)
         weighted = value_logits.mul_(rows[b, m, None])
-        increase[b, m], block_margin = _increase(base_logits[b], weighted, target, margin_ids)
+        increase[b, m], block_margin = _increase(
+            projector, base_logits[b], weighted, target, margin_ids
+        )
         if margin is not None and block_margin is not None:
             margin[b, m] = block_margin
     # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p

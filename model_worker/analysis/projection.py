@@ -4,6 +4,7 @@ Two norm modes (DESIGN.md):
 - `fixed`: the final norm's scale is frozen at the analysed position's real final residual, so
   `bs(base + v) = bs(base) + bs_linear(v)`; biases (β, b_U) come only with the base.
 - `recompute`: the model's real final norm is applied to `base + v`.
+A final-logit soft-cap (Gemma 2) is not part of bs: `cap()` applies it to summed logits.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class VocabProjector:
     """Projects residual vectors of one analysed position onto the vocabulary.
 
     `w_u` [V, D], `b_u` [V] or None; `final_inv_scale` is 1/scale of the real final residual
-    (a 0-d tensor), used by the `fixed` mode.
+    (a 0-d tensor), used by the `fixed` mode; `softcap` c of a final-logit soft-cap, or None.
     """
 
     norm: FinalNorm
@@ -57,13 +58,27 @@ class VocabProjector:
     b_u: Tensor | None
     mode: NormMode
     final_inv_scale: Tensor
+    softcap: float | None = None
 
     @classmethod
     def at(
-        cls, norm: FinalNorm, w_u: Tensor, b_u: Tensor | None, mode: NormMode, x_final: Tensor
+        cls,
+        norm: FinalNorm,
+        w_u: Tensor,
+        b_u: Tensor | None,
+        mode: NormMode,
+        x_final: Tensor,
+        softcap: float | None = None,
     ) -> VocabProjector:
         """A projector whose fixed scale is that of the final pre-norm residual `x_final` [D]."""
-        return cls(norm, w_u, b_u, mode, norm.inv_scale(x_final).squeeze(-1))
+        return cls(norm, w_u, b_u, mode, norm.inv_scale(x_final).squeeze(-1), softcap)
+
+    def cap(self, logits: Tensor) -> Tensor:
+        """The model's final logits from summed bs logits: c·tanh(z / c), or z without a cap.
+        Works in place on `logits` (callers pass scratch or a fresh sum)."""
+        if self.softcap is None:
+            return logits
+        return logits.div_(self.softcap).tanh_().mul_(self.softcap)
 
     @property
     def vocab(self) -> int:

@@ -140,7 +140,8 @@ def forward(loaded: LoadedModel, batch: Batch, intervene: Intervene | None = Non
 
 @dataclass(frozen=True)
 class LastToken:
-    """What the head increases of one row need: z [L, H*d_head], resid_pre [L, D] and
+    """What the head increases of one row need: z [L, H*d_head] (times the frozen post-norm
+    scale `attn_scale`), resid_pre [L, D] and
     resid_final [D] at its last real token, and the target token."""
 
     z: Tensor
@@ -156,7 +157,8 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
     bs is linear in fixed mode: bs(z_h W_O^h) = s · z_h (W_O^h C Γ W_Uᵀ) with the row's final
     scale s, C the centring (LayerNorm) and Γ the final norm's weight. The [d_head, V] matrix
     M_{l,h} = W_O^h C Γ W_Uᵀ is built once per head and shared by all rows, so each head costs
-    d_head · V multiply-adds per prompt instead of D · V.
+    d_head · V multiply-adds per prompt instead of D · V. W_O is the adapter's `w_out` (any
+    post-norm γ folded in); a final soft-cap applies to the summed logits.
     """
     g = loaded.geometry
     if not rows:
@@ -171,7 +173,7 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
     block = block_rows(projector.vocab, device)
     out = torch.empty(len(rows), g.n_layers, g.n_heads)
     for layer in range(g.n_layers):
-        w_o = loaded.adapter.w_o(loaded.model, layer, g).to(device)  # [H, d, D]
+        w_o = loaded.adapter.w_out(loaded.model, layer, g).to(device)  # [H, d, D]
         scaled = (norm.center(w_o) * norm.weight).reshape(-1, w_o.shape[-1])
         # M_lᵀ per head, [H, V, d]: the weight layout of the unembedding product
         m_t = unembed_matmul(w_u, scaled).view(-1, g.n_heads, g.d_head).transpose(0, 1)
@@ -180,12 +182,14 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
         if norm.bias is not None:
             normed = normed + norm.bias
         base = unembed_matmul(normed, w_u) + (projector.b_u if projector.b_u is not None else 0.0)
-        base_lp = base.gather(1, targets[:, None])[:, 0] - torch.logsumexp(base, -1)  # [N]
+        capped = projector.cap(base.clone())
+        base_lp = capped.gather(1, targets[:, None])[:, 0] - torch.logsumexp(capped, -1)  # [N]
         z_layer = z[:, layer].reshape(-1, g.n_heads, g.d_head) * scale[:, :, None]
         for head in range(g.n_heads):
             for start in range(0, len(rows), block):
                 part = slice(start, start + block)
                 full = unembed_matmul(z_layer[part, head], m_t[head]).add_(base[part])  # [n, V]
+                full = projector.cap(full)
                 target = full.gather(1, targets[part, None])[:, 0]
                 logprob = target - logsumexp_(full)
                 out[part, layer, head] = (logprob - base_lp[part]).cpu()
@@ -238,8 +242,8 @@ def run_prompts(
             runs.append(run if extras[row] is None else replace(run, extra=extras[row]))
             if increases == "all" or (increases == "correct" and run.correct):
                 last = int(batch.last[row])
-                wanted[len(runs) - 1] = LastToken(
-                    cache.z[:, row, last].clone(),
+                wanted[len(runs) - 1] = LastToken(  # z with any post-norm scale frozen
+                    cache.z[:, row, last] * cache.attn_scale[:, row, last],
                     cache.resid_pre[:, row, last].clone(),
                     cache.resid_final[row, last].clone(),
                     run.item.true_id,

@@ -51,7 +51,9 @@ def label_ranks(loaded: LoadedModel, layers: Sequence[int]) -> Extra:
         for row, item in enumerate(batch.items):
             positions = list(item.label_positions)
             ids = item.ids[positions].to(cache.v.device)
-            vectors = torch.stack([values.at(cache, row, la, heads, positions) for la in layers])
+            vectors = torch.stack(
+                [values.at(cache, row, item.last, la, heads, positions) for la in layers]
+            )
             projector = final_projector(loaded, cache.resid_final[row, item.last], "fixed")
             logits = projector.project(vectors)  # [nL, H, P, V]
             reference = logits.gather(-1, ids.expand(*logits.shape[:-1])[..., None])

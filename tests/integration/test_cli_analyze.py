@@ -84,7 +84,7 @@ def test_bad_models(tmp_path: Path) -> None:
     bert = tmp_path / "bert"
     bert.mkdir()
     (bert / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    assert "unsupported architecture 'bert'" in _error(["analyze", "-m", str(bert), "-p", "a : b"])
+    assert "unsupported model_type 'bert'" in _error(["analyze", "-m", str(bert), "-p", "a : b"])
 
 
 def test_unknown_hub_id_offline() -> None:

@@ -4,56 +4,27 @@ against a real Redis: no worker runs, a heartbeat is written by hand."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis import Redis
 from rq import Queue
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app.backend import BackendError, JobStatus
 from app.contracts import AnalysisRequest
-from app.keys import claim_key, queue_name, result_key
+from app.keys import claim_key, result_key
 from app.queue import backend as backend_module
 from app.queue.backend import RedisBackend
-from app.queue.heartbeats import WorkerBeat, write_beat
+from app.result_parts import result_parts
 from app.routes.analyses import get_analysis
 from model_worker.analyze import analyze
+from model_worker.jobs import store_parts
 from model_worker.loading import LoadedModel
-from tests.integration.redis_support import private_db, web_settings
 
 pytestmark = pytest.mark.redis
 
-MODEL = "tiny-model"
 REQUEST = AnalysisRequest(prompt="cat : foo dog : bar cat :")
-
-
-@pytest.fixture
-def backend() -> Iterator[RedisBackend]:
-    with private_db() as url:
-        connection = Redis.from_url(url)
-        beat = WorkerBeat(
-            name="fake-worker",
-            model=MODEL,
-            fingerprint="f" * 16,
-            queue=queue_name(MODEL),
-            device="cpu",
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=time.time(),
-        )
-        write_beat(connection, beat, period_s=60)
-        backend = RedisBackend(web_settings(MODEL, url))  # type: ignore[arg-type]
-        try:
-            yield backend
-        finally:
-            backend._redis.close()
-            connection.close()
 
 
 def test_a_claim_whose_reply_was_lost_still_enqueues(
@@ -137,7 +108,7 @@ def test_a_job_finishing_between_the_two_reads_is_answered_with_its_body(
     finished in between was answered from the state, so its body never reached the in-process
     cache, and with Redis down a moment later the finished result answered 503 (seen in CI)."""
     job_id = backend._submit(REQUEST).id
-    finished = analyze(tiny_model, REQUEST.prompt).model_dump_json()
+    finished = analyze(tiny_model, REQUEST.prompt)
     real_done_body = backend.done_body
     calls: list[str] = []
 
@@ -146,7 +117,7 @@ def test_a_job_finishing_between_the_two_reads_is_answered_with_its_body(
         body = await real_done_body(asked)
         if len(calls) == 1:
             assert body is None  # not finished yet; the worker writes its result now
-            backend._redis.set(result_key(asked), finished)
+            store_parts(backend._redis, asked, result_parts(finished), 3600)
         return body
 
     monkeypatch.setattr(backend, "done_body", finishing_meanwhile)
@@ -155,3 +126,16 @@ def test_a_job_finishing_between_the_two_reads_is_answered_with_its_body(
     assert isinstance(answer, Response) and answer.status_code == 200
     assert answer.headers["etag"] == f'"{job_id}"' and len(calls) == 2
     assert backend._bodies.get(job_id) is not None  # served from memory if Redis goes away
+
+
+def test_a_result_stored_by_an_older_version_is_still_served(
+    backend: RedisBackend, tiny_model: LoadedModel
+) -> None:
+    """Results written before results were kept in parts are one JSON string: still served."""
+    job_id = backend._submit(REQUEST).id
+    result = analyze(tiny_model, REQUEST.prompt)
+    backend._redis.set(result_key(job_id), result.model_dump_json())
+    body = asyncio.run(backend.done_body(job_id))
+    assert body is not None and b'"head_details"' in body
+    summary = asyncio.run(backend.summary(job_id))
+    assert summary is not None and summary.top_heads == result.top_heads

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.contracts import ExperimentRequest
-from app.keys import COMPUTED_KEY
+from app.keys import COMPUTED_KEY, result_key
 from app.main import create_app
 from tests.integration.redis_support import (
     private_db,
@@ -87,15 +87,22 @@ def test_enqueue_dedupe_then_cache_hit(client: TestClient, setup: tuple[Path, st
     assert computed(setup) == before + 1  # served from Redis, no worker involved
 
 
-def test_results_expire_after_their_ttl(setup: tuple[Path, str]) -> None:
+def test_results_outlive_their_ttl_in_redis(setup: tuple[Path, str]) -> None:
+    """Redis drops a result after ICL_RESULT_TTL_S; the durable store keeps the permalink."""
     with client_for(setup, result_ttl_s=1) as client:
         request = {"prompt": "good : foo bad : bar cat :", "target": "foo"}
         job_id = client.post("/api/analyses", json=request).json()["id"]
-        assert wait_done(client, job_id)["status"] == "done"
-        wait_for(lambda: client.get(f"/api/analyses/{job_id}").status_code == 404, 10, "expiry")
+        body = wait_done(client, job_id)
+        assert body["status"] == "done"
+        connection = Redis.from_url(setup[1])
+        wait_for(lambda: not connection.exists(result_key(job_id)), 10, "expiry in Redis")
+        before = computed(setup)
+        kept = client.get(f"/api/analyses/{job_id}")
+        assert kept.status_code == 200 and kept.json() == body
+        assert client.get(f"/a/{job_id}/panels/heatmap").status_code == 200
         again = client.post("/api/analyses", json=request)
-        assert again.status_code == 202  # computed afresh
-        assert again.json()["id"] == job_id
+        assert again.status_code == 200 and again.json()["id"] == job_id
+        assert computed(setup) == before  # not computed again
 
 
 def test_full_queue_answers_429_with_retry_after(setup: tuple[Path, str]) -> None:

@@ -93,8 +93,8 @@ def test_logprob_increase_matches_its_definition(tiny_model: LoadedModel) -> Non
     cache, ids = capture(tiny_model)
     last, target, margin = ids.shape[1] - 1, 3, (3, 4)
     model, adapter = tiny_model.model, tiny_model.adapter
-    final_norm = model.get_submodule(adapter.final_norm)
-    unembed = model.get_submodule(adapter.unembed)
+    final_norm = model.get_submodule(adapter.spec.final_norm)
+    unembed = model.get_submodule(adapter.spec.unembed)
     bases = cache.resid_pre[:, 0, last]
     heads = torch.stack(
         [head_outputs(cache.z[layer, 0, last], w_o(tiny_model, layer)) for layer in range(3)]
@@ -155,8 +155,8 @@ def test_query_and_key_weights_reproduce_the_modules(tiny_model: LoadedModel) ->
     queries = torch.einsum("sd,hde->she", x_hat, w_q) + b_q
     keys = torch.einsum("sd,hde->she", x_hat, w_k)
     with torch.no_grad():
-        if loaded.adapter.fused_qkv is not None:
-            qkv = loaded.adapter.sub(loaded.model, layer, loaded.adapter.fused_qkv)(x_hat)
+        if loaded.adapter.spec.qkv is not None:
+            qkv = loaded.adapter.sub(loaded.model, layer, "attn.c_attn")(x_hat)
             width = g.n_heads * g.d_head
             q_ref, k_ref = qkv[:, :width], qkv[:, width : 2 * width]
         else:

@@ -1,0 +1,1 @@
+"""One module per model family, each defining `SPEC`; `_`-prefixed modules are shared."""

@@ -1,0 +1,22 @@
+"""StableLM 2 / 3B: LayerNorm, partial rotary, optional parallel residual and per-head q/k norms."""
+
+from model_worker.adapters.families._bases import LLAMA_LIKE, TINY_GQA
+from model_worker.adapters.spec import FamilySpec
+
+SPEC = FamilySpec(
+    family="stablelm",
+    title="StableLM",
+    examples=("stabilityai/stablelm-2-1_6b", "stabilityai/stablelm-3b-4e1t"),
+    tiny={
+        **TINY_GQA,
+        "partial_rotary_factor": 0.5,
+        "use_parallel_residual": True,
+        "qk_layernorm": True,
+        "use_qkv_bias": True,
+    },
+    **{**LLAMA_LIKE, "norm": "layer"},
+    parallel="use_parallel_residual",
+    q_norm="self_attn.q_layernorm",
+    k_norm="self_attn.k_layernorm",
+    rotary_dims_attr="rotary_ndims",
+)

@@ -1,0 +1,144 @@
+"""`FamilySpec`: everything the engine needs to know about one model family, as plain data.
+
+Torch-free on purpose: the web tier lists the families from these specs without importing torch.
+The torch side (`model_worker.architectures.Adapter`) reads weights and modules through a spec
+and never branches on a family name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+#: How W_Q, W_K, W_V are stored: three modules; one module with blocks [q | k | v] (GPT-2,
+#: Phi-3); one module interleaved per head [q_0 k_0 v_0 | q_1 k_1 v_1 | …] (GPT-NeoX).
+QkvLayout = Literal["separate", "fused", "per_head"]
+#: nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
+WeightLayout = Literal["linear", "conv1d"]
+NormKind = Literal["rms", "layer"]
+#: none: learned absolute positions or none; rotate_half: Llama/NeoX halves; interleaved: GPT-J
+#: pairs (rotate_every_two).
+RotaryStyle = Literal["none", "rotate_half", "interleaved"]
+#: head: the q/k norm is applied per head ([B, H, S, d_head]); flat: over all heads at once
+#: ([B, S, H·d_head], OLMo 2).
+QkNormScope = Literal["head", "flat"]
+
+#: What the registry-built test matrix (tests/unit/test_families.py) checks for every family,
+#: on a tiny random checkpoint in fp32, in both norm modes.
+VERIFIED_ON_TINY = (
+    "heads + bias = attention block output",
+    "final logits",
+    "head increases vs the model's modules",
+    "zeroed head = its slice removed",
+    "position-free heads",
+    "every experiment",
+)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One family's structure. Module paths are relative to the `*ForCausalLM` model (`layers`,
+    `final_norm`, `unembed`, `embed`, `pos_embed`) or to one decoder layer (the rest)."""
+
+    family: str  # the Hugging Face `config.model_type`
+    title: str
+    examples: tuple[str, ...]
+    tiny: Mapping[str, Any]  # config overrides of the family's tiny random test checkpoint
+    layers: str
+    embed: str
+    final_norm: str
+    unembed: str
+    attn: str
+    out_proj: str
+    mlp: str
+    norm: NormKind
+    ln_attn: str | None  # the attention block's input norm; None when attention reads Lin
+    q: str | None = None
+    k: str | None = None
+    v: str | None = None
+    qkv: str | None = None
+    qkv_layout: QkvLayout = "separate"
+    weight_layout: WeightLayout = "linear"
+    norm_offset: float = 0.0  # Gemma's RMSNorm multiplies by (offset + γ) = (1 + γ)
+    attn_post_norm: str | None = None  # Gemma 2/3, OLMo 2: Lin + post_norm(o)
+    mlp_post_norm: str | None = None
+    q_norm: str | None = None
+    k_norm: str | None = None
+    qk_norm_scope: QkNormScope = "head"
+    parallel: bool | str = False  # a str names the config flag that decides
+    pos_embed: str | None = None  # learned absolute position embedding (added to Lin_0)
+    rotary: RotaryStyle = "rotate_half"
+    rotary_dims_attr: str | None = None  # attention attribute holding partial rotary dims
+    rotary_emb: str | None = None  # the model's rotary module → (cos, sin) (rotate_half)
+    rotary_table_attr: str | None = None  # attention attribute, a [sin | cos] table (GPT-J)
+    scaling_attr: str = "scaling"  # attention attribute: scores = q·k · scaling
+    scaling_is_divisor: bool = False  # GPT-J: scores = q·k / scale_attn
+    attn_softcap_key: str | None = None  # config key: scores → c·tanh(scores / c)
+    final_softcap_key: str | None = None  # config key: logits → c·tanh(logits / c)
+    embed_scale: Literal["none", "sqrt_d_model"] = "none"
+    sliding_window: bool = False  # some layers attend within a window (config `sliding_window`)
+    moe: bool = False
+    real_checkpoints: tuple[str, ...] = ()  # real weights the test suite also checks
+
+    def __post_init__(self) -> None:
+        if not self.tiny:
+            raise ValueError(f"{self.family}: a family needs a tiny test config (`tiny`)")
+        separate = (self.q, self.k, self.v)
+        if self.qkv_layout == "separate" and (None in separate or self.qkv):
+            raise ValueError(f"{self.family}: separate q/k/v need q, k and v, not qkv")
+        if self.qkv_layout != "separate" and (self.qkv is None or any(separate)):
+            raise ValueError(f"{self.family}: a fused qkv layout needs qkv only")
+        if self.rotary == "rotate_half" and self.rotary_emb is None:
+            raise ValueError(f"{self.family}: rotate_half rotary needs rotary_emb")
+        if self.rotary == "interleaved" and self.rotary_table_attr is None:
+            raise ValueError(f"{self.family}: interleaved rotary needs rotary_table_attr")
+        if (self.q_norm is None) != (self.k_norm is None):
+            raise ValueError(f"{self.family}: q_norm and k_norm go together")
+
+    @property
+    def block_shape(self) -> str:
+        """A short description: sequential / parallel / post-norms."""
+        if isinstance(self.parallel, str):
+            shape = f"parallel if {self.parallel}"
+        else:
+            shape = "parallel" if self.parallel else "sequential"
+        return f"{shape}, post-norms" if self.attn_post_norm else shape
+
+    def features(self) -> list[str]:
+        """What varies in this family, for `icl-heads models` and GET /api/families."""
+        parts = [
+            ("RMSNorm" if self.norm == "rms" else "LayerNorm")
+            + (" (1+γ)" if self.norm_offset else ""),
+            {"separate": "q/k/v", "fused": "fused [q|k|v]", "per_head": "qkv per head"}[
+                self.qkv_layout
+            ]
+            + (" Conv1D" if self.weight_layout == "conv1d" else ""),
+            {"none": "learned positions" if self.pos_embed else "no positions"}.get(
+                self.rotary, f"rotary {self.rotary}"
+            )
+            + (" partial" if self.rotary_dims_attr else ""),
+        ]
+        flags = [
+            (self.q_norm is not None, "q/k norm"),
+            (self.attn_softcap_key is not None, "attention soft-cap"),
+            (self.final_softcap_key is not None, "final soft-cap"),
+            (self.embed_scale != "none", "embedding ×√d"),
+            (self.sliding_window, "sliding window"),
+            (self.moe, "MoE FFN"),
+        ]
+        return parts + [name for on, name in flags if on]
+
+    def catalog(self) -> dict[str, Any]:
+        """A plain-JSON description (the families catalog)."""
+        return {
+            "family": self.family,
+            "title": self.title,
+            "examples": list(self.examples),
+            "block": self.block_shape,
+            "features": self.features(),
+            "verified": {
+                "tiny_random_fp32": list(VERIFIED_ON_TINY),
+                "real_checkpoints": list(self.real_checkpoints),
+            },
+        }

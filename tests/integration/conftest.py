@@ -1,0 +1,44 @@
+"""Fixtures of the integration tier."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+
+from app.keys import queue_name
+from app.queue.backend import RedisBackend
+from app.queue.heartbeats import WorkerBeat, write_beat
+from tests.integration.redis_support import private_db, web_settings
+
+MODEL = "tiny-model"
+
+
+@pytest.fixture
+def backend() -> Iterator[RedisBackend]:
+    """A Redis backend on a private database with one fake live worker (a heartbeat written
+    by hand, no process): jobs stay queued, so each step is driven by the test."""
+    with private_db() as url:
+        connection = Redis.from_url(url)
+        beat = WorkerBeat(
+            name="fake-worker",
+            model=MODEL,
+            fingerprint="f" * 16,
+            queue=queue_name(MODEL),
+            device="cpu",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=time.time(),
+        )
+        write_beat(connection, beat, period_s=60)
+        backend = RedisBackend(web_settings(MODEL, url))  # type: ignore[arg-type]
+        try:
+            yield backend
+        finally:
+            backend._redis.close()
+            backend._store.close()
+            connection.close()

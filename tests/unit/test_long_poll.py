@@ -1,0 +1,108 @@
+"""Long polls stop for clients that went away, and status reads never load a result."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.backend import JobState, JobStatus
+from app.embedded import EmbeddedBackend
+from app.result_parts import SUMMARY_PARTS, Parts, analysis_parts, head_part
+from app.routes.panels import next_state
+from app.settings import Settings
+from model_worker.analyze import analyze
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+
+
+class Queued:
+    """A backend whose job stays queued; counts status reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def status(self, job_id: str) -> JobState:
+        self.reads += 1
+        return JobState(id=job_id, status=JobStatus.QUEUED)
+
+
+def test_a_long_poll_stops_once_the_client_is_gone() -> None:
+    backend = Queued()
+
+    async def gone() -> bool:
+        return backend.reads >= 3
+
+    state = asyncio.run(next_state(backend, "a-1", wait_s=30, interval_s=0.001, gone=gone))  # type: ignore[arg-type]
+    assert state.status == JobStatus.QUEUED and backend.reads == 3  # not 30 s of reads
+
+
+def test_status_and_summary_reads_never_load_the_head_details(tmp_path: Path) -> None:
+    """Results of hundreds of MB made every status and panel read parse the whole result."""
+    loaded = tiny_llama()
+    parts = analysis_parts(analyze(loaded, EXAMPLE_PROMPT, top_k_heads=12))
+    asked: list[Sequence[str] | None] = []
+
+    class Spy(EmbeddedBackend):
+        async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+            asked.append(None if names is None else list(names))
+            return await super().read_parts(job_id, names)
+
+    backend = Spy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    backend._memory.put("a-1", parts)
+
+    async def reads() -> str:
+        state = await backend.status("a-1")
+        assert state is not None and state.status == JobStatus.DONE and state.result is None
+        assert asked == []  # the status read loaded nothing
+        summary = await backend.summary("a-1")
+        assert summary is not None and len(summary.detail_mrr) == 12
+        detail = await backend.head_detail("a-1", summary.top_heads[0])
+        assert detail is not None and detail.name == summary.top_heads[0]
+        await backend.close()
+        return summary.top_heads[0]
+
+    top = asyncio.run(reads())
+    assert asked == [list(SUMMARY_PARTS), [head_part(top)]]
+
+
+def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> None:
+    """A running analysis whose per-head stage is done: its status is a cheap `running` with
+    the stage's message (no parts read); the stage reads back as a summary without details,
+    and the API body carries it as the result with `head_details` empty."""
+    import json
+
+    from app.contracts import AnalysisResult
+    from app.result_parts import CORE, DETAILS_MESSAGE
+
+    loaded = tiny_llama()
+    whole = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)
+    partial = whole.model_copy(update={"head_details": {}})
+    stored = AnalysisResult.model_validate_json(partial.model_dump_json())  # floats as stored
+    asked: list[Sequence[str] | None] = []
+
+    class Spy(EmbeddedBackend):
+        async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+            asked.append(None if names is None else list(names))
+            return await super().read_parts(job_id, names)
+
+    backend = Spy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    backend._heads["a-1"] = analysis_parts(partial)[CORE]
+    backend._set(JobState(id="a-1", status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
+
+    async def reads() -> None:
+        state = await backend.status("a-1")
+        assert state is not None and state.status == JobStatus.RUNNING and state.result is None
+        assert state.message == DETAILS_MESSAGE
+        stage = await backend.heads_stage("a-1")
+        assert stage is not None and stage.detail_mrr == {}
+        assert stage.heads == stored.heads and stage.top_heads == whole.top_heads
+        body = await backend.running_body(state)
+        assert body is not None
+        parsed = json.loads(body)
+        assert parsed["status"] == "running" and parsed["message"] == DETAILS_MESSAGE
+        assert AnalysisResult.model_validate(parsed["result"]) == stored
+        assert await backend.heads_stage("a-2") is None
+        await backend.close()
+
+    asyncio.run(reads())
+    assert asked == []  # neither the status nor the stage touched a stored result
