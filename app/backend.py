@@ -18,7 +18,15 @@ from app.contracts import (
     HeadDetail,
 )
 from app.keys import is_experiment
-from app.result_parts import BODY, SUMMARY_PARTS, Parts, head_part, result_json, summary
+from app.result_parts import (
+    BODY,
+    SUMMARY_PARTS,
+    Parts,
+    head_part,
+    heads_stage_parts,
+    result_json,
+    summary,
+)
 
 
 class JobStatus(StrEnum):
@@ -81,6 +89,26 @@ class PartsReader:
         """The finished result's parts (all, or those of `names` it has); None if not done."""
         raise NotImplementedError
 
+    async def read_heads_stage(self, job_id: str) -> bytes | None:
+        """The core part of a running analysis' per-head stage (None before it is done, and
+        once the whole result is stored)."""
+        raise NotImplementedError
+
+    async def heads_stage(self, job_id: str) -> AnalysisSummary | None:
+        """A running analysis' per-head stage: tokens, layers, heads, top heads, no details."""
+        core = None if is_experiment(job_id) else await self.read_heads_stage(job_id)
+        return None if core is None else summary(heads_stage_parts(core))
+
+    async def running_body(self, state: JobState) -> bytes | None:
+        """The JSON of a running analysis' JobState with its per-head stage as the result
+        (`head_details` empty), joined without parsing; None before that stage."""
+        core = None if is_experiment(state.id) else await self.read_heads_stage(state.id)
+        if core is None:
+            return None
+        head = state.model_dump_json(exclude={"result"}).encode()
+        result = result_json(state.id, heads_stage_parts(core))
+        return head[:-1] + b',"result":' + result + b"}"
+
     async def summary(self, job_id: str) -> AnalysisSummary | None:
         """A done analysis without its head details (None if not done)."""
         if is_experiment(job_id):
@@ -140,6 +168,14 @@ class Backend(Protocol):
 
     async def head_detail(self, job_id: str, name: str) -> HeadDetail | None:
         """One head's detail of a done analysis, if it holds that head."""
+        ...
+
+    async def heads_stage(self, job_id: str) -> AnalysisSummary | None:
+        """A running analysis' per-head stage (no head details), once that stage is done."""
+        ...
+
+    async def running_body(self, state: JobState) -> bytes | None:
+        """The JSON of a running analysis' state with its per-head stage as the result."""
         ...
 
     async def experiment(self, job_id: str) -> ExperimentResult | None:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.backend import BackendError, JobState, JobStatus, ModelInfo, PartsReader, client_limit
 from app.budget import BudgetError, check_analysis, check_experiment
-from app.contracts import AnalysisRequest, ExperimentRequest
+from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from app.keys import analysis_job_id, experiment_job_id, is_experiment
-from app.result_parts import Parts, result_parts, size
+from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts, size
 from app.settings import Settings
 from app.store import DONE, FAILED, PENDING, ResultStore, StoredJob, StoreError, open_store
 
@@ -97,6 +97,7 @@ class EmbeddedBackend(PartsReader):
         self._works: dict[str, Work] = {}  # what each queued job runs
         self._ahead: set[str] = set()  # queued jobs of clients that had nothing else queued
         self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
+        self._heads: dict[str, bytes] = {}  # running analysis -> its per-head stage's core
         self._tokenizer: PreTrainedTokenizerBase | None = None
 
     async def _loaded(self) -> LoadedModel:
@@ -158,9 +159,11 @@ class EmbeddedBackend(PartsReader):
         job_id = experiment_job_id(model_name, loaded.fingerprint, request)
         return await self._enqueue(job_id, request, loaded, client)
 
-    @staticmethod
-    def _work(loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest) -> Work:
-        """What the worker thread runs for `request`: the result's parts."""
+    def _work(
+        self, job_id: str, loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest
+    ) -> Work:
+        """What the worker thread runs for `request`: the result's parts (an analysis keeps its
+        per-head stage's core part meanwhile, for the page to draw the heatmap first)."""
 
         def work(progress: Progress) -> Parts:
             if isinstance(request, ExperimentRequest):
@@ -169,7 +172,11 @@ class EmbeddedBackend(PartsReader):
                 return result_parts(run_experiment(loaded, request, progress))
             from model_worker.jobs import run_analysis
 
-            return result_parts(run_analysis(loaded, request))
+            def heads_stage(partial: AnalysisResult) -> None:
+                self._heads[job_id] = analysis_parts(partial)[CORE]
+                self._set(JobState(id=job_id, status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
+
+            return result_parts(run_analysis(loaded, request, heads_stage))
 
         return work
 
@@ -224,7 +231,7 @@ class EmbeddedBackend(PartsReader):
         state = JobState(id=job_id, status=JobStatus.QUEUED)
         self._set(state)
         position = self._place(job_id, ahead)
-        self._works[job_id] = self._work(loaded, request)
+        self._works[job_id] = self._work(job_id, loaded, request)
         self._executor.submit(self._run_next)
         return state.model_copy(update={"position_in_queue": position})
 
@@ -271,16 +278,17 @@ class EmbeddedBackend(PartsReader):
                 log.error("could not record the failure of %s: %s", job_id, store_exc)
         finally:
             self._owners.pop(job_id, None)
+            self._heads.pop(job_id, None)
 
     async def status(self, job_id: str, recover: bool = True) -> JobState | None:
+        if self._memory.get(job_id) is not None:  # done, also while the store saves it
+            return JobState(id=job_id, status=JobStatus.DONE)
         state = self._jobs.get(job_id)
         if state is not None:
             if state.status == JobStatus.QUEUED and job_id in self._pending:
                 position = self._pending.index(job_id)
                 return state.model_copy(update={"position_in_queue": position})
             return state
-        if self._memory.get(job_id) is not None:
-            return JobState(id=job_id, status=JobStatus.DONE)
         stored = await self._stored(self._store.job, job_id)
         if stored is None:
             has_result = await self._stored(self._store.has_result, job_id)
@@ -314,6 +322,9 @@ class EmbeddedBackend(PartsReader):
                 self._memory.put(job_id, parts)
             return parts
         return parts if names is None else {name: parts[name] for name in names if name in parts}
+
+    async def read_heads_stage(self, job_id: str) -> bytes | None:
+        return self._heads.get(job_id)
 
     async def models(self) -> list[ModelInfo]:
         ready = self._model.done() and self._model.exception() is None

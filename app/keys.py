@@ -60,6 +60,12 @@ def result_key(job_id: str) -> str:
     return f"{PREFIX}:result:{job_id}"
 
 
+def heads_stage_key(job_id: str) -> str:
+    """Where a running analysis' per-head stage lives (its core part, app.result_parts) until
+    the whole result is stored."""
+    return f"{PREFIX}:heads:{job_id}"
+
+
 def claim_key(job_id: str) -> str:
     """A short-lived lock taken while a job is enqueued, so concurrent submits enqueue once."""
     return f"{PREFIX}:claim:{job_id}"

@@ -18,6 +18,8 @@ Parts = dict[str, bytes]
 CORE, MRR, BODY, HEAD = "core", "mrr", "body", "h:"
 #: What a summary read loads.
 SUMMARY_PARTS = (CORE, MRR)
+#: The message of a running analysis whose per-head stage is stored (its core part alone).
+DETAILS_MESSAGE = "computing the head details"
 
 
 def head_part(name: str) -> str:
@@ -52,6 +54,11 @@ def result_parts(result: AnalysisResult | ExperimentResult) -> Parts:
     if isinstance(result, ExperimentResult):
         return experiment_parts(result)
     return analysis_parts(result)
+
+
+def heads_stage_parts(core: bytes) -> Parts:
+    """The parts of a running analysis' per-head stage: its core, no detailed heads yet."""
+    return {CORE: core, MRR: b"{}"}
 
 
 def size(parts: Parts) -> int:

@@ -2,7 +2,8 @@
 
 Runs the app (embedded backend, SmolLM2 loaded once) on a local port and drives Debian's
 Chromium with Playwright. Prints, measured in this one run (the machine is shared and noisy):
-- click Analyse → heatmap visible, cache cold (target ≤ 2 s), for several ≤ 64-token prompts;
+- click Analyse → heatmap visible (the per-head stage; target ≤ 0.5 s) and → head details
+  visible (the whole analysis; target ≤ 1.5 s), cache cold, for several ≤ 64-token prompts;
 - a cached analysis page: navigation → first paint / first contentful paint (target ≤ 100 ms);
 - the HTML size of a 64-token prompt's analysis page (limit 300 KB).
 It also saves the README screenshot (the paper's prompt with its top head open).
@@ -13,7 +14,9 @@ It also saves the README screenshot (the paper's prompt with its top head open).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import time
 import urllib.request
@@ -27,6 +30,9 @@ from app.main import create_app
 from app.settings import Settings
 from model_worker.loading import LoadedModel, load_model
 from tests.browser.live import launch, serve
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_analysis import cpu_model  # noqa: E402
 
 PAPER_PROMPT = "love : bar like : bar eight : foo two : foo one :"
 WORDS = [
@@ -59,18 +65,23 @@ def prompt_of(loaded: LoadedModel, tokens: int, shift: int) -> str:
     return best
 
 
-def analyse_to_heatmap(page: Page, base_url: str, prompt: str) -> float:
-    """Seconds from clicking Analyse to the heatmap's cells being visible."""
+def analyse_to_heatmap(page: Page, base_url: str, prompt: str) -> tuple[float, float]:
+    """Seconds from clicking Analyse to the heatmap's cells being visible (the per-head stage),
+    and to the head details being there (the whole analysis body)."""
     page.goto(base_url + "/")
     page.fill("textarea[name=prompt]", prompt)
     start = time.perf_counter()
     page.click("#analyse")
-    done = page.locator("svg[data-figure=heatmap] rect.cell, [data-status=failed]").first
-    done.wait_for(timeout=300_000)
-    elapsed = time.perf_counter() - start
+    heatmap = page.locator("svg[data-figure=heatmap] rect.cell, [data-status=failed]").first
+    heatmap.wait_for(timeout=300_000)
+    heatmap_s = time.perf_counter() - start
+    page.locator(".analysis-body[data-status=done], [data-status=failed]").first.wait_for(
+        timeout=300_000
+    )
+    details_s = time.perf_counter() - start
     if page.locator("[data-status=failed]").count():
         raise RuntimeError(page.locator("[data-status=failed]").inner_text())
-    return elapsed
+    return heatmap_s, details_s
 
 
 def first_paint_ms(page: Page, url: str) -> tuple[float, float]:
@@ -104,11 +115,13 @@ def main() -> None:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         analyse_to_heatmap(page, base_url, prompt_of(loaded, 40, 7))  # warm-up: JIT, fonts
 
-        cold, web = [], []
+        cold, details, web = [], [], []
         for shift in range(args.repeats):
             prompt = prompt_of(loaded, 64, shift)
-            cold.append(analyse_to_heatmap(page, base_url, prompt))
-            web.append(cold[-1] - TimedBackend.compute_s[-1])
+            heatmap_s, details_s = analyse_to_heatmap(page, base_url, prompt)
+            cold.append(heatmap_s)
+            details.append(details_s)
+            web.append(details_s - TimedBackend.compute_s[-1])
         n_tokens = len(loaded.tokenizer(prompt).input_ids)
         url = page.url.split("?")[0]
         html_kb = len(urllib.request.urlopen(url).read()) / 1024
@@ -118,12 +131,17 @@ def main() -> None:
         fcp = [p[1] for p in paints]
 
         print(f"SmolLM2 on CPU, prompt {n_tokens} tokens, {args.repeats} runs")
+        print(f"load average {os.getloadavg()[0]:.2f}; CPU {cpu_model()}")
         print(
             f"Analyse → heatmap visible (cache cold): median {statistics.median(cold):.2f} s, "
-            f"max {max(cold):.2f} s  (target ≤ 2 s)"
+            f"max {max(cold):.2f} s  (target ≤ 0.5 s)"
         )
         print(
-            f"  of which the analysis job (model compute): median "
+            f"Analyse → head details visible: median {statistics.median(details):.2f} s, "
+            f"max {max(details):.2f} s  (target ≤ 1.5 s)"
+        )
+        print(
+            f"  of which the analysis job (model compute, both stages): median "
             f"{statistics.median(TimedBackend.compute_s[1:]):.2f} s; web + browser (submit, "
             f"polling, render): median {statistics.median(web):.2f} s"
         )
@@ -135,7 +153,7 @@ def main() -> None:
 
         if args.screenshot:
             page.set_viewport_size({"width": 1440, "height": 900})
-            analyse_to_heatmap(page, base_url, PAPER_PROMPT)
+            analyse_to_heatmap(page, base_url, PAPER_PROMPT)  # waits for the details too
             top = page.locator("table.top-heads tbody tr").first.get_attribute("data-head-name")
             page.goto(f"{page.url.split('?')[0]}?head={top}")
             page.locator("#head-panel .head").wait_for(timeout=60_000)

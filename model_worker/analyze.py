@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -499,10 +500,14 @@ def analyze(
     extra_heads: list[str] | None = None,
     max_tokens: int | None = None,
     rank: RankBy = "increase",
+    on_heads: Callable[[AnalysisResult], None] | None = None,
 ) -> AnalysisResult:
     """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
 
     `rank="label"` ranks the heads (and picks the detailed top K) by their label increase.
+    Two stages: the tokens, layer and per-head increases (what the heatmap and the top-heads
+    table need), then the details of the top and extra heads. `on_heads`, if given, receives
+    the first stage's result (`head_details` empty) before the details are computed.
 
     Raises a UserInputError subclass with one clear line for bad input.
     """
@@ -553,9 +558,8 @@ def analyze(
         for position, flat in enumerate(order)
     ]
     top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
-    details = head_details(run, list(dict.fromkeys(top + extra)), increases.total)
     margin = run.margin_ids()
-    return AnalysisResult(
+    heads_stage = AnalysisResult(
         model=loaded.name,
         n_layers=g.n_layers,
         n_heads=g.n_heads,
@@ -589,6 +593,10 @@ def analyze(
         flow=layer_flows(run),
         heads=summaries,
         top_heads=[head_name(layer, head) for layer, head in top],
-        head_details={d.name: d for d in details},
+        head_details={},
         warnings=warnings,
     )
+    if on_heads is not None:
+        on_heads(heads_stage)
+    details = head_details(run, list(dict.fromkeys(top + extra)), increases.total)
+    return heads_stage.model_copy(update={"head_details": {d.name: d for d in details}})

@@ -22,8 +22,8 @@ from rq.job import Job
 
 from app.budget import BudgetError, check_analysis, check_experiment
 from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
-from app.keys import COMPUTED_KEY, result_key
-from app.result_parts import Parts, result_parts
+from app.keys import COMPUTED_KEY, heads_stage_key, result_key
+from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts
 from app.settings import Settings, get_settings
 from model_worker.analyze import analyze
 from model_worker.errors import UserInputError
@@ -71,9 +71,20 @@ def within_budget(loaded: LoadedModel, request: AnalysisRequest | ExperimentRequ
         raise UserInputError(str(exc)) from exc
 
 
-def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
-    """Analyse `request` on the loaded model, within the configured prompt limit and budget."""
+def run_analysis(
+    loaded: LoadedModel,
+    request: AnalysisRequest,
+    on_heads: Callable[[AnalysisResult], None] | None = None,
+) -> AnalysisResult:
+    """Analyse `request` on the loaded model, within the configured prompt limit and budget.
+    `on_heads` receives the result of the per-head stage (no head details yet, `request` set)
+    first."""
     within_budget(loaded, request)
+
+    def heads_stage(partial: AnalysisResult) -> None:
+        if on_heads is not None:
+            on_heads(partial.model_copy(update={"request": request}))
+
     result = analyze(
         loaded,
         request.prompt,
@@ -85,6 +96,7 @@ def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResul
         extra_heads=request.extra_heads,
         max_tokens=get_settings().max_prompt_tokens,
         rank=request.rank,
+        on_heads=heads_stage,
     )
     return result.model_copy(update={"request": request})
 
@@ -198,7 +210,7 @@ def store_parts(connection: Redis, job_id: str, parts: Parts, ttl_s: int) -> Non
     """Write a result's parts as one hash, at once (a MULTI transaction), with its TTL."""
     key = result_key(job_id)
     with connection.pipeline() as pipe:
-        pipe.delete(key)
+        pipe.delete(key, heads_stage_key(job_id))  # the per-head stage served until now
         pipe.hset(key, mapping=parts)  # type: ignore[arg-type]
         pipe.expire(key, ttl_s)
         pipe.incr(COMPUTED_KEY)
@@ -236,7 +248,7 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         return
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
-        result = run_analysis(_loaded(), request)
+        result = run_analysis(_loaded(), request, heads_publisher(connection, job, result_ttl_s))
     _store(connection, job.id, result_parts(result), result_ttl_s)
 
 
@@ -252,6 +264,22 @@ def experiment_job(request_json: str, result_ttl_s: int) -> None:
         within_budget(_loaded(), request)
         result = run_experiment(_loaded(), request, progress_reporter(job))
     _store(connection, job.id, result_parts(result), result_ttl_s)
+
+
+def heads_publisher(connection: Redis, job: Job, ttl_s: int) -> Callable[[AnalysisResult], None]:
+    """Publish the per-head stage of an analysis (its core part, under `heads_stage_key`),
+    then say so in the job's meta, so that the page draws the heatmap while the head details
+    are computed; the status read stays a read of the job's meta. Best effort."""
+
+    def publish(partial: AnalysisResult) -> None:
+        try:
+            connection.set(heads_stage_key(job.id), analysis_parts(partial)[CORE], ex=ttl_s)
+            job.meta["message"] = DETAILS_MESSAGE
+            job.save_meta()
+        except RedisError as exc:  # the whole result follows anyway
+            log.warning("could not publish the heads of job %s: %s", job.id, exc)
+
+    return publish
 
 
 def progress_reporter(job: Job) -> Callable[[float, str], None]:

@@ -44,6 +44,7 @@ from app.keys import (
     claim_key,
     client_jobs_key,
     experiment_job_id,
+    heads_stage_key,
     is_experiment,
     queue_name,
     result_key,
@@ -333,6 +334,14 @@ class RedisBackend(PartsReader):
     async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
         return await self._call(self._read_parts, job_id, names)
 
+    async def read_heads_stage(self, job_id: str) -> bytes | None:
+        """The per-head stage the worker published (model_worker.jobs.heads_publisher)."""
+        try:
+            core = await self._aredis.get(heads_stage_key(job_id))
+        except RedisError as exc:
+            raise self._unreachable(exc) from exc
+        return None if core is None else _bytes(core)
+
     def _read_parts(self, job_id: str, names: Sequence[str] | None) -> Parts | None:
         """From Redis (the hot cache), else (or while Redis is away) from the durable store."""
         try:
@@ -487,11 +496,10 @@ class RedisBackend(PartsReader):
         if status == RqStatus.STARTED or status in QUEUED:
             status = self._check_workers(job, status)
         if status == RqStatus.STARTED:
-            progress = job.meta.get("progress")
             return JobState(
                 id=job_id,
                 status=JobStatus.RUNNING,
-                progress=progress,
+                progress=job.meta.get("progress"),
                 message=job.meta.get("message"),
             )
         if status in QUEUED:

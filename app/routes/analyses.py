@@ -63,6 +63,9 @@ async def get_analysis(job_id: JobId, backend: BackendDep, request: Request) -> 
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
             )
+        if state.status == JobStatus.RUNNING:  # with its per-head stage, once done
+            running = await backend.running_body(state)
+            return state if running is None else Response(running, media_type="application/json")
         if state.status != JobStatus.DONE:
             return state
         # it finished between the two reads: answer (and so keep) its body like any other

@@ -13,7 +13,7 @@ from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
 from app.deps import BackendDep, ClientDep, JobId, JobIdQuery
 from app.figures.analysis import comparable, diff_figure
-from app.routes.panels import analysis_context, check_head, head_parameter
+from app.routes.panels import analysis_context, check_head, head_parameter, heads_stage
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
 
 router = APIRouter(tags=["pages"])
@@ -154,11 +154,13 @@ async def analysis_page(
             status.HTTP_404_NOT_FOUND,
         )
     context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
-    result = await backend.summary(job_id) if state.status == JobStatus.DONE else None
+    partial = await heads_stage(backend, state)
+    result = await backend.summary(job_id) if state.status == JobStatus.DONE else partial
     if result is not None:
         if head is not None:
             check_head(result, head)
         context |= analysis_context(job_id, result)
+        context["pending"] = partial is not None
     return render(request, "pages/analysis.html", context)
 
 

@@ -7,7 +7,8 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
@@ -55,9 +56,10 @@ async def next_state(
     interval_s: float = 0.05,
     gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> JobState:
-    """The job's state as soon as it ends or reports news, else after `wait_s` (a long poll:
-    the page learns of the result within `interval_s` instead of at its next poll). Stops
-    early once `gone()` says the client went away (its answer would be thrown away)."""
+    """The job's state as soon as it ends or reports news (its per-head stage among them:
+    the message DETAILS_MESSAGE), else after `wait_s` (a long poll: the page learns of the
+    result within `interval_s` instead of at its next poll). Stops early once `gone()` says
+    the client went away (its answer would be thrown away)."""
     first = state = await job_state(backend, job_id)
     deadline = time.monotonic() + wait_s
     news = ("status", "progress", "message", "position_in_queue")
@@ -69,6 +71,11 @@ async def next_state(
         if any(getattr(state, key) != getattr(first, key) for key in news):
             break
     return state
+
+
+async def heads_stage(backend: Backend, state: JobState) -> AnalysisSummary | None:
+    """The per-head stage of a running analysis (no head details yet), once it is done."""
+    return await backend.heads_stage(state.id) if state.status == JobStatus.RUNNING else None
 
 
 async def done_summary(backend: Backend, job_id: str) -> AnalysisSummary:
@@ -163,13 +170,19 @@ async def find_head(
     """(result, id holding the detail, detail or None while pending, the extra job's state).
 
     A head outside the stored details is computed by a second analysis with
-    `extra_heads=[name]`; `job` is that analysis' id once submitted.
+    `extra_heads=[name]`; `job` is that analysis' id once submitted. While the analysis
+    itself is still computing its head details, it is the job to wait for.
     """
+    state = await job_state(backend, job_id)
+    partial = await heads_stage(backend, state)
+    if partial is not None:
+        check_head(partial, name)
+        return partial, job_id, None, state
     result = await done_summary(backend, job_id)
     check_head(result, name)
     if name in result.detail_mrr:
         return result, job_id, await stored_detail(backend, job_id, name), None
-    if job is None:
+    if job is None or job == job_id:
         served = {info.name for info in await backend.models()}
         model = result.model if result.model in served else None
         top_k_tokens = 10
@@ -218,13 +231,40 @@ async def status_panel(
     request: Request,
     backend: BackendDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
+    after: Annotated[
+        Literal["heads"] | None,
+        Query(description="The page shows the per-head stage: answer with the details' state."),
+    ] = None,
 ) -> Response:
-    """While queued/running: a poller that re-requests itself; when done: the analysis body."""
+    """While queued/running: a poller that re-requests itself; once the per-head stage is
+    done: the analysis body without head details, whose own poller (`after=heads`) learns when
+    they are done and then fetches the whole body; when done: the whole body."""
     state = await next_state(backend, job_id, wait, gone=request.is_disconnected)
-    result = await backend.summary(job_id) if state.status == JobStatus.DONE else None
+    if after == "heads" and state.status != JobStatus.FAILED:
+        ready = state.status == JobStatus.DONE
+        template = "partials/_details_ready.html" if ready else "partials/_details_pending.html"
+        return render(request, template, {"job_id": job_id})
+    partial = await heads_stage(backend, state)
+    result = await backend.summary(job_id) if state.status == JobStatus.DONE else partial
     if result is not None:
-        return render(request, "partials/_analysis_body.html", analysis_context(job_id, result))
+        context = analysis_context(job_id, result) | {
+            "pending": partial is not None,
+            "open_head": open_head(request, result),
+        }
+        return render(request, "partials/_analysis_body.html", context)
     return render(request, "partials/_status.html", {"job_id": job_id, "state": state})
+
+
+def open_head(request: Request, result: AnalysisCore) -> str | None:
+    """The head the page has open (`?head=` of the page's URL, which htmx sends as
+    HX-Current-URL), so that a body replacing the page's keeps it open; None unless it is a
+    head of this model."""
+    query = urlsplit(request.headers.get("HX-Current-URL", "")).query
+    head = parse_qs(query).get("head", [""])[0]
+    match = HEAD_NAME.fullmatch(head)
+    if match is None or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
+        return None
+    return head
 
 
 def _panel(name: str) -> Callable[..., Awaitable[Response]]:

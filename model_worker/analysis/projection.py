@@ -15,25 +15,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-_ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-
-
-def unembed_matmul(x: Tensor, w_u: Tensor) -> Tensor:
-    """x [N, D] · W_Uᵀ → [N, V] in fp32.
-
-    On the CPU this goes through oneDNN's linear kernel (the one torch.compile uses), about 2×
-    the default BLAS here: MKL takes its AVX2 path on AMD CPUs where oneDNN uses AVX-512.
-    Elsewhere, and for other dtypes, it is a plain matmul.
-    """
-    if (
-        _ONEDNN_LINEAR is not None
-        and x.device.type == "cpu"
-        and x.dtype == w_u.dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-    ):
-        return _ONEDNN_LINEAR(x.contiguous(), w_u, None, "none", [], "")
-    return x @ w_u.T
-
+from model_worker.analysis.kernels import unembed_matmul
 
 NormMode = Literal["fixed", "recompute"]
 NormKind = Literal["rms", "layer"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Dialog, Page, expect
@@ -86,3 +88,36 @@ def test_xss_probe_shows_text_and_fires_nothing(page: Page, base_url: str, artif
     expect(page.locator("#head-panel .head")).to_be_visible(timeout=30_000)
     page.screenshot(path=artifacts / "xss-probe.png", full_page=True)
     assert dialogs == []
+
+
+def test_the_heatmap_comes_first_then_the_details(
+    page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page draws the per-head stage while the head details are held back; a head opened
+    meanwhile waits for them, then the whole body replaces the first one with that head kept."""
+    from model_worker import analyze as analyze_module
+
+    release = threading.Event()
+    real = analyze_module.head_details
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "head_details", held)
+    try:
+        page.goto(base_url + "/")
+        page.fill("textarea[name=prompt]", "six : foo hate : bar two : foo one :")
+        page.click("#analyse")
+        expect(page.locator(".analysis-body[data-status=heads]")).to_be_visible(timeout=30_000)
+        expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12)
+        expect(page.locator(".details-pending")).to_be_visible()
+        page.locator("rect.cell[data-layer='1'][data-head='2']").click()
+        expect(page.locator("#head-panel")).to_contain_text("on their way")
+    finally:
+        release.set()
+    expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
+    expect(page.locator(".details-pending")).to_have_count(0)
+    head = page.locator("#head-panel .head[data-head-name=L1H2]")
+    expect(head).to_be_visible(timeout=30_000)
+    expect(page.locator("table.top-heads th", has_text="MRR").first).to_be_visible()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from xml.etree import ElementTree
 
 import pytest
@@ -46,7 +48,11 @@ def wait_done(client: TestClient, job_id: str, timeout: float = 30.0) -> Beautif
         assert status is not None
         if status["data-status"] in ("done", "failed"):
             return page
-        assert status["hx-get"] == f"/a/{job_id}/status?wait=10"
+        if status["data-status"] == "heads":
+            poller = page.select_one(".details-pending")
+            assert poller is not None and poller["hx-get"].endswith("&after=heads")
+        else:
+            assert status["hx-get"] == f"/a/{job_id}/status?wait=10"
         time.sleep(0.05)
     raise AssertionError(f"{job_id} did not finish in {timeout} s")
 
@@ -282,16 +288,87 @@ def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
     )
 
 
-def test_one_long_poll_waits_for_the_result(client: TestClient) -> None:
-    """`?wait=` holds the status request until the job ends: one request sees it done."""
+def test_long_polls_wait_for_each_stage(client: TestClient) -> None:
+    """`?wait=` holds the status request until the job reaches its next stage: the per-head
+    stage (the heatmap, data-status=heads) or the end; at most three polls see it done."""
     body = {"prompt": "two : foo love : bar like : bar one :"}  # not analysed before
     submitted = client.post("/api/analyses", json=body).json()
     job_id = submitted["id"]
     assert submitted["status"] in ("queued", "running")
-    page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
-    status = page.select_one("[data-status]")
-    assert status is not None and status["data-status"] == "done"
+    seen = []
+    for _ in range(3):  # queued → running, running → per-head stage, → done
+        page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+        status = page.select_one("[data-status]")
+        assert status is not None and status["data-status"] in ("running", "heads", "done")
+        seen.append(status["data-status"])
+        if seen[-1] == "done":
+            break
+    assert seen[-1] == "done"
     assert client.get(f"/a/{job_id}/status?wait=31").status_code == 422
+
+
+def test_the_heatmap_comes_before_the_head_details(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the head details are computed, the page, the status poll and the API already
+    hold the per-head stage; the head panel waits for the details; then everything is whole."""
+    from model_worker import analyze as analyze_module
+
+    release = threading.Event()
+    real = analyze_module.head_details
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(30), "the test never released the head details"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "head_details", held)
+    body = {"prompt": "six : foo hate : bar two : foo one :", "top_k_heads": 2}
+    job_id = client.post("/api/analyses", json=body).json()["id"]
+    try:
+        for _ in range(3):  # queued → running → per-head stage: each wakes the long poll
+            page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+            heads = page.select_one(".analysis-body[data-status=heads]")
+            if heads is not None:
+                break
+        assert heads is not None, page
+        assert page.select("svg[data-figure=heatmap] rect.cell")
+        assert len(page.select("table.top-heads tbody tr")) == 2
+        assert not [th for th in page.select("table.top-heads th") if "MRR" in th.text]
+        poller = page.select_one(".details-pending")
+        assert poller is not None
+        assert poller["hx-get"] == f"/a/{job_id}/status?wait=10&after=heads"
+        again = soup(client.get(poller["hx-get"].replace("wait=10", "wait=0")).text)
+        assert again.select_one(".details-pending") is not None  # still pending: polls on
+        assert soup(client.get(f"/a/{job_id}").text).select_one("[data-status=heads]")
+        api = client.get(f"/api/analyses/{job_id}").json()
+        assert api["status"] == "running" and api["result"]["head_details"] == {}
+        assert len(api["result"]["heads"]) == len(page.select("svg[data-figure=heatmap] rect.cell"))
+        name = api["result"]["top_heads"][0]
+        panel = client.get(f"/a/{job_id}/heads/{name}")
+        assert panel.status_code == 200 and "on their way" in panel.text
+        assert f"/a/{job_id}/heads/{name}?job={job_id}" in panel.text
+        assert client.get(f"/api/analyses/{job_id}/top-heads").status_code == 409
+        assert client.get(f"/api/analyses/{job_id}/heads/{name}").status_code == 202
+    finally:
+        release.set()
+    ready = soup(client.get(f"/a/{job_id}/status?wait=30&after=heads").text)
+    refresh = ready.select_one(".details-ready")
+    assert refresh is not None and refresh["hx-get"] == f"/a/{job_id}/status"
+    assert refresh["hx-target"] == "closest .analysis-body"
+    opened = {"HX-Current-URL": f"http://testserver/a/{job_id}?head={name}"}
+    page = soup(client.get(refresh["hx-get"], headers=opened).text)
+    assert page.select_one(".analysis-body[data-status=done]") is not None
+    panel_loader = page.select_one("#head-panel")
+    assert panel_loader is not None and panel_loader["hx-get"] == f"/a/{job_id}/heads/{name}"
+    for bad in ("L99H0", "L0H0%22%3E", "x"):  # out of range or not a head: nothing opened
+        opened = {"HX-Current-URL": f"http://testserver/a/{job_id}?head={bad}"}
+        page = soup(client.get(refresh["hx-get"], headers=opened).text)
+        assert not page.select_one("#head-panel").has_attr("hx-get")
+    assert page.select_one(".details-pending") is None
+    assert [th for th in page.select("table.top-heads th") if "MRR" in th.text]
+    panel = client.get(f"/a/{job_id}/heads/{name}?job={job_id}")
+    assert panel.status_code == 200 and "on their way" not in panel.text
+    assert client.get(f"/api/analyses/{job_id}/heads/{name}").json()["status"] == "done"
 
 
 def test_failed_analysis_says_why(client: TestClient) -> None:

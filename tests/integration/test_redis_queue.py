@@ -179,3 +179,22 @@ def test_too_long_prompt_is_refused_at_submission(client: TestClient) -> None:
     assert response.status_code == 422
     assert response.json()["detail"] == "the prompt has 80 tokens; the limit is 64"
     assert client.post("/api/analyses", json={"prompt": "one : two :"}).status_code in (200, 202)
+
+
+def test_the_per_head_stage_reaches_the_api_before_the_details(client: TestClient) -> None:
+    """The worker publishes the per-head stage in the job's meta: a running analysis already
+    answers with its heads (no details), then the whole result."""
+    body = {"prompt": f"details-later {time.time()} : foo six : bar two : foo one :"}
+    job_id = client.post("/api/analyses", json=body).json()["id"]
+
+    def heads_stage() -> dict[str, Any] | None:
+        state = client.get(f"/api/analyses/{job_id}").json()
+        assert state["status"] != "failed", state
+        return state if state["status"] == "running" and state["result"] else None
+
+    partial = wait_for(heads_stage, 30, "the per-head stage")
+    assert partial["result"]["head_details"] == {} and partial["result"]["heads"]
+    assert partial["message"] == "computing the head details"
+    done = wait_done(client, job_id)
+    assert done["status"] == "done" and len(done["result"]["head_details"]) >= 1
+    assert done["result"]["heads"] == partial["result"]["heads"]

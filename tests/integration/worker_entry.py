@@ -3,6 +3,8 @@
 Run as `python -m tests.integration.worker_entry worker --model DIR ...`. Hooks:
 - TEST_JOB_DELAY_S: sleep this long inside every analysis (time to kill a worker mid-job);
 - prompts containing `oom` raise torch.cuda.OutOfMemoryError (a GPU running out of memory);
+- prompts containing `details-later` wait DETAILS_LATER_S between the per-head stage and the
+  head details;
 - `model_worker.experiments.job.run_experiment` is replaced by `fake_run_experiment`.
 """
 
@@ -18,6 +20,7 @@ from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest, Ex
 from model_worker.loading import LoadedModel
 
 FAKE_STEPS = 5
+DETAILS_LATER_S = 1.5
 
 
 def fake_run_experiment(
@@ -56,11 +59,22 @@ def _install_hooks() -> None:
     real = jobs.run_analysis
     delay = float(os.environ.get("TEST_JOB_DELAY_S", "0"))
 
-    def run_analysis(loaded: LoadedModel, request: AnalysisRequest) -> AnalysisResult:
+    def run_analysis(
+        loaded: LoadedModel,
+        request: AnalysisRequest,
+        on_heads: Callable[[AnalysisResult], None] | None = None,
+    ) -> AnalysisResult:
         if "oom" in request.prompt:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         time.sleep(delay)
-        return real(loaded, request)
+
+        def heads_then_wait(partial: AnalysisResult) -> None:
+            if on_heads is not None:
+                on_heads(partial)
+            if "details-later" in request.prompt:
+                time.sleep(DETAILS_LATER_S)
+
+        return real(loaded, request, heads_then_wait)
 
     jobs.run_analysis = run_analysis
     install_fake_experiment()

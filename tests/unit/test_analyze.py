@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
 
 from app.contracts import AnalysisResult
+from model_worker import analyze as analyze_module
 from model_worker.analysis.contributions import head_outputs, logprob_increase
 from model_worker.analyze import analyze, final_projector
 from model_worker.capture import run_with_cache
@@ -170,3 +172,30 @@ def test_warm_up_analyses_and_never_raises(
     with caplog.at_level("WARNING", logger="model_worker.jobs"):
         jobs.warm_up(tiny_model)  # logs, does not raise
     assert "warm-up analysis skipped: no room for 60 tokens" in caplog.text
+
+
+def test_the_heads_stage_comes_first_and_equals_the_whole_result_less_details(
+    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`on_heads` gets everything the heatmap and the top-heads table need before any head
+    detail is computed; the whole result adds only the details."""
+    stages: list[tuple[AnalysisResult, int]] = []
+    calls: list[object] = []
+    real = analyze_module.head_details
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "head_details", counted)
+    result = analyze(
+        tiny_model,
+        EXAMPLE_PROMPT,
+        top_k_heads=3,
+        on_heads=lambda partial: stages.append((partial, len(calls))),
+    )
+    assert len(stages) == 1 and len(calls) == 1
+    partial, details_computed = stages[0]
+    assert details_computed == 0 and partial.head_details == {}
+    assert len(result.head_details) == 3
+    assert partial == result.model_copy(update={"head_details": {}})

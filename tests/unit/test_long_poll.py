@@ -63,3 +63,46 @@ def test_status_and_summary_reads_never_load_the_head_details(tmp_path: Path) ->
 
     top = asyncio.run(reads())
     assert asked == [list(SUMMARY_PARTS), [head_part(top)]]
+
+
+def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> None:
+    """A running analysis whose per-head stage is done: its status is a cheap `running` with
+    the stage's message (no parts read); the stage reads back as a summary without details,
+    and the API body carries it as the result with `head_details` empty."""
+    import json
+
+    from app.contracts import AnalysisResult
+    from app.result_parts import CORE, DETAILS_MESSAGE
+
+    loaded = tiny_llama()
+    whole = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)
+    partial = whole.model_copy(update={"head_details": {}})
+    stored = AnalysisResult.model_validate_json(partial.model_dump_json())  # floats as stored
+    asked: list[Sequence[str] | None] = []
+
+    class Spy(EmbeddedBackend):
+        async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+            asked.append(None if names is None else list(names))
+            return await super().read_parts(job_id, names)
+
+    backend = Spy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    backend._heads["a-1"] = analysis_parts(partial)[CORE]
+    backend._set(JobState(id="a-1", status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
+
+    async def reads() -> None:
+        state = await backend.status("a-1")
+        assert state is not None and state.status == JobStatus.RUNNING and state.result is None
+        assert state.message == DETAILS_MESSAGE
+        stage = await backend.heads_stage("a-1")
+        assert stage is not None and stage.detail_mrr == {}
+        assert stage.heads == stored.heads and stage.top_heads == whole.top_heads
+        body = await backend.running_body(state)
+        assert body is not None
+        parsed = json.loads(body)
+        assert parsed["status"] == "running" and parsed["message"] == DETAILS_MESSAGE
+        assert AnalysisResult.model_validate(parsed["result"]) == stored
+        assert await backend.heads_stage("a-2") is None
+        await backend.close()
+
+    asyncio.run(reads())
+    assert asked == []  # neither the status nor the stage touched a stored result

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
-from model_worker.analysis import projection
+from model_worker.analysis import kernels
+from model_worker.analysis.kernels import unembed_matmul
 from model_worker.analysis.metrics import CPU_BLOCK_BYTES, block_rows, logsumexp_
-from model_worker.analysis.projection import unembed_matmul
 
 
 @pytest.mark.parametrize("rows", [1, 7, 160])
 def test_unembed_matmul_equals_the_float64_product(rows: int) -> None:
-    """Whichever kernel runs (oneDNN on the CPU), the product is fp32-exact."""
+    """Whichever kernel the calibration picks, the product is fp32-exact."""
     generator = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 48, generator=generator)
     w_u = torch.randn(1000, 48, generator=generator)
@@ -22,23 +24,50 @@ def test_unembed_matmul_equals_the_float64_product(rows: int) -> None:
     assert (got.double() - expected).abs().max() <= 1e-5 * expected.abs().max()
 
 
-def test_unembed_matmul_uses_onednn_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fast kernel is really the one called for fp32 CPU tensors, and not for others."""
-    if projection._ONEDNN_LINEAR is None or not torch.backends.mkldnn.is_available():
-        pytest.fail("this torch build has no oneDNN linear kernel: the CPU fast path is off")
-    calls: list[torch.Size] = []
-    real = projection._ONEDNN_LINEAR
+def test_every_candidate_kernel_is_fp32_exact() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(33, 64, generator=generator)
+    w_u = torch.randn(700, 64, generator=generator)
+    expected = x.double() @ w_u.double().T
+    found = kernels.kernels(x, w_u)
+    assert {"matmul", "linear"} <= set(found)
+    if torch.backends.mkldnn.is_available():
+        assert "onednn" in found  # this CPU build has oneDNN: it must be a candidate
+    for name, kernel in found.items():
+        got = kernel(x, w_u)
+        assert got.dtype == torch.float32, name
+        assert (got.double() - expected).abs().max() <= 1e-5 * expected.abs().max(), name
+    assert set(kernels.kernels(x.double(), w_u.double())) == {"matmul", "linear"}
 
-    def spy(x: torch.Tensor, *args: object) -> torch.Tensor:
-        calls.append(x.shape)
-        return real(x, *args)
 
-    monkeypatch.setattr(projection, "_ONEDNN_LINEAR", spy)
-    x, w_u = torch.randn(3, 8), torch.randn(20, 8)
-    unembed_matmul(x, w_u)
-    assert calls == [torch.Size([3, 8])]
-    half = unembed_matmul(x.double(), w_u.double())  # other dtypes: a plain matmul
-    assert calls == [torch.Size([3, 8])] and half.dtype == torch.float64
+def test_the_measured_fastest_kernel_serves_every_later_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The choice is measured, not assumed: a slow candidate loses whatever its name, and the
+    calibration runs once per weight shape."""
+    calls: list[str] = []
+
+    def slow(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        calls.append("slow")
+        time.sleep(0.01)
+        return x @ w.T
+
+    def fast(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        calls.append("fast")
+        return x @ w.T
+
+    monkeypatch.setattr(kernels, "kernels", lambda x, w: {"onednn": slow, "matmul": fast})
+    monkeypatch.setattr(kernels, "_CHOICES", {})
+    x, w_u = torch.randn(4, 8), torch.randn(300, 8)
+    assert torch.equal(unembed_matmul(x, w_u), x @ w_u.T)
+    choice = kernels.kernel_for(x, w_u)
+    assert choice.name == "matmul" and choice.gflops["matmul"] > choice.gflops["onednn"] > 0
+    calibration = len(calls)
+    assert calibration == 2 + 2 * 3 + 1  # a warm-up and 3 rounds per candidate, the real call
+    unembed_matmul(torch.randn(9, 8), w_u)
+    assert calls[calibration:] == ["fast"]  # cached: no second calibration for this shape
+    unembed_matmul(x, torch.randn(50, 8))  # another shape is measured on its own
+    assert len(calls) == calibration + 1 + 2 + 2 * 3 + 1
 
 
 def test_block_rows_keep_cpu_blocks_under_the_budget() -> None:
