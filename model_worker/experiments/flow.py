@@ -59,7 +59,7 @@ def run(ctx: Context) -> ExperimentResult:
         progress=ctx.progress,
         label="information flow",
     )
-    mean = torch.stack([r.extra for r in runs]).mean(0)  # [3, L]
+    mean = torch.stack([r.extra for r in runs]).mean(0)  # [5, L]: the 3 flows, 2 shares
     n_layers = mean.shape[1]
     columns = [*FLOWS, "demo_to_label_share", "label_to_last_share"]
     rows: list[Row] = [
