@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from enum import StrEnum
@@ -94,6 +95,11 @@ class PartsReader:
         once the whole result is stored)."""
         raise NotImplementedError
 
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        """Return when `job_id` may have changed: after `at_most_s` here (the long poll reads
+        its state again); a backend that hears of each change returns at that change."""
+        await asyncio.sleep(at_most_s)
+
     async def heads_stage(self, job_id: str) -> AnalysisSummary | None:
         """A running analysis' per-head stage: tokens, layers, heads, top heads, no details."""
         core = None if is_experiment(job_id) else await self.read_heads_stage(job_id)
@@ -176,6 +182,10 @@ class Backend(Protocol):
 
     async def running_body(self, state: JobState) -> bytes | None:
         """The JSON of a running analysis' state with its per-head stage as the result."""
+        ...
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        """Return at the job's next change, or after `at_most_s` (between long-poll reads)."""
         ...
 
     async def experiment(self, job_id: str) -> ExperimentResult | None:

@@ -6,19 +6,41 @@ from 0; heads are named `L{layer}H{head}` (TransformerLens style).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
 from app.display import AnalysisDisplay, ExperimentDisplay, HeadDisplay
 
-#: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key.
-RESULT_SCHEMA_VERSION = 3
+#: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key, so a
+#: request is computed afresh; results stored under an older version keep their permalinks
+#: (the renames below are read back through `_renamed`). 4: `layer_input` split into
+#: KeyProjection.normalized_input and HeadDetail.resid_pre.
+RESULT_SCHEMA_VERSION = 4
 
+#: How a head's vector is read through the final norm (model_worker.analysis.projection):
+#: the norm's scale frozen at the analysed position (`fixed`, the default and the paper code's),
+#: or the real norm of base + v.
 NormMode = Literal["fixed", "recompute"]
+NORM_MODES: tuple[NormMode, ...] = get_args(NormMode)
+#: A model's norm: RMSNorm (`rms`) or LayerNorm (`layer`).
+NormKind = Literal["rms", "layer"]
 #: What ranks the heads (and picks the detailed top K): the whole head's increase, or the
 #: increase of its label positions alone (`label_increase`).
 RankBy = Literal["increase", "label"]
+#: How the page names each ranking (its menu is built from this; keys are RankBy's values).
+RANKINGS: dict[RankBy, str] = {"increase": "increase", "label": "label increase"}
 
 
 def _fp32_digits(value: float) -> float:
@@ -30,9 +52,49 @@ def _fp32_digits(value: float) -> float:
 Fp32 = Annotated[float, PlainSerializer(_fp32_digits, return_type=float, when_used="json")]
 
 
+#: A head's name, `L{layer}H{head}`: ASCII digits, at most four each (int() of a long digit
+#: string is slow, and no model has 10,000 layers).
+HEAD_NAME_PATTERN = r"^L([0-9]{1,4})H([0-9]{1,4})$"
+_HEAD_NAME = re.compile(HEAD_NAME_PATTERN)
+
+
 def head_name(layer: int, head: int) -> str:
     """`L{layer}H{head}`, the name a head carries in code, JSON and the UI."""
     return f"L{layer}H{head}"
+
+
+def parse_head_name(name: str) -> tuple[int, int]:
+    """`L3H1` → (3, 1); ValueError with an example for anything else."""
+    match = _HEAD_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"head {name[:40]!r} is not of the form L<layer>H<head>, e.g. L3H1")
+    return int(match[1]), int(match[2])
+
+
+def model_head(name: str, n_layers: int, n_heads: int) -> tuple[int, int]:
+    """`parse_head_name`, and ValueError naming the model's size for a head it does not have."""
+    layer, head = parse_head_name(name)
+    if layer >= n_layers or head >= n_heads:
+        raise ValueError(
+            f"head {name!r} does not exist: {n_layers} layers × {n_heads} heads "
+            f"(L0H0 … L{n_layers - 1}H{n_heads - 1})"
+        )
+    return layer, head
+
+
+def _checked_head_name(name: str) -> str:
+    parse_head_name(name)
+    return name
+
+
+#: A head name in a request: surrounding whitespace dropped, checked against HEAD_NAME_PATTERN
+#: (a malformed one is a validation error, i.e. a 422 at the API).
+HeadName = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True),
+    AfterValidator(_checked_head_name),
+    WithJsonSchema({"type": "string", "pattern": HEAD_NAME_PATTERN, "examples": ["L3H1"]}),
+]
 
 
 class _Frozen(BaseModel):
@@ -49,7 +111,7 @@ class AnalysisRequest(_Frozen):
     norm: NormMode = "fixed"
     top_k_heads: int = Field(default=20, ge=1, le=200)
     top_k_tokens: int = Field(default=10, ge=1, le=50)
-    extra_heads: list[str] = Field(default_factory=list, max_length=32)
+    extra_heads: list[HeadName] = Field(default_factory=list, max_length=32)
     rank: RankBy = "increase"
 
 
@@ -154,15 +216,29 @@ class ValueProjection(_Frozen):
     weighted_value: list[TopToken]
 
 
+def _renamed(old: str, new: str) -> Any:
+    """A validator that reads field `old` of a result stored before the schema renamed it."""
+
+    def rename(data: Any) -> Any:
+        if isinstance(data, dict) and old in data and new not in data:
+            data = {(new if key == old else key): value for key, value in data.items()}
+        return data
+
+    return model_validator(mode="before")(rename)
+
+
 class KeyProjection(_Frozen):
-    """Key side of a label position: the normed layer input, and the released code's variant
-    (the sum of the earlier layers' attention outputs at that position)."""
+    """Key side of a label position: its normalised layer input (what the keys are computed
+    from, ln(resid_pre)), and the released code's variant (the sum of the earlier layers'
+    attention outputs at that position)."""
 
     position: int
     token: str
     is_true: bool
-    layer_input: list[TopToken]
+    normalized_input: list[TopToken]
     prior_attention: list[TopToken]
+
+    _schema_3 = _renamed("layer_input", "normalized_input")
 
 
 class OffsetQuery(_Frozen):
@@ -192,13 +268,16 @@ class HeadDetail(_Frozen):
     keys: list[KeyProjection]
     query: list[TopToken]
     query_by_offset: list[OffsetQuery] = Field(default_factory=list)
-    layer_input: list[TopToken]
+    #: the layer's input residual (resid_pre, before its norm) at the last position
+    resid_pre: list[TopToken]
     value_mrr: list[LabelMrr]
     random_head: str | None
     random_head_mrr: list[LabelMrr]
     scores: list[Fp32 | None] = Field(default_factory=list)
     content_scores: list[Fp32 | None] = Field(default_factory=list)
     position_scores: list[Fp32 | None] | None = None
+
+    _schema_3 = _renamed("layer_input", "resid_pre")
 
 
 class AnalysisCore(_Frozen):
@@ -225,6 +304,14 @@ class AnalysisCore(_Frozen):
     #: The request a worker answered (None from a direct `analyze()` call): it recomputes the
     #: result exactly, e.g. with one more head detailed.
     request: AnalysisRequest | None = None
+
+    def has_head(self, name: str) -> bool:
+        """Whether `name` is a well-formed name of one of this model's heads."""
+        try:
+            model_head(name, self.n_layers, self.n_heads)
+        except ValueError:
+            return False
+        return True
 
     def head(self, name: str) -> HeadSummary:
         """The summary of head `name` (`L23H1`); KeyError if there is none."""
@@ -263,20 +350,54 @@ class AnalysisSummary(AnalysisCore):
     detail_mrr: dict[str, list[LabelMrr]]
 
 
-ExperimentName = Literal[
-    "accuracy",
-    "heads",
-    "mrr",
-    "attention",
-    "imbalance",
-    "reorder",
-    "ablation",
-    "bias",
-    "flow",
-    "layers",
-    "matching",
-]
-EXPERIMENT_NAMES: tuple[str, ...] = get_args(ExperimentName)
+@dataclass(frozen=True)
+class Experiment:
+    """One dataset experiment: the line the page and the CLI show for it, and its runner, a
+    module under `model_worker/experiments/` with a `run(ctx: Context) -> ExperimentResult`
+    (named here, imported by the worker only, so this registry stays torch-free). Every
+    experiment takes the same parameters, ExperimentRequest's fields."""
+
+    description: str
+    runner: str
+
+
+#: Every dataset experiment, in the order the page and the CLI list them: the one registry
+#: that the CLI's choices, the API's accepted names, the page's options and the job runner read.
+EXPERIMENTS: dict[str, Experiment] = {
+    "accuracy": Experiment(
+        "ICL accuracy per input class and label assignment (Table 2)", "accuracy"
+    ),
+    "heads": Experiment(
+        "Top-20 heads by mean log-prob increase, overlap between datasets (Fig. 3/4)", "heads"
+    ),
+    "mrr": Experiment(
+        "Label-value MRR, in-context vs random heads of the same layer (Fig. 5)", "mrr"
+    ),
+    "attention": Experiment(
+        "Attention on true vs false labels; attention vs increase (Fig. 6/7)", "attention"
+    ),
+    "imbalance": Experiment(
+        "Imbalanced prompts: attention on true/false labels (Fig. 8/10)", "variants"
+    ),
+    "reorder": Experiment(
+        "Re-ordered prompts: attention on true/false labels (Fig. 9/11)", "variants"
+    ),
+    "ablation": Experiment("Zero the in-context heads vs as many random heads", "ablation"),
+    "bias": Experiment("Majority-label and recency bias reduction (later paper version)", "bias"),
+    "flow": Experiment(
+        "Information flow per layer: demonstrations → labels → last token (Fig. 1a)", "flow"
+    ),
+    "layers": Experiment("Attention vs FFN increase per layer over the dataset (Fig. 2)", "layers"),
+    "matching": Experiment(
+        "Matching test: a demonstration's input as the query; do the heads pick its label?",
+        "matching",
+    ),
+}
+EXPERIMENT_NAMES: tuple[str, ...] = tuple(EXPERIMENTS)
+if TYPE_CHECKING:
+    ExperimentName = str
+else:  # a Literal built from the registry: pydantic checks it and OpenAPI lists it (an enum)
+    ExperimentName = Literal[EXPERIMENT_NAMES]
 
 
 class ExperimentRequest(_Frozen):

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from app.backend import BackendError, JobState, JobStatus, ModelInfo, PartsReader, client_limit
 from app.budget import BudgetError, check_analysis, check_experiment
 from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from app.job_news import JobNews
 from app.keys import analysis_job_id, experiment_job_id, is_experiment
+from app.pending import PendingJobs
 from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts, size
 from app.settings import Settings
 from app.store import DONE, FAILED, PENDING, ResultStore, StoredJob, StoreError, open_store
@@ -93,12 +95,12 @@ class EmbeddedBackend(PartsReader):
         self._store = store or open_store(settings)
         self._jobs: OrderedDict[str, JobState] = OrderedDict()  # queued, running, failed
         self._memory = PartsMemory(settings.result_memory_bytes)
-        self._pending: list[str] = []  # queued jobs, in the order they will run
+        self._pending = PendingJobs()  # placed in the event loop, taken in the worker thread
         self._works: dict[str, Work] = {}  # what each queued job runs
-        self._ahead: set[str] = set()  # queued jobs of clients that had nothing else queued
         self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
         self._heads: dict[str, bytes] = {}  # running analysis -> its per-head stage's core
         self._tokenizer: PreTrainedTokenizerBase | None = None
+        self._news = JobNews()  # wakes the long polls of a job when it changes
 
     async def _loaded(self) -> LoadedModel:
         try:
@@ -118,6 +120,10 @@ class EmbeddedBackend(PartsReader):
         self._jobs.move_to_end(state.id)
         while len(self._jobs) > MAX_JOBS:
             self._jobs.popitem(last=False)
+        self._news.publish(state.id)
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        await self._news.wait(job_id, at_most_s)
 
     async def _model_for(self, requested: str | None) -> tuple[str, LoadedModel]:
         model_name = requested or self.default_model
@@ -135,19 +141,20 @@ class EmbeddedBackend(PartsReader):
         return await self._enqueue(job_id, request, loaded, client)
 
     def _check_cost(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
-        """422 at once, with the numbers, for a prompt longer than the limit or a request over
-        the budget (the worker thread has its own tokenizer: fast tokenizers must not be
-        shared across threads)."""
-        from model_worker.errors import PromptError
-        from model_worker.prompting import check_length, token_limit
+        """422 at once, with the numbers, for a prompt longer than the limit, a head the model
+        does not have or a request over the budget (the worker thread has its own tokenizer:
+        fast tokenizers must not be shared across threads)."""
+        from model_worker.errors import LabelError, PromptError
+        from model_worker.prompting import check_length, parse_head_names, token_limit
 
         if self._tokenizer is None:
             self._tokenizer = copy.deepcopy(loaded.tokenizer)
         n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
         try:
+            parse_head_names(request.extra_heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
             check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
             check_analysis(n_tokens, request, self._settings.max_analysis_cost)
-        except (PromptError, BudgetError) as exc:
+        except (LabelError, PromptError, BudgetError) as exc:
             raise BackendError(str(exc), status=422) from exc
 
     async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
@@ -176,7 +183,7 @@ class EmbeddedBackend(PartsReader):
                 self._heads[job_id] = analysis_parts(partial)[CORE]
                 self._set(JobState(id=job_id, status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
 
-            return result_parts(run_analysis(loaded, request, heads_stage))
+            return result_parts(run_analysis(loaded, request, heads_stage, settings=self._settings))
 
         return work
 
@@ -192,7 +199,7 @@ class EmbeddedBackend(PartsReader):
         experiment = is_experiment(job_id)
         active = sum(
             1
-            for other, owner in self._owners.items()
+            for other, owner in list(self._owners.items())  # copied: the worker thread pops
             if owner == client and is_experiment(other) == experiment
         )
         limit = (
@@ -225,32 +232,19 @@ class EmbeddedBackend(PartsReader):
                 loaded.fingerprint,
                 request.model_dump_json(),
             )
-        ahead = client is not None and client not in self._owners.values()
+        ahead = client is not None and client not in list(self._owners.values())
         if client is not None:
             self._owners[job_id] = client
         state = JobState(id=job_id, status=JobStatus.QUEUED)
         self._set(state)
-        position = self._place(job_id, ahead)
+        position = self._pending.place(job_id, ahead)
         self._works[job_id] = self._work(job_id, loaded, request)
         self._executor.submit(self._run_next)
         return state.model_copy(update={"position_in_queue": position})
 
-    def _place(self, job_id: str, ahead: bool) -> int:
-        """Queue `job_id`; its position. A job of a client with nothing else queued or running
-        goes ahead of the backlogs of clients with many (after earlier such jobs), so one
-        client's bulk submissions never stand between another client and its one analysis."""
-        if not ahead:
-            self._pending.append(job_id)
-            return len(self._pending) - 1
-        position = sum(1 for other in self._pending if other in self._ahead)
-        self._ahead.add(job_id)
-        self._pending.insert(position, job_id)
-        return position
-
     def _run_next(self) -> None:
         """Run the job at the head of the queue (one call per enqueued job)."""
-        job_id = self._pending.pop(0)
-        self._ahead.discard(job_id)
+        job_id = self._pending.pop_next()
         self._run(job_id, self._works.pop(job_id))
 
     def _run(self, job_id: str, work: Work) -> None:
@@ -266,6 +260,7 @@ class EmbeddedBackend(PartsReader):
         try:
             parts = work(progress)
             self._memory.put(job_id, parts)
+            self._news.publish(job_id)  # done: read from the memory while the store saves it
             self._store.save(job_id, parts)
             self._jobs.pop(job_id, None)  # done: read from the memory or the store from now on
         except Exception as exc:  # one failing job must not stop the worker
@@ -285,8 +280,8 @@ class EmbeddedBackend(PartsReader):
             return JobState(id=job_id, status=JobStatus.DONE)
         state = self._jobs.get(job_id)
         if state is not None:
-            if state.status == JobStatus.QUEUED and job_id in self._pending:
-                position = self._pending.index(job_id)
+            position = self._pending.position(job_id) if state.status == JobStatus.QUEUED else None
+            if position is not None:
                 return state.model_copy(update={"position_in_queue": position})
             return state
         stored = await self._stored(self._store.job, job_id)

@@ -24,6 +24,16 @@ WORKERS_KEY = f"{PREFIX}:workers"
 COMPUTED_KEY = f"{PREFIX}:stats:computed"
 
 
+def _key(kind: str, name: str) -> str:
+    """`icl:<kind>:<name>`: every per-item key of the app's Redis namespace."""
+    return f"{PREFIX}:{kind}:{name}"
+
+
+def _short_hash(text: str) -> str:
+    """16 hex digits of the SHA-256 of `text`: a fixed-length, key-safe name for any string."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _content_id(kind: str, model: str, fingerprint: str, request: BaseModel) -> str:
     payload = json.dumps(
         {
@@ -57,50 +67,50 @@ def is_experiment(job_id: str) -> bool:
 
 def result_key(job_id: str) -> str:
     """Where a finished job's result JSON lives (with the result TTL)."""
-    return f"{PREFIX}:result:{job_id}"
+    return _key("result", job_id)
 
 
 def heads_stage_key(job_id: str) -> str:
     """Where a running analysis' per-head stage lives (its core part, app.result_parts) until
     the whole result is stored."""
-    return f"{PREFIX}:heads:{job_id}"
+    return _key("heads", job_id)
 
 
 def claim_key(job_id: str) -> str:
     """A short-lived lock taken while a job is enqueued, so concurrent submits enqueue once."""
-    return f"{PREFIX}:claim:{job_id}"
+    return _key("claim", job_id)
 
 
 def client_jobs_key(client: str) -> str:
     """The jobs one client has submitted and may still be waiting for (a sorted set)."""
-    return f"{PREFIX}:client:{hashlib.sha256(client.encode()).hexdigest()[:16]}"
+    return _key("client", _short_hash(client))
 
 
 def ahead_key(queue: str) -> str:
     """The jobs of a queue that went ahead of the backlogs (a set; see app.queue.fair)."""
-    return f"{PREFIX}:ahead:{queue}"
+    return _key("ahead", queue)
 
 
 def worker_key(name: str) -> str:
     """A worker's heartbeat: its model, weights fingerprint and current job (expires if silent)."""
-    return f"{PREFIX}:worker:{name}"
+    return _key("worker", name)
 
 
 def reap_lock_key(queue: str) -> str:
     """Serialises the search for jobs abandoned by dead workers on one queue."""
-    return f"{PREFIX}:reap:{queue}"
+    return _key("reap", queue)
 
 
 def tokenizer_key(fingerprint: str) -> str:
     """A worker's tokenizer (tokenizers JSON), so the web tier can count prompt tokens."""
-    return f"{PREFIX}:tokenizer:{fingerprint}"
+    return _key("tokenizer", fingerprint)
 
 
 def session_key(session_digest: str) -> str:
     """A login session, by the SHA-256 of its id (app.security.sessions)."""
-    return f"{PREFIX}:session:{session_digest}"
+    return _key("session", session_digest)
 
 
 def queue_name(model: str) -> str:
     """One queue per model id."""
-    return f"{PREFIX}:queue:{hashlib.sha256(model.encode()).hexdigest()[:16]}"
+    return _key("queue", _short_hash(model))

@@ -15,8 +15,8 @@ from fastapi.staticfiles import StaticFiles
 
 from app import security
 from app.backend import Backend, BackendError
+from app.log_safety import redact
 from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
-from app.security.redact import redact
 from app.security.responses import error_response
 from app.settings import Settings, get_settings
 

@@ -8,19 +8,28 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_MODEL = "smollm2"
+from app.defaults import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_MAX_PROMPT_TOKENS,
+    DEFAULT_MODEL,
+    DEVICE_PATTERN,
+    DType,
+)
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ICL_", env_file=".env", extra="ignore")
 
     model: str = Field(DEFAULT_MODEL, description="Model id, local path or GGUF file to serve.")
-    device: str = Field("auto", description="auto, cpu, cuda, cuda:0, ...")
-    dtype: str = Field("auto", description="auto, float32, bfloat16 or float16.")
-    max_prompt_tokens: int = Field(512, ge=1, description="Longest prompt analysed, in tokens.")
+    device: str = Field(
+        "auto", pattern=DEVICE_PATTERN, description="auto, cpu, mps, cuda or cuda:N."
+    )
+    dtype: DType = Field("auto", description="auto, float32, bfloat16 or float16.")
+    max_prompt_tokens: int = Field(
+        DEFAULT_MAX_PROMPT_TOKENS, ge=1, description="Longest prompt analysed, in tokens."
+    )
     cache_dir: Path = Field(
-        Path.home() / ".cache" / "icl-heads",
-        description="Converted model weights and other on-disk caches.",
+        DEFAULT_CACHE_DIR, description="Converted model weights and other on-disk caches."
     )
     warm_up: bool = Field(
         True, description="Analyse a built-in prompt twice at start-up (first request at speed)."

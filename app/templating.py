@@ -1,16 +1,22 @@
-"""Jinja2 templates (autoescape on) and the view preferences every page renders with."""
+"""Jinja2 templates (autoescape on), the view preferences every page renders with, and URLs
+built from route names (`url_path` in routes, `url(...)` in templates)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, pass_context, select_autoescape
+from jinja2.runtime import Context
+from starlette.applications import Starlette
 
-from app.figures.svg import signed, visible
+from app.contracts import NORM_MODES, RANKINGS
+from app.figure_kit.svg import signed, visible
+from app.figures.registry import EXPERIMENT_FORMATS, download_formats
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 PRESENT_COOKIE = "icl_present"
@@ -23,8 +29,40 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def route_path(
+    app: Starlette, route: str, /, query: dict[str, str] | None = None, **params: str
+) -> str:
+    """The path of the route named `route` with its path `params` filled in, and `query`
+    appended."""
+    path = str(app.url_path_for(route, **params))
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+def url_path(
+    request: Request, route: str, /, query: dict[str, str] | None = None, **params: str
+) -> str:
+    """`route_path` in the app serving `request`."""
+    return route_path(request.app, route, query, **params)
+
+
+@pass_context
+def _url(
+    context: Context, route: str, /, query: dict[str, str] | None = None, **params: str
+) -> str:
+    """Templates' `url('route_name', {query}, param=value)`."""
+    return url_path(context["request"], route, query, **params)
+
+
 _env.filters["signed"] = signed
 _env.filters["visible"] = visible
+_env.globals["norm_modes"] = NORM_MODES
+_env.globals["rankings"] = RANKINGS
+_env.globals["url"] = _url
+# download menus are generated from the figure registry
+_env.globals["figure_formats"] = download_formats
+_env.globals["experiment_figure_formats"] = EXPERIMENT_FORMATS
 templates = Jinja2Templates(env=_env)
 
 
@@ -39,12 +77,20 @@ def view_prefs(request: Request) -> dict[str, Any]:
 
 
 def render(
-    request: Request, name: str, context: dict[str, Any], status_code: int = 200
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    status_code: int = 200,
+    alternate: str | None = None,
 ) -> HTMLResponse:
-    """`name` rendered with `context` plus the view preferences."""
-    return templates.TemplateResponse(
+    """`name` rendered with `context` plus the view preferences; `alternate`: the URL of the
+    view's JSON twin, sent as `Link: <url>; rel="alternate"; type="application/json"`."""
+    response = templates.TemplateResponse(
         request, name, {**context, "prefs": view_prefs(request)}, status_code=status_code
     )
+    if alternate is not None:
+        response.headers["Link"] = f'<{alternate}>; rel="alternate"; type="application/json"'
+    return response
 
 
 def render_text(name: str, context: dict[str, Any]) -> str:

@@ -5,10 +5,13 @@ Chromium with Playwright. Prints, measured in this one run (the machine is share
 - click Analyse → heatmap visible (the per-head stage; target ≤ 0.5 s) and → head details
   visible (the whole analysis; target ≤ 1.5 s), cache cold, for several ≤ 64-token prompts;
 - a cached analysis page: navigation → first paint / first contentful paint (target ≤ 100 ms);
-- the HTML size of a 64-token prompt's analysis page (limit 300 KB).
+- the HTML size of a 64-token prompt's analysis page (limit 300 KB);
+- the timeline of a cold analysis from the click to the heatmap and the details (median ms
+  of each segment: submit, dispatch, compute, answer, parse, paint; browser_timeline.py).
 It also saves the README screenshot (the paper's prompt with its top head open).
 
     PYTHONPATH=. .venv/bin/python bench/bench_browser.py [--repeats 5] [--screenshot PATH]
+        [--replay 0.35,0.45]   # fixed stage times instead of the model: the web path alone
 """
 
 from __future__ import annotations
@@ -20,19 +23,32 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI
 from playwright.sync_api import Page, sync_playwright
 
-from app.embedded import EmbeddedBackend
+from app.contracts import AnalysisRequest
 from app.main import create_app
 from app.settings import Settings
+from model_worker.jobs import run_analysis
 from model_worker.loading import LoadedModel, load_model
 from tests.browser.live import launch, serve
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_analysis import cpu_model  # noqa: E402
+from browser_timeline import (  # noqa: E402
+    PAGE_PROBE,
+    READ_PAGE,
+    Clock,
+    JobStamps,
+    Replay,
+    RqWatch,
+    breakdown,
+    timed_backend,
+)
 
 PAPER_PROMPT = "love : bar like : bar eight : foo two : foo one :"
 WORDS = [
@@ -42,15 +58,7 @@ WORDS = [
 ]  # fmt: skip
 
 
-class TimedBackend(EmbeddedBackend):
-    """The embedded backend, recording each job's compute time (to split model vs web time)."""
-
-    compute_s: list[float] = []
-
-    def _run(self, *args: Any, **kwargs: Any) -> None:
-        start = time.perf_counter()
-        super()._run(*args, **kwargs)
-        self.compute_s.append(time.perf_counter() - start)
+CLOCK = Clock()
 
 
 def prompt_of(loaded: LoadedModel, tokens: int, shift: int) -> str:
@@ -65,11 +73,20 @@ def prompt_of(loaded: LoadedModel, tokens: int, shift: int) -> str:
     return best
 
 
-def analyse_to_heatmap(page: Page, base_url: str, prompt: str) -> tuple[float, float]:
+def analyse_to_heatmap(
+    page: Page,
+    base_url: str,
+    prompt: str,
+    segments: list[dict[str, float]] | None = None,
+    job_stamps: JobStamps | None = None,
+) -> tuple[float, float]:
     """Seconds from clicking Analyse to the heatmap's cells being visible (the per-head stage),
-    and to the head details being there (the whole analysis body)."""
+    and to the head details being there (the whole analysis body); `segments` receives the
+    run's timeline (browser_timeline.breakdown; `job_stamps` adds the job's own stamps when
+    a worker process ran it)."""
     page.goto(base_url + "/")
     page.fill("textarea[name=prompt]", prompt)
+    CLOCK.clear()
     start = time.perf_counter()
     page.click("#analyse")
     heatmap = page.locator("svg[data-figure=heatmap] rect.cell, [data-status=failed]").first
@@ -81,6 +98,11 @@ def analyse_to_heatmap(page: Page, base_url: str, prompt: str) -> tuple[float, f
     details_s = time.perf_counter() - start
     if page.locator("[data-status=failed]").count():
         raise RuntimeError(page.locator("[data-status=failed]").inner_text())
+    if segments is not None:
+        stamps = list(CLOCK.stamps)
+        if job_stamps is not None:
+            stamps += job_stamps(page.url.split("/a/")[1].split("?")[0])
+        segments.append(breakdown(stamps, page.evaluate(READ_PAGE)))
     return heatmap_s, details_s
 
 
@@ -101,27 +123,73 @@ def first_paint_ms(page: Page, url: str) -> tuple[float, float]:
     )
 
 
+def web_app(
+    args: argparse.Namespace, loaded: LoadedModel, stack: ExitStack
+) -> tuple[FastAPI, JobStamps | None, str]:
+    """The app under test (embedded: the model in-process, or replayed; Redis: a worker
+    process), how to read a job's own stamps, and what computes (for the report)."""
+    settings = Settings(data_dir=Path(tempfile.mkdtemp()))  # a fresh store: cold means cold
+    if args.redis:
+        from redis import Redis
+
+        from app.queue.heartbeats import live_beats
+        from tests.integration.redis_support import private_db, start_worker, stop, wait_for
+
+        url = stack.enter_context(private_db())
+        log = Path(tempfile.mkdtemp()) / "worker.log"
+        worker = start_worker(settings.model, url, log)  # type: ignore[arg-type]
+        stack.callback(stop, worker)
+        connection = Redis.from_url(url)
+        wait_for(lambda: live_beats(connection), 600, f"the worker (log: {log})")
+        app = create_app(settings.model_copy(update={"redis_url": url}))
+        return app, RqWatch(connection).stamps, "SmolLM2 on CPU, Redis + worker"
+    replay = None
+    if args.replay:
+        heads_s, details_s = (float(x) for x in args.replay.split(","))
+        whole = run_analysis(loaded, AnalysisRequest(prompt=prompt_of(loaded, 64, 0)))
+        replay = Replay(whole, heads_s, details_s)
+        args.screenshot = None
+    backend = timed_backend(CLOCK, replay)(settings, loader=lambda: loaded)
+    what = f"replayed: stages of {args.replay} s" if replay else "SmolLM2 on CPU, embedded"
+    return create_app(settings, backend), None, what
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--screenshot", type=Path, default=Path("docs/screenshot.png"))
+    parser.add_argument(
+        "--replay",
+        metavar="HEADS_S,DETAILS_S",
+        help="replace the model's two stages by sleeps of these seconds (serving one real "
+        "result): times the web and browser path alone, e.g. 0.35,0.45 on a busy machine",
+    )
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="Redis mode: the web tier on a private database of the Redis at 127.0.0.1:6379 "
+        "and one `icl-heads worker` process for the model",
+    )
     args = parser.parse_args()
 
     loaded = load_model(device="cpu", dtype="float32")
-    settings = Settings(data_dir=Path(tempfile.mkdtemp()))  # a fresh store: cold means cold
-    app = create_app(settings, TimedBackend(settings, loader=lambda: loaded))
-    with serve(app) as base_url, sync_playwright() as playwright:
-        browser = launch(playwright)
+    with ExitStack() as stack:
+        app, job_stamps, what = web_app(args, loaded, stack)
+        CLOCK.install(app)
+        base_url = stack.enter_context(serve(app))
+        browser = launch(stack.enter_context(sync_playwright()))
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.add_init_script(PAGE_PROBE)
         analyse_to_heatmap(page, base_url, prompt_of(loaded, 40, 7))  # warm-up: JIT, fonts
 
         cold, details, web = [], [], []
+        segments: list[dict[str, float]] = []
         for shift in range(args.repeats):
             prompt = prompt_of(loaded, 64, shift)
-            heatmap_s, details_s = analyse_to_heatmap(page, base_url, prompt)
+            heatmap_s, details_s = analyse_to_heatmap(page, base_url, prompt, segments, job_stamps)
             cold.append(heatmap_s)
             details.append(details_s)
-            web.append(details_s - TimedBackend.compute_s[-1])
+            web.append(details_s - segments[-1]["job (both stages)"] / 1000)
         n_tokens = len(loaded.tokenizer(prompt).input_ids)
         url = page.url.split("?")[0]
         html_kb = len(urllib.request.urlopen(url).read()) / 1024
@@ -130,7 +198,7 @@ def main() -> None:
         fp = [p[0] for p in paints]
         fcp = [p[1] for p in paints]
 
-        print(f"SmolLM2 on CPU, prompt {n_tokens} tokens, {args.repeats} runs")
+        print(f"{what}, prompt {n_tokens} tokens, {args.repeats} runs")
         print(f"load average {os.getloadavg()[0]:.2f}; CPU {cpu_model()}")
         print(
             f"Analyse → heatmap visible (cache cold): median {statistics.median(cold):.2f} s, "
@@ -140,9 +208,16 @@ def main() -> None:
             f"Analyse → head details visible: median {statistics.median(details):.2f} s, "
             f"max {max(details):.2f} s  (target ≤ 1.5 s)"
         )
+        painted = statistics.median(s["click → heatmap painted"] for s in segments) / 1000
+        in_dom = statistics.median(s["click → details in DOM"] for s in segments) / 1000
+        print(
+            f"  the same in the page (click event → heatmap painted / details in the DOM; "
+            f"without Playwright's own latency): median {painted:.2f} s / {in_dom:.2f} s"
+        )
         print(
             f"  of which the analysis job (model compute, both stages): median "
-            f"{statistics.median(TimedBackend.compute_s[1:]):.2f} s; web + browser (submit, "
+            f"{statistics.median(s['job (both stages)'] for s in segments) / 1000:.2f} s; "
+            f"web + browser (submit, "
             f"polling, render): median {statistics.median(web):.2f} s"
         )
         print(
@@ -150,6 +225,9 @@ def main() -> None:
             f"first contentful paint median {statistics.median(fcp):.0f} ms  (target ≤ 100 ms)"
         )
         print(f"analysis page HTML: {html_kb:.0f} KB  (limit 300 KB)")
+        print("timeline of a cold analysis, median ms (bench/browser_timeline.py):")
+        for name in segments[0]:
+            print(f"  {name:<46} {statistics.median(s[name] for s in segments):8.1f}")
 
         if args.screenshot:
             page.set_viewport_size({"width": 1440, "height": 900})

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from app.contracts import AnalysisRequest  # noqa: E402
 from app.keys import analysis_job_id  # noqa: E402
 from app.result_parts import result_parts  # noqa: E402
+from app.settings import Settings  # noqa: E402
 from tests.integration.redis_support import OwnRedis, free_port, wait_for  # noqa: E402
 from tests.tiny_models import EXAMPLE_PROMPT  # noqa: E402
 
@@ -42,7 +43,7 @@ def cached_result(redis_url: str, tiny: bool) -> tuple[str, int]:
 
     loaded = tiny_llama() if tiny else load_model(device="cpu")
     request = AnalysisRequest(prompt=EXAMPLE_PROMPT if tiny else SMOLLM2_PROMPT)
-    result = run_analysis(loaded, request)
+    result = run_analysis(loaded, request, settings=Settings())
     job_id = analysis_job_id(loaded.name, loaded.fingerprint, request)
     store_parts(Redis.from_url(redis_url), job_id, result_parts(result), 3600)
     return job_id, len(result.model_dump_json())
@@ -120,7 +121,7 @@ def main() -> None:
             "ICL_DATA_DIR": str(Path(tmp) / "data"),
         }
         server = subprocess.Popen(
-            [sys.executable, "-m", "model_worker.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -31,7 +31,9 @@ from app.queue.heartbeats import live_beats  # noqa: E402
 from tests.integration.redis_support import (  # noqa: E402
     OwnRedis,
     free_port,
+    is_up,
     save_tiny_model,
+    start_server,
     stop,
     wait_for,
 )
@@ -99,13 +101,13 @@ def main() -> None:
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_CACHE_DIR": str(folder / "cache"),
         }
-        processes = [_icl_heads(env, "worker", "--device", "cpu") for _ in range(2)]
-        processes.append(_icl_heads(env, "serve", "--port", str(port)))
+        processes = [_worker(env) for _ in range(2)]
+        processes.append(start_server(port, env))
         connection = Redis.from_url(redis.url)
         try:
             wait_for(lambda: len(live_beats(connection)) == 2, 120, "two workers")
             base = f"http://127.0.0.1:{port}"
-            wait_for(lambda: _up(base), 60, "the web server")
+            wait_for(lambda: is_up(base), 60, "the web server")
             texts = prompts(args.total)
             started = time.perf_counter()
             ids, submitted = asyncio.run(submit_all(base, texts))
@@ -128,21 +130,11 @@ def main() -> None:
     print("every one answered, duplicates computed once, none lost:", "yes" if ok else "NO")
 
 
-def _icl_heads(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "model_worker.cli", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def _up(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`icl-heads worker` (the real one, no test hooks) configured by `env`."""
+    args = [sys.executable, "-m", "app.cli", "worker", "--device", "cpu"]
+    out = subprocess.DEVNULL
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)
 
 
 if __name__ == "__main__":

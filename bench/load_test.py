@@ -42,6 +42,7 @@ from tests.integration.redis_support import (  # noqa: E402
     OwnRedis,
     free_port,
     save_tiny_model,
+    start_server,
     start_worker,
     stop,
     wait_for,
@@ -365,9 +366,7 @@ class Stack:
             env["ICL_REDIS_URL"] = self.redis.url
         else:
             env.pop("ICL_REDIS_URL", None)
-        args = [sys.executable, "-m", "model_worker.cli", "serve", "--port", str(self.port)]
-        with (self.folder / "serve.log").open("ab") as log:
-            return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return start_server(self.port, env, self.folder / "serve.log")
 
     def answers(self) -> bool:
         """The server answers /api/models with a ready model."""

@@ -26,7 +26,6 @@ from app.contracts import (
     AnalysisResult,
     ExperimentRequest,
     ExperimentResult,
-    NormMode,
 )
 
 R = TypeVar("R", AnalysisResult, ExperimentResult)
@@ -172,34 +171,14 @@ class Client:
         return [ModelInfo.model_validate(item) for item in data]
 
     def analyze(
-        self,
-        prompt: str,
-        *,
-        model: str | None = None,
-        target: str | None = None,
-        labels: list[str] | None = None,
-        norm: NormMode = "fixed",
-        top_k_heads: int = 20,
-        top_k_tokens: int = 10,
-        extra_heads: list[str] | None = None,
-        timeout: float | None = None,
-        **options: Any,
+        self, prompt: str, *, timeout: float | None = None, **options: Any
     ) -> AnalysisResult:
-        """Analyse `prompt` on the server (arguments as in `icl_heads.analyze`; `options`: any
-        other field of AnalysisRequest). `timeout`: seconds to wait for the job (None: no limit).
-        """
-        request = self._build(
-            AnalysisRequest,
-            prompt=prompt,
-            model=model,
-            target=target,
-            labels=labels,
-            norm=norm,
-            top_k_heads=top_k_heads,
-            top_k_tokens=top_k_tokens,
-            extra_heads=extra_heads or [],
-            **options,
-        )
+        """Analyse `prompt` on the server. `options`: AnalysisRequest's fields, with its
+        defaults (model, target, labels, norm, top_k_heads, top_k_tokens, extra_heads, rank:
+        the keywords of `icl_heads.analyze`); None leaves a field at its default. `timeout`:
+        seconds to wait for the job (None: no limit)."""
+        fields = {name: value for name, value in options.items() if value is not None}
+        request = self._build(AnalysisRequest, prompt=prompt, **fields)
         return self._run("/api/analyses", request, AnalysisResult, timeout)
 
     def experiment(

@@ -1,58 +1,37 @@
-"""`icl-heads`: the command line. Bad input prints one line and exits with code 2."""
+"""`icl-heads`'s engine commands: analyze, models, experiment, worker. Bad input prints one line
+and exits with code 2. `serve` (the web app) is added by app.cli, the installed entry point."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from app.contracts import NormMode, RankBy
-from model_worker import cli_experiments, cli_remote, cli_service
-from model_worker.errors import UserInputError
+from app.settings import get_settings
+from model_worker import cli_experiments, cli_remote, cli_worker
+from model_worker.cli_common import (
+    DeviceOption,
+    DTypeOption,
+    ModelOption,
+    OneLineErrors,
+    quietly,
+    user_errors,
+)
 
 app = typer.Typer(
+    cls=OneLineErrors,
     help="Find and explain the in-context heads of language models.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 
-T = TypeVar("T")
-
 
 @app.callback()
 def main() -> None:
     """ICL Heads Explorer: analyse prompts, serve the dashboard, run workers and experiments."""
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn a UserInputError into `error: …` on stderr and exit code 2."""
-    try:
-        yield
-    except UserInputError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-
-
-def quietly(load: Callable[[], T]) -> T:
-    """Run `load` with transformers' progress bars and warnings silenced."""
-    from huggingface_hub.utils import logging as hub_logging
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    hub_logging.set_verbosity_error()
-    return load()
-
-
-ModelOption = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="HF id, local folder or .gguf (default SmolLM2)."),
-]
 
 
 @app.command()
@@ -65,13 +44,15 @@ def analyze(
     labels: Annotated[
         str | None, typer.Option(help="Comma-separated labels, e.g. foo,bar.")
     ] = None,
-    norm: Annotated[str, typer.Option(help="fixed or recompute.")] = "fixed",
-    top_k: Annotated[int, typer.Option("--top-k", help="Heads with per-position detail.")] = 20,
+    norm: Annotated[NormMode, typer.Option(help="Final-norm scale: fixed or recompute.")] = "fixed",
+    top_k: Annotated[
+        int, typer.Option("--top-k", min=1, help="Heads with per-position detail.")
+    ] = 20,
     rank: Annotated[
-        str, typer.Option(help="Rank heads by: increase, or label (label-position increase).")
+        RankBy, typer.Option(help="Rank heads by: increase, or label (label-position increase).")
     ] = "increase",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
+    device: DeviceOption = "auto",
+    dtype: DTypeOption = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     server: cli_remote.ServerOption = None,
 ) -> None:
@@ -80,28 +61,23 @@ def analyze(
     from model_worker.loading import load_model
     from model_worker.report import print_result
 
+    settings = get_settings()
     with user_errors():
-        if norm not in ("fixed", "recompute"):
-            raise UserInputError(f"--norm must be fixed or recompute, not {norm!r}")
-        if rank not in ("increase", "label"):
-            raise UserInputError(f"--rank must be increase or label, not {rank!r}")
-        if top_k < 1:
-            raise UserInputError("--top-k must be at least 1")
         label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
-        mode: NormMode = "fixed" if norm == "fixed" else "recompute"
-        rank_by: RankBy = "label" if rank == "label" else "increase"
         options: dict[str, Any] = {
             "target": target,
             "labels": label_list,
-            "norm": mode,
+            "norm": norm,
             "top_k_heads": top_k,
-            "rank": rank_by,
+            "rank": rank,
         }
         if server is not None:
             result = cli_remote.analyze(server, prompt, model=model, **options)
         else:
-            loaded = quietly(lambda: load_model(model, device=device, dtype=dtype))
-            result = run_analysis(loaded, prompt, **options)
+            loaded = quietly(
+                lambda: load_model(model, device=device, dtype=dtype, cache_dir=settings.cache_dir)
+            )
+            result = run_analysis(loaded, prompt, max_tokens=settings.max_prompt_tokens, **options)
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
     else:
@@ -132,7 +108,7 @@ def models(
             typer.echo(f"{'':<12} and on {', '.join(real)}")
 
 
-cli_service.register(app)
+cli_worker.register(app)
 cli_experiments.register(app)
 
 if __name__ == "__main__":

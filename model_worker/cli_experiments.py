@@ -12,9 +12,18 @@ from typing import Annotated
 
 import typer
 
-from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
+from app.contracts import (
+    EXPERIMENT_NAMES,
+    ExperimentName,
+    ExperimentRequest,
+    ExperimentResult,
+    RankBy,
+)
 from app.export_text import csv_text
+from app.figure_kit.export import png_bytes, svg_file
+from app.settings import get_settings
 from model_worker import cli_remote
+from model_worker.cli_common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
 from model_worker.errors import UserInputError
 
 
@@ -29,47 +38,40 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
         written[-1].write_text(csv_text(rows), encoding="utf-8")
     for name, svg in result.figures.items():
         written.append(out / f"{name}.svg")
-        written[-1].write_text(svg, encoding="utf-8")
+        written[-1].write_text(svg_file(svg, declaration=False), encoding="utf-8")
         written.append(out / f"{name}.png")
-        written[-1].write_bytes(svg_to_png(svg))
+        written[-1].write_bytes(png_bytes(svg))
     return written
 
 
-def svg_to_png(svg: str, zoom: float = 2.0) -> bytes:
-    """A PNG of `svg` at `zoom`× its size on white, rasterised with resvg (no browser)."""
-    import resvg_py
-
-    return bytes(resvg_py.svg_to_bytes(svg_string=svg, zoom=zoom, background="#ffffff"))
-
-
 def experiment(
-    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(EXPERIMENT_NAMES)}.")],
+    name: Annotated[ExperimentName, typer.Argument(help=f"One of: {', '.join(EXPERIMENT_NAMES)}.")],
     dataset: Annotated[
         str,
         typer.Option(
             "--dataset", "-d", help="sentiment-number, animal-country, or a CSV/JSONL file."
         ),
     ] = "sentiment-number",
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="HF id, local folder or .gguf.")
-    ] = None,
-    n: Annotated[int, typer.Option("--n", help="Prompts per prompt set (1–1000).")] = 200,
+    model: ModelOption = None,
+    n: Annotated[
+        int, typer.Option("--n", min=1, max=1000, help="Prompts per prompt set (1–1000).")
+    ] = 200,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write report, JSON, CSVs, SVGs here.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the prompt sets.")] = 0,
     locate_by: Annotated[
-        str,
+        RankBy,
         typer.Option("--locate-by", help="Locate in-context heads by: increase, or label."),
     ] = "increase",
     correct_only: Annotated[
         bool,
         typer.Option("--correct-only", help="MRR and attention: correctly answered prompts only."),
     ] = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per pass.")] = 16,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, float32, bfloat16, float16.")] = "auto",
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per pass.")] = 16,
+    device: DeviceOption = "auto",
+    dtype: DTypeOption = "auto",
     server: cli_remote.ServerOption = None,
 ) -> None:
     """Run one of the paper's dataset experiments over N prompts."""
@@ -77,19 +79,11 @@ def experiment(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from model_worker.cli import quietly, user_errors
     from model_worker.experiments.job import run_experiment
     from model_worker.loading import load_model
 
+    cache_dir = get_settings().cache_dir
     with user_errors():
-        if name not in EXPERIMENT_NAMES:
-            raise UserInputError(
-                f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENT_NAMES)}"
-            )
-        if not 1 <= n <= 1000:
-            raise UserInputError(f"--n must be between 1 and 1000, got {n}")
-        if batch_size < 1:
-            raise UserInputError(f"--batch-size must be at least 1, got {batch_size}")
         try:
             request = ExperimentRequest.model_validate(
                 {
@@ -119,7 +113,7 @@ def experiment(
         from model_worker.experiments.data import resolve_dataset
 
         resolve_dataset(request)  # a bad dataset fails before the model loads
-        loaded = quietly(lambda: load_model(model, device=device, dtype=dtype))
+        loaded = quietly(lambda: load_model(model, device=device, dtype=dtype, cache_dir=cache_dir))
         columns = (
             TextColumn("{task.description}"),
             BarColumn(),

@@ -27,14 +27,11 @@ def _shown(name: object) -> str:
 
 def _extras(job: Any) -> list[str]:
     """What else the job asks RQ to run or call: callbacks and webhooks."""
+    stored = job.to_dict(include_meta=False, include_result=False)  # names, never imports
     extras = [
-        kind
-        for kind, attribute in (
-            ("a success callback", "_success_callback_name"),
-            ("a failure callback", "_failure_callback_name"),
-            ("a stopped callback", "_stopped_callback_name"),
-        )
-        if getattr(job, attribute, None)
+        f"a {kind} callback"
+        for kind in ("success", "failure", "stopped")
+        if stored.get(f"{kind}_callback_name")
     ]
     if getattr(job, "webhooks", None):
         extras.append("webhooks")
@@ -58,12 +55,3 @@ def refusal(job: Any) -> str | None:
     if extras:
         return f"a job carrying {' and '.join(extras)}"
     return None
-
-
-def disarm(job: Any) -> None:
-    """Drop everything a refused job would make RQ call on failure (callbacks, webhooks, retry)."""
-    job._success_callback_name = None
-    job._failure_callback_name = None
-    job._stopped_callback_name = None
-    job.webhooks = []
-    job.retries_left = 0

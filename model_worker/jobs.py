@@ -24,7 +24,7 @@ from app.budget import BudgetError, check_analysis, check_experiment
 from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from app.keys import COMPUTED_KEY, heads_stage_key, result_key
 from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts
-from app.settings import Settings, get_settings
+from app.settings import Settings
 from model_worker.analyze import analyze
 from model_worker.errors import UserInputError
 from model_worker.loading import LoadedModel, load_model
@@ -57,10 +57,11 @@ def until_redis_answers(write: Callable[[], T], what: str) -> T:
             pause = min(MAX_BACKOFF_S, pause * 2)
 
 
-def within_budget(loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest) -> None:
-    """UserInputError when `request` is over the budget (the web tier checks it first when it
-    can count tokens; this holds for every path to a worker)."""
-    settings = get_settings()
+def within_budget(
+    loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest, settings: Settings
+) -> None:
+    """UserInputError when `request` is over the budget of `settings` (the web tier checks it
+    first when it can count tokens; this holds for every path to a worker)."""
     try:
         if isinstance(request, ExperimentRequest):
             check_experiment(request, settings.max_experiment_n)
@@ -75,11 +76,13 @@ def run_analysis(
     loaded: LoadedModel,
     request: AnalysisRequest,
     on_heads: Callable[[AnalysisResult], None] | None = None,
+    *,
+    settings: Settings,
 ) -> AnalysisResult:
-    """Analyse `request` on the loaded model, within the configured prompt limit and budget.
+    """Analyse `request` on the loaded model, within the prompt limit and budget of `settings`.
     `on_heads` receives the result of the per-head stage (no head details yet, `request` set)
     first."""
-    within_budget(loaded, request)
+    within_budget(loaded, request, settings)
 
     def heads_stage(partial: AnalysisResult) -> None:
         if on_heads is not None:
@@ -94,7 +97,7 @@ def run_analysis(
         top_k_heads=request.top_k_heads,
         top_k_tokens=request.top_k_tokens,
         extra_heads=request.extra_heads,
-        max_tokens=get_settings().max_prompt_tokens,
+        max_tokens=settings.max_prompt_tokens,
         rank=request.rank,
         on_heads=heads_stage,
     )
@@ -156,6 +159,7 @@ class WorkerState:
 
     def __init__(self) -> None:
         self.loaded: LoadedModel | None = None
+        self.settings: Settings | None = None
         self.current_job: str | None = None
         self.jobs_done = 0
         self.mean_job_s: float | None = None
@@ -171,15 +175,16 @@ class WorkerState:
 STATE = WorkerState()
 
 
-def serve_model(loaded: LoadedModel) -> None:
-    """Make `loaded` the model the job functions of this process run on."""
-    STATE.loaded = loaded
+def serve_model(loaded: LoadedModel, settings: Settings) -> None:
+    """Make `loaded` the model the job functions of this process run on, within the limits of
+    `settings` (the worker's)."""
+    STATE.loaded, STATE.settings = loaded, settings
 
 
-def _loaded() -> LoadedModel:
-    if STATE.loaded is None:
+def _served() -> tuple[LoadedModel, Settings]:
+    if STATE.loaded is None or STATE.settings is None:
         raise RuntimeError("no model loaded in this worker (serve_model was not called)")
-    return STATE.loaded
+    return STATE.loaded, STATE.settings
 
 
 @contextmanager
@@ -248,7 +253,9 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         return
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
-        result = run_analysis(_loaded(), request, heads_publisher(connection, job, result_ttl_s))
+        loaded, settings = _served()
+        publish = heads_publisher(connection, job, result_ttl_s)
+        result = run_analysis(loaded, request, publish, settings=settings)
     _store(connection, job.id, result_parts(result), result_ttl_s)
 
 
@@ -261,8 +268,9 @@ def experiment_job(request_json: str, result_ttl_s: int) -> None:
         from model_worker.experiments.job import run_experiment
 
         request = ExperimentRequest.model_validate_json(request_json)
-        within_budget(_loaded(), request)
-        result = run_experiment(_loaded(), request, progress_reporter(job))
+        loaded, settings = _served()
+        within_budget(loaded, request, settings)
+        result = run_experiment(loaded, request, progress_reporter(job))
     _store(connection, job.id, result_parts(result), result_ttl_s)
 
 

@@ -27,7 +27,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from app.settings import DEFAULT_MODEL
+from app.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.adapters import spec_for
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.errors import ModelLoadError
@@ -165,16 +165,14 @@ def load_model(
     name_or_path: str | None = None,
     device: str = "auto",
     dtype: str = "auto",
-    cache_dir: Path | None = None,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
 ) -> LoadedModel:
     """Load a model with eager attention, in eval mode, ready for `capture.run_with_cache`.
+    GGUF weights are dequantised once into `cache_dir`.
 
     Raises ModelLoadError (one clear line) for an unknown id or path, a corrupt file or an
     unsupported architecture.
     """
-    from app.settings import get_settings
-
-    cache_dir = cache_dir or get_settings().cache_dir
     name = name_or_path or DEFAULT_MODEL
     source = Path(name).expanduser()
     if name == DEFAULT_MODEL:

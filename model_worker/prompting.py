@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from app.settings import get_settings
+from app.contracts import model_head
+from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.errors import LabelError, PromptError
 from model_worker.loading import LoadedModel
-
-_HEAD_NAME = re.compile(r"^L(\d{1,6})H(\d{1,6})$")  # bounded: int() refuses 4,300+ digits
 
 
 @dataclass(frozen=True)
@@ -24,10 +22,9 @@ class Encoded:
     texts: list[str]
 
 
-def token_limit(loaded: LoadedModel, max_tokens: int | None = None) -> int:
-    """The longest prompt analysed: the configured maximum, or the model's context if shorter."""
-    limit = max_tokens or get_settings().max_prompt_tokens
-    return limit if loaded.max_positions is None else min(limit, loaded.max_positions)
+def token_limit(loaded: LoadedModel, max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS) -> int:
+    """The longest prompt analysed: `max_tokens`, or the model's context if shorter."""
+    return max_tokens if loaded.max_positions is None else min(max_tokens, loaded.max_positions)
 
 
 def check_length(n_tokens: int, limit: int) -> None:
@@ -36,7 +33,9 @@ def check_length(n_tokens: int, limit: int) -> None:
         raise PromptError(f"the prompt has {n_tokens} tokens; the limit is {limit}")
 
 
-def encode_prompt(loaded: LoadedModel, prompt: str, max_tokens: int | None = None) -> Encoded:
+def encode_prompt(
+    loaded: LoadedModel, prompt: str, max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
+) -> Encoded:
     """Tokenize `prompt`; PromptError if empty or longer than the model or `max_tokens` allow."""
     if not prompt.strip():
         raise PromptError("the prompt is empty")
@@ -71,13 +70,7 @@ def target_id(loaded: LoadedModel, prompt: str, target: str) -> tuple[int, list[
 
 def parse_head_names(names: list[str], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
     """`L3H1` → (3, 1); LabelError for a malformed name or a head the model does not have."""
-    heads = []
-    for name in names:
-        match = _HEAD_NAME.match(name.strip())
-        if match is None:
-            raise LabelError(f"head {name!r} is not of the form L<layer>H<head>, e.g. L3H1")
-        layer, head = int(match.group(1)), int(match.group(2))
-        if layer >= n_layers or head >= n_heads:
-            raise LabelError(f"head {name!r} does not exist: {n_layers} layers × {n_heads} heads")
-        heads.append((layer, head))
-    return heads
+    try:
+        return [model_head(name.strip(), n_layers, n_heads) for name in names]
+    except ValueError as exc:
+        raise LabelError(str(exc)) from None

@@ -1,9 +1,10 @@
 """`icl-heads worker`: serve one loaded model's queue through RQ until stopped.
 
-RQ's SimpleWorker runs each job in this process (no fork after CUDA is initialised, so the
-model stays loaded). A heartbeat thread publishes the model id and weights fingerprint every
-`worker_heartbeat_s` and hands back jobs left behind by dead workers. SIGTERM or Ctrl-C: the
-current job finishes, then the worker leaves (a second signal stops it at once).
+RQ's SimpleWorker (model_worker.rq_worker, the one module using RQ's internals) runs each job
+in this process (no fork after CUDA is initialised, so the model stays loaded). A heartbeat
+thread publishes the model id and weights fingerprint every `worker_heartbeat_s` and hands
+back jobs left behind by dead workers. SIGTERM or Ctrl-C: the current job finishes, then the
+worker leaves (a second signal stops it at once).
 
 Redis going away (a restart, even one that lost everything) does not stop the worker: a job's
 result waits for Redis (model_worker.jobs), and when RQ's own bookkeeping fails, RQ's work loop
@@ -18,26 +19,23 @@ import contextlib
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
-from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
 from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job, JobStatus
-from rq.worker import SimpleWorker
 
 from app.keys import queue_name, result_key, tokenizer_key
 from app.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.settings import Settings
-from model_worker.job_policy import disarm, refusal
 from model_worker.jobs import STATE, serve_model
 from model_worker.loading import LoadedModel
 from model_worker.prompting import token_limit
+from model_worker.rq_worker import RqWorker, no_retry_after_exception
 
 log = logging.getLogger(__name__)
 #: Longest pause between two attempts to reach Redis again.
@@ -45,70 +43,9 @@ MAX_RECONNECT_S = 5.0
 LOST_REDIS = "lost its connection to Redis"
 
 
-def _no_retry_after_exception(job: Any, *_exc_info: Any) -> bool:
-    """An exception inside a job fails that job: retries are for workers that died."""
-    job.retries_left = 0
-    return True
-
-
 def redis_for_worker(url: str) -> Redis:
     """A connection that tolerates the worker's long blocking dequeue, and reconnects."""
     return Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
-
-
-class JobRefused(Exception):
-    """A job that is not one of this project's (see model_worker.job_policy)."""
-
-
-class _Worker(SimpleWorker):
-    """RQ's SimpleWorker, remembering the job it was running when its work loop broke off and
-    whether the loop ended because the queue was empty (burst mode); it runs only this project's
-    job functions and fails any other job with the reason, without importing anything of it."""
-
-    running: Job | None = None
-    drained = False
-
-    def perform_job(self, job: Job, queue: Any, execution: Any) -> bool:
-        reason = refusal(job)
-        if reason is None:
-            return bool(super().perform_job(job, queue, execution))
-        log.error("refused job %s from queue %s: %s", job.id, queue.name, reason)
-        disarm(job)
-        job.meta["error"] = f"refused by the worker: {reason}"
-        try:
-            job.save_meta()
-            self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
-            raise JobRefused(reason)
-        except Exception:
-            self._finalize_failure(job, queue, execution, sys.exc_info())
-        return False
-
-    def execute_job(self, job: Job, queue: Any) -> None:
-        self.running = job
-        super().execute_job(job, queue)
-        self.running = None
-
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> Any:
-        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-        self.drained = result is None
-        return result
-
-    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        """RQ's worker heartbeat; on its own (not in a pipeline) a Redis error is only logged,
-        so a job just taken off the queue reaches execute_job and is settled if cut off."""
-        if pipeline is not None:
-            return super().heartbeat(timeout, pipeline)
-        try:
-            super().heartbeat(timeout)
-        except RedisError as exc:
-            log.warning("RQ heartbeat failed: %s", exc)
-
-    @property
-    def stopping(self) -> bool:
-        """SIGTERM/SIGINT received (RQ records when)."""
-        return self._shutdown_requested_date is not None or self._stop_requested
 
 
 class ModelWorker:
@@ -177,7 +114,7 @@ class ModelWorker:
 
     def run(self, burst: bool = False) -> None:
         """Serve jobs until SIGTERM/SIGINT (or, with `burst`, until the queue is empty)."""
-        serve_model(self.loaded)
+        serve_model(self.loaded, self.settings)
         self.heartbeat()
         beating = threading.Thread(target=self._beat_forever, name="icl-heartbeat", daemon=True)
         beating.start()
@@ -195,12 +132,12 @@ class ModelWorker:
     def _serve(self, burst: bool) -> None:
         """RQ's work loop, started again (same name) each time it breaks off on Redis."""
         while True:
-            worker = _Worker(
+            worker = RqWorker(
                 [self.queue],
                 connection=self.connection,
                 name=self.name,
                 serializer=self.queue.serializer,
-                exception_handlers=[_no_retry_after_exception],
+                exception_handlers=[no_retry_after_exception],
             )
             try:
                 worker.work(burst=burst, with_scheduler=False, logging_level="INFO")
@@ -209,14 +146,14 @@ class ModelWorker:
             if worker.stopping or (burst and worker.drained and worker.running is None):
                 return
             log.warning("lost Redis: reconnecting, then serving again")
-            _close_pubsub(worker)
+            worker.close_pubsub()
             try:
                 self._wait_for_redis(worker)
                 self._settle(worker.running)
             except StopRequested:  # SIGTERM while reconnecting
                 return
 
-    def _wait_for_redis(self, worker: _Worker) -> None:
+    def _wait_for_redis(self, worker: RqWorker) -> None:
         """Block until Redis answers (backoff up to MAX_RECONNECT_S); then clear RQ's stale
         registration of this worker and announce it again."""
         pause = 0.5
@@ -265,10 +202,3 @@ class ModelWorker:
 def _drop(job_id: str, connection: Redis) -> None:
     with contextlib.suppress(NoSuchJobError):
         fetch_job(job_id, connection).delete()
-
-
-def _close_pubsub(worker: _Worker) -> None:
-    """Stop the command-channel thread of a work loop that broke off (a new one subscribes)."""
-    thread = getattr(worker, "pubsub_thread", None)
-    if thread is not None:
-        thread.stop()

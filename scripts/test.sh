@@ -13,4 +13,6 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy app model_worker
+# Architecture contracts (pyproject.toml [tool.importlinter]).
+.venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"

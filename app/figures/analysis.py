@@ -1,35 +1,27 @@
-"""The figures of one analysis (and of a comparison), each with its SVG and data rows."""
+"""The figures of one analysis (and of a comparison), each with its SVG and data rows, drawn
+with the figure kit (app.figure_kit); app.figures.registry names them for the routes."""
 
 from __future__ import annotations
 
 from app.contracts import AnalysisCore, HeadDetail, HeadSummary
-from app.figures.bars import Series, bar_chart
-from app.figures.base import Figure, Row
-from app.figures.colors import (
+from app.figure_kit.bars import Series, bar_chart
+from app.figure_kit.colors import (
     ATTN,
     CONTENT,
     FALSE_LABEL,
     FFN,
-    FLOW_DEMO,
-    FLOW_LAST,
+    FLOW_SERIES,
     NEGATIVE,
     OTHER_TOKEN,
     POSITION,
     POSITIVE,
     TRUE_LABEL,
 )
-from app.figures.heatmap import heatmap_svg
-from app.figures.lines import Line, line_chart
-from app.figures.svg import signed, visible
+from app.figure_kit.figure import Figure, Row
+from app.figure_kit.heatmap import heatmap_svg
+from app.figure_kit.lines import Line, line_chart
+from app.figure_kit.svg import signed, visible
 
-ANALYSIS_FIGURES = ("heatmap", "layers", "flow")
-#: the three information flows, their legend names and colours
-FLOW_LINES = (
-    ("demo_to_label", "demonstrations → labels", FLOW_DEMO),
-    ("label_to_last", "labels → last token", FLOW_LAST),
-    ("other", "other", OTHER_TOKEN),
-)
-HEAD_FIGURES = ("attention", "scores", "increase", "margin")
 #: the CSV/JSON column of each series of the scores figure
 COLUMN = {"score": "score", "content": "content_score", "position": "position_score"}
 
@@ -125,7 +117,7 @@ def flow_figure(result: AnalysisCore) -> Figure:
     xs = [row.layer for row in result.flow]
     lines = [
         Line(name, colour, [float(getattr(row, key)) for row in result.flow])
-        for key, name, colour in FLOW_LINES
+        for key, (name, colour) in FLOW_SERIES.items()
     ]
     svg = line_chart(
         xs=xs,
@@ -137,13 +129,6 @@ def flow_figure(result: AnalysisCore) -> Figure:
     )
     rows: list[Row] = [dict(row.model_dump()) for row in result.flow]
     return Figure("flow", title, rows, svg)
-
-
-def analysis_figure(result: AnalysisCore, name: str) -> Figure:
-    """One of ANALYSIS_FIGURES by name."""
-    if name == "heatmap":
-        return heatmap_figure(result)
-    return layers_figure(result) if name == "layers" else flow_figure(result)
 
 
 def _kinds(result: AnalysisCore) -> dict[int, str]:
@@ -300,18 +285,6 @@ def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
         {"position": p.position, "token": p.token, "margin": p.margin} for p in detail.positions
     ]
     return Figure(f"{detail.name}-margin", f"{detail.name}: label margin per position", rows, svg)
-
-
-def head_figure(result: AnalysisCore, detail: HeadDetail, name: str) -> Figure | None:
-    """One of HEAD_FIGURES by name (None for a margin figure without two labels, or a scores
-    figure of a result that has none)."""
-    if name == "attention":
-        return attention_figure(result, detail)
-    if name == "increase":
-        return increase_figure(result, detail)
-    if name == "scores":
-        return scores_figure(result, detail)
-    return margin_figure(result, detail)
 
 
 def comparable(a: AnalysisCore, b: AnalysisCore) -> str | None:

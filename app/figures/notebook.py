@@ -16,24 +16,25 @@ if TYPE_CHECKING:
 
 def analysis_html(result: AnalysisResult) -> str:
     """Tokens, layer chart, heatmap and top-heads table of `result`."""
-    from app.routes.panels import analysis_context
+    from app.panels import AnalysisView
 
-    return render_text("notebook/analysis.html", analysis_context("", result, link=False))
+    view = AnalysisView.of(result, link=False)
+    return render_text("notebook/analysis.html", {"analysis": view})
 
 
 def head_html(head: Head) -> str:
     """The head panel (attention, increase and margin bars, token tables); its summary alone
     when the analysis did not detail it."""
-    from app.routes.panels import head_context
+    from app.panels import HeadPanel
 
     detail = head.detail
     if detail is None:
-        return render_text("notebook/head.html", {"summary": head, "detail": None})
-    return render_text("notebook/head.html", head_context("", head.analysis, "", detail))
+        return render_text("notebook/head.html", {"summary": head, "panel": None})
+    return render_text("notebook/head.html", {"panel": HeadPanel.of(head.analysis, detail)})
 
 
 def experiment_html(result: ExperimentResult) -> str:
     """The experiment's figures and report."""
-    from app.routes.experiments import result_context
+    from app.panels import result_context
 
     return render_text("notebook/experiment.html", result_context("", result))

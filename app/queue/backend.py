@@ -49,13 +49,13 @@ from app.keys import (
     queue_name,
     result_key,
 )
+from app.log_safety import redact
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
 from app.queue.heartbeats import WorkerBeat, live_beats
 from app.queue.prompt_limit import PromptLimit
 from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from app.result_parts import Parts, result_json, result_parts
-from app.security.redact import redact
 from app.settings import Settings
 from app.store import FAILED, ResultStore, StoredJob, StoreError, open_store
 

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Request, Response, status
 
-from app.backend import Backend, JobState, JobStatus, ModelInfo
+from app.backend import JobState, JobStatus, ModelInfo
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep, ClientDep, JobId
+from app.deps import BackendDep, ClientDep, JobId, job_state
+from app.submission import submit_responses, submitted
 
 router = APIRouter(prefix="/api", tags=["analyses"])
-
-
-def submit_responses(invalid: str) -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI answers of a job submission (analysis or experiment)."""
-    return {
-        202: {"model": JobState, "description": "Queued or running"},
-        404: {"description": "No live worker serves the requested model"},
-        422: {"description": invalid + ", or over the budget (the message names the knob)"},
-        429: {
-            "description": "The model's queue is full, or this client has its share of it "
-            "queued; see Retry-After"
-        },
-        503: {"description": "The job queue (Redis) is unreachable"},
-    }
 
 
 @router.post(
@@ -41,16 +26,6 @@ async def submit_analysis(
     return await submitted(await backend.submit(request, client), backend, response)
 
 
-async def submitted(state: JobState, backend: Backend, response: Response) -> Response | JobState:
-    """A submission's answer: 200 with the whole result when done, else 202 with the state."""
-    if state.status == JobStatus.DONE:
-        body = await backend.done_body(state.id)
-        if body is not None:
-            return Response(body, media_type="application/json")
-    response.status_code = status.HTTP_202_ACCEPTED
-    return state
-
-
 @router.get("/analyses/{job_id}", response_model=JobState)
 async def get_analysis(job_id: JobId, backend: BackendDep, request: Request) -> Response | JobState:
     """The state of a job: analysis ids start with `a-`, experiment ids with `e-` (their
@@ -58,11 +33,7 @@ async def get_analysis(job_id: JobId, backend: BackendDep, request: Request) -> 
     the id is a content hash, so the id is their ETag (`If-None-Match` answers 304)."""
     body = await backend.done_body(job_id)
     if body is None:
-        state = await backend.status(job_id)
-        if state is None:
-            raise HTTPException(
-                status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
-            )
+        state = await job_state(backend, job_id)
         if state.status == JobStatus.RUNNING:  # with its per-head stage, once done
             running = await backend.running_body(state)
             return state if running is None else Response(running, media_type="application/json")

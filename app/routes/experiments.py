@@ -7,33 +7,20 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile, status
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
-from markdown_it import MarkdownIt
 from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobState, JobStatus
-from app.contracts import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
-from app.deps import BackendDep, ClientDep, JobId
+from app.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from app.deps import BackendDep, ClientDep, ExperimentStateDep
 from app.export_text import csv_text
-from app.routes.analyses import submit_responses, submitted
-from app.templating import render
+from app.figure_kit.export import MEDIA_TYPES, png_bytes, svg_file
+from app.figures.registry import EXPERIMENT_FORMATS
+from app.panels import result_context
+from app.submission import ExperimentForm, form_problem, submit_responses, submitted
+from app.templating import render, url_path
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
 
 router = APIRouter(tags=["experiments"])
-
-DESCRIPTIONS = {
-    "accuracy": "ICL accuracy per input class and label assignment (Table 2)",
-    "heads": "Top-20 heads by mean log-prob increase, overlap between datasets (Fig. 3/4)",
-    "mrr": "Label-value MRR, in-context vs random heads of the same layer (Fig. 5)",
-    "attention": "Attention on true vs false labels; attention vs increase (Fig. 6/7)",
-    "imbalance": "Imbalanced prompts: attention on true/false labels (Fig. 8/10)",
-    "reorder": "Re-ordered prompts: attention on true/false labels (Fig. 9/11)",
-    "ablation": "Zero the in-context heads vs as many random heads",
-    "bias": "Majority-label and recency bias reduction (later paper version)",
-    "flow": "Information flow per layer: demonstrations → labels → last token (Fig. 1a)",
-    "layers": "Attention vs FFN increase per layer over the dataset (Fig. 2)",
-    "matching": "Matching test: a demonstration's input as the query; do the heads pick its label?",
-}
-_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 def _form_page(
@@ -43,7 +30,7 @@ def _form_page(
     status_code: int = 200,
 ) -> HTMLResponse:
     context = {
-        "experiments": [(name, DESCRIPTIONS[name]) for name in EXPERIMENT_NAMES],
+        "experiments": [(name, spec.description) for name, spec in EXPERIMENTS.items()],
         "datasets": BUILTIN_DATASETS,
         "form": form or {"name": "accuracy", "dataset": BUILTIN_DATASETS[0], "n": 200},
         "error": error,
@@ -73,23 +60,12 @@ async def submit_experiment_form(
     request: Request,
     backend: BackendDep,
     client: ClientDep,
-    name: Annotated[str, Form()] = "accuracy",
-    dataset: Annotated[str, Form()] = "sentiment-number",
-    n: Annotated[str, Form()] = "200",
-    seed: Annotated[str, Form()] = "0",
-    locate_by: Annotated[str, Form()] = "increase",
-    correct_only: Annotated[bool, Form()] = False,
+    typed: Annotated[ExperimentForm, Form()],
     file: Annotated[UploadFile | None, File()] = None,
 ) -> Response:
     """Queue the experiment and go to its page (the form again, with the reason, if refused)."""
-    form = {
-        "name": name,
-        "dataset": dataset,
-        "n": n,
-        "seed": seed,
-        "locate_by": locate_by,
-        "correct_only": correct_only,
-    }
+    form = typed.model_dump()
+    dataset = typed.dataset
     try:
         text = filename = None
         if dataset not in (*BUILTIN_DATASETS, "upload"):
@@ -105,42 +81,11 @@ async def submit_experiment_form(
     except DatasetError as exc:
         return _form_page(request, form, str(exc), status.HTTP_400_BAD_REQUEST)
     except ValidationError as exc:
-        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return _form_page(request, form, problem, status.HTTP_400_BAD_REQUEST)
+        return _form_page(request, form, form_problem(exc), status.HTTP_400_BAD_REQUEST)
     except BackendError as exc:
         return _form_page(request, form, str(exc), exc.status)
-    return RedirectResponse(f"/e/{state.id}", status_code=status.HTTP_303_SEE_OTHER)
-
-
-def result_context(job_id: str, result: ExperimentResult) -> dict[str, Any]:
-    """What the result partial renders from (`job_id` empty: no download links)."""
-    return {
-        "result": result,
-        "report_html": _markdown.render(result.report_markdown),
-        "figures": result.figures,
-        "tables": list(result.tables),
-        "job_id": job_id,
-    }
-
-
-async def _state(backend: Backend, job_id: str) -> JobState:
-    state = await backend.status(job_id)
-    if state is None or not job_id.startswith("e-"):
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"no experiment {job_id!r} (unknown or expired)"
-        )
-    return state
-
-
-@router.get("/e/{job_id}", response_class=HTMLResponse)
-async def experiment_job_page(job_id: JobId, request: Request, backend: BackendDep) -> HTMLResponse:
-    """The experiment's permalink: figures and report when done, else a live progress bar."""
-    state = await _state(backend, job_id)
-    context: dict[str, Any] = {"job_id": job_id, "state": state}
-    result = await _done_experiment(backend, state)
-    if result is not None:
-        context |= result_context(job_id, result)
-    return render(request, "pages/experiment.html", context)
+    target = url_path(request, "experiment_job_page", job_id=state.id)
+    return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
 
 
 async def _done_experiment(backend: Backend, state: JobState) -> ExperimentResult | None:
@@ -148,22 +93,41 @@ async def _done_experiment(backend: Backend, state: JobState) -> ExperimentResul
     return await backend.experiment(state.id) if state.status == JobStatus.DONE else None
 
 
-@router.get("/e/{job_id}/status", response_class=HTMLResponse)
-async def experiment_status(job_id: JobId, request: Request, backend: BackendDep) -> HTMLResponse:
-    """HTMX poll target: the progress partial, or the whole result once done."""
-    state = await _state(backend, job_id)
-    context: dict[str, Any] = {"job_id": job_id, "state": state}
+async def _experiment_context(backend: Backend, state: JobState) -> dict[str, Any]:
+    """The job's state and, once it is done, its result's context (`done` says which)."""
     result = await _done_experiment(backend, state)
-    if result is not None:
-        context |= result_context(job_id, result)
-        return render(request, "partials/_experiment_result.html", context)
-    return render(request, "partials/_experiment_status.html", context)
+    context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
+    return context if result is None else context | result_context(state.id, result)
+
+
+@router.get("/e/{job_id}", response_class=HTMLResponse)
+async def experiment_job_page(
+    request: Request, state: ExperimentStateDep, backend: BackendDep
+) -> HTMLResponse:
+    """The experiment's permalink: figures and report when done, else a live progress bar."""
+    context = await _experiment_context(backend, state)
+    twin = url_path(request, "get_analysis", job_id=state.id)
+    return render(request, "pages/experiment.html", context, alternate=twin)
+
+
+@router.get("/e/{job_id}/status", response_class=HTMLResponse)
+async def experiment_status(
+    request: Request, state: ExperimentStateDep, backend: BackendDep
+) -> HTMLResponse:
+    """HTMX poll target: the progress partial, or the whole result once done."""
+    context = await _experiment_context(backend, state)
+    done = context["done"]
+    template = "partials/_experiment_result.html" if done else "partials/_experiment_status.html"
+    twin = url_path(request, "get_analysis", job_id=state.id)
+    return render(request, template, context, alternate=twin)
 
 
 @router.get("/e/{job_id}/download/{item}")
-async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> Response:
+async def experiment_download(
+    item: str, state: ExperimentStateDep, backend: BackendDep
+) -> Response:
     """`report.md`, `result.json`, `<table>.csv`, `<figure>.svg` or `.png` of a done experiment."""
-    result = await _done_experiment(backend, await _state(backend, job_id))
+    result = await _done_experiment(backend, state)
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")
     stem, _, suffix = item.rpartition(".")
@@ -178,13 +142,13 @@ async def experiment_download(job_id: JobId, item: str, backend: BackendDep) -> 
         return Response(
             csv_text(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
         )
-    if suffix == "png" and stem in result.figures:
-        import resvg_py
-
-        png = resvg_py.svg_to_bytes(svg_string=result.figures[stem], zoom=2.0, background="#fff")
-        return Response(bytes(png), media_type="image/png", headers=attachment)
-    if suffix == "svg" and stem in result.figures:
-        return Response(result.figures[stem], media_type="image/svg+xml", headers=attachment)
+    if suffix in EXPERIMENT_FORMATS and stem in result.figures:
+        svg = result.figures[stem]
+        if suffix == "png":
+            return Response(png_bytes(svg), media_type=MEDIA_TYPES["png"], headers=attachment)
+        return Response(
+            svg_file(svg, declaration=False), media_type=MEDIA_TYPES["svg"], headers=attachment
+        )
     raise HTTPException(status.HTTP_404_NOT_FOUND, f"no download {item!r} in this experiment")
 
 

@@ -1,60 +1,58 @@
-"""Figure downloads: every figure as SVG, PNG, CSV or JSON."""
+"""Figure downloads: every registered figure (app.figures.registry) in each of its formats."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, HTTPException, Response, status
 
-from app.deps import BackendDep, JobId
-from app.figures.analysis import analysis_figure, comparable, diff_figure, head_figure
-from app.figures.base import Figure
-from app.figures.export import to_csv, to_json, to_png
-from app.routes.panels import check_head, done_summary
+from app.deps import BackendDep, JobId, check_head, done_summary
+from app.figure_kit.export import MEDIA_TYPES, Format, export
+from app.figure_kit.figure import Figure
+from app.figures.analysis import comparable
+from app.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
 
 router = APIRouter(prefix="/figures", tags=["figures"])
-Format = Literal["svg", "png", "csv", "json"]
-MEDIA = {
-    "svg": "image/svg+xml",
-    "png": "image/png",
-    "csv": "text/csv; charset=utf-8",
-    "json": "application/json",
-}
 
 
-def download(figure: Figure, fmt: Format, prefix: str) -> Response:
-    """The figure in `fmt`, as an attachment named `{prefix}-{stem}.{fmt}`."""
-    body: str | bytes
-    if fmt == "svg":
-        body = '<?xml version="1.0" encoding="UTF-8"?>\n' + figure.svg
-    elif fmt == "png":
-        body = to_png(figure)
-    elif fmt == "csv":
-        body = to_csv(figure)
-    else:
-        body = to_json(figure)
+def registered(kind: FigureKind, name: str, fmt: Format) -> FigureEntry:
+    """The registry's entry of `name`, or 404 naming the known figures (or their formats)."""
+    try:
+        entry = figure_entry(kind, name)
+    except UnknownFigure as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    if fmt not in entry.formats:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"figure {name!r} downloads as {', '.join(entry.formats)}, not {fmt}",
+        )
+    return entry
+
+
+def download(entry: FigureEntry, figure: Figure | None, fmt: Format, prefix: str) -> Response:
+    """The figure in `fmt`, as an attachment named `{prefix}-{stem}.{fmt}` (404 when the
+    result cannot draw it)."""
+    if figure is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, entry.missing)
     filename = f"{prefix}-{figure.stem}.{fmt}"
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
-    return Response(body, media_type=MEDIA[fmt], headers=headers)
+    return Response(export(figure, fmt), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 @router.get("/{job_id}/{name}.{fmt}")
 async def analysis_figure_file(
-    job_id: JobId, name: Literal["heatmap", "layers", "flow"], fmt: Format, backend: BackendDep
+    job_id: JobId, name: str, fmt: Format, backend: BackendDep
 ) -> Response:
+    """An analysis figure (heatmap, layers, flow) of analysis `job_id`."""
+    entry = registered("analysis", name, fmt)
     result = await done_summary(backend, job_id)
-    return download(analysis_figure(result, name), fmt, job_id[:10])
+    return download(entry, entry.build(result), fmt, job_id[:10])
 
 
 @router.get("/{job_id}/heads/{name}/{figure}.{fmt}")
 async def head_figure_file(
-    job_id: JobId,
-    name: str,
-    figure: Literal["attention", "scores", "increase", "margin"],
-    fmt: Format,
-    backend: BackendDep,
+    job_id: JobId, name: str, figure: str, fmt: Format, backend: BackendDep
 ) -> Response:
     """A head's figure from analysis `job_id` (which must hold that head's detail)."""
+    entry = registered("head", figure, fmt)
     result = await done_summary(backend, job_id)
     check_head(result, name)
     detail = await backend.head_detail(job_id, name) if name in result.detail_mrr else None
@@ -63,22 +61,17 @@ async def head_figure_file(
             status.HTTP_404_NOT_FOUND,
             f"analysis {job_id} has no detail for {name}; open its panel to compute it",
         )
-    built = head_figure(result, detail, figure)
-    if built is None:
-        reason = (
-            "no QK scores in this analysis"
-            if figure == "scores"
-            else "no label margin: the prompt lacks two labels"
-        )
-        raise HTTPException(status.HTTP_404_NOT_FOUND, reason)
-    return download(built, fmt, job_id[:10])
+    return download(entry, entry.build(result, detail), fmt, job_id[:10])
 
 
-@router.get("/compare/{a}/{b}/diff.{fmt}")
-async def diff_figure_file(a: JobId, b: JobId, fmt: Format, backend: BackendDep) -> Response:
-    """The difference heatmap B − A."""
+@router.get("/compare/{a}/{b}/{name}.{fmt}")
+async def compare_figure_file(
+    a: JobId, b: JobId, name: str, fmt: Format, backend: BackendDep
+) -> Response:
+    """A figure of two analyses compared (the difference heatmap B − A)."""
+    entry = registered("compare", name, fmt)
     ra, rb = await done_summary(backend, a), await done_summary(backend, b)
     problem = comparable(ra, rb)
     if problem:
         raise HTTPException(status.HTTP_409_CONFLICT, problem)
-    return download(diff_figure(ra, rb), fmt, f"{a[:10]}-{b[:10]}")
+    return download(entry, entry.build(ra, rb), fmt, f"{a[:10]}-{b[:10]}")

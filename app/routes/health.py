@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 
 from app.backend import BackendError
 from app.deps import BackendDep
-from app.security.redact import redact
+from app.log_safety import redact
 
 router = APIRouter(tags=["health"])
 

@@ -11,12 +11,25 @@ from pydantic import ValidationError
 
 from app.backend import Backend, BackendError, JobStatus
 from app.contracts import AnalysisRequest
-from app.deps import BackendDep, ClientDep, JobId, JobIdQuery
+from app.deps import (
+    BackendDep,
+    ClientDep,
+    HeadQuery,
+    JobId,
+    JobIdQuery,
+    check_head,
+    heads_stage,
+)
 from app.figures.analysis import comparable, diff_figure
-from app.routes.panels import analysis_context, check_head, head_parameter, heads_stage
-from app.templating import PRESENT_COOKIE, THEME_COOKIE, render
+from app.job_wait import drawable_state
+from app.panels import AnalysisView, Comparison
+from app.submission import AnalysisForm, CompareForm, form_problem
+from app.templating import PRESENT_COOKIE, THEME_COOKIE, render, url_path
 
 router = APIRouter(tags=["pages"])
+#: How long the permalink of a running analysis (or one next in the queue) waits for its
+#: per-head stage: a fresh analysis' page then comes with its heatmap, in one request.
+PAGE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,59 +106,41 @@ def _split_labels(raw: str) -> list[str] | None:
     return labels or None
 
 
-def _problem(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(x) for x in err['loc']) or 'input'}: {err['msg']}" for err in exc.errors()
-    )
-
-
 @router.post("/analyse", response_class=HTMLResponse)
 async def analyse(
     request: Request,
     backend: BackendDep,
     client: ClientDep,
-    prompt: Annotated[str, Form()] = "",
-    model: Annotated[str, Form()] = "",
-    labels: Annotated[str, Form()] = "",
-    target: Annotated[str, Form()] = "",
-    norm: Annotated[str, Form()] = "fixed",
-    rank: Annotated[str, Form()] = "increase",
+    typed: Annotated[AnalysisForm, Form()],
 ) -> Response:
     """Submit the form's analysis and go to its permalink (the form again, with the reason, if
     the input is refused)."""
-    form = {
-        "prompt": prompt,
-        "model": model,
-        "labels": labels,
-        "target": target,
-        "norm": norm,
-        "rank": rank,
-    }
+    form = typed.model_dump()
     try:
         analysis = AnalysisRequest(
-            prompt=prompt,
-            model=model or None,
-            labels=_split_labels(labels),
-            target=target.strip() or None,
-            norm=norm,
-            rank=rank,
+            prompt=typed.prompt,
+            model=typed.model or None,
+            labels=_split_labels(typed.labels),
+            target=typed.target.strip() or None,
+            norm=typed.norm,
+            rank=typed.rank,
         )
         state = await backend.submit(analysis, client)
     except ValidationError as exc:
-        return await _home(request, backend, form, _problem(exc), status.HTTP_400_BAD_REQUEST)
+        return await _home(request, backend, form, form_problem(exc), status.HTTP_400_BAD_REQUEST)
     except BackendError as exc:
         return await _home(request, backend, form, str(exc), exc.status)
-    return RedirectResponse(f"/a/{state.id}", status_code=status.HTTP_303_SEE_OTHER)
+    target = url_path(request, "analysis_page", job_id=state.id)
+    return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/a/{job_id}", response_class=HTMLResponse)
 async def analysis_page(
-    job_id: JobId, request: Request, backend: BackendDep, head: str | None = None
+    job_id: JobId, request: Request, backend: BackendDep, head: HeadQuery
 ) -> HTMLResponse:
     """The permalink: rendered whole when done, else a poller that fills it in; `head` (checked
     against the head grammar, and the model's range once done) opens that head's panel."""
-    head = head_parameter(head)
-    state = await backend.status(job_id)
+    state = await drawable_state(backend, job_id, PAGE_WAIT_S, gone=request.is_disconnected)
     if state is None:
         return render(
             request,
@@ -159,9 +154,10 @@ async def analysis_page(
     if result is not None:
         if head is not None:
             check_head(result, head)
-        context |= analysis_context(job_id, result)
+        context["analysis"] = AnalysisView.of(result, job_id)
         context["pending"] = partial is not None
-    return render(request, "pages/analysis.html", context)
+    twin = url_path(request, "get_analysis", job_id=job_id)
+    return render(request, "pages/analysis.html", context, alternate=twin)
 
 
 @router.post("/compare", response_class=HTMLResponse)
@@ -169,19 +165,19 @@ async def compare_submit(
     request: Request,
     backend: BackendDep,
     client: ClientDep,
-    preset: Annotated[str, Form()] = "",
-    prompt_a: Annotated[str, Form()] = "",
-    prompt_b: Annotated[str, Form()] = "",
+    form: Annotated[CompareForm, Form()],
 ) -> Response:
     """Submit two prompts (or a preset pair) and go to their comparison."""
-    if preset in COMPARE_PRESETS:
-        _, prompt_a, prompt_b = COMPARE_PRESETS[preset]
+    prompt_a, prompt_b = form.prompt_a, form.prompt_b
+    if form.preset in COMPARE_PRESETS:
+        _, prompt_a, prompt_b = COMPARE_PRESETS[form.preset]
     try:
         a = await backend.submit(AnalysisRequest(prompt=prompt_a), client)
         b = await backend.submit(AnalysisRequest(prompt=prompt_b), client)
     except ValidationError as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, _problem(exc)) from exc
-    return RedirectResponse(f"/compare?a={a.id}&b={b.id}", status_code=status.HTTP_303_SEE_OTHER)
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, form_problem(exc)) from exc
+    target = url_path(request, "compare_page", {"a": a.id, "b": b.id})
+    return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/compare", response_class=HTMLResponse)
@@ -193,9 +189,11 @@ async def compare_page(
 ) -> HTMLResponse:
     """Two analyses side by side with the difference heatmap (B − A)."""
     context: dict[str, Any] = {"a": a or "", "b": b or "", "compare_presets": COMPARE_PRESETS}
-    if a and b:
-        context |= await compare_context(backend, a, b)
-    return render(request, "pages/compare.html", context)
+    if not (a and b):
+        return render(request, "pages/compare.html", context)
+    context |= await compare_context(backend, a, b)
+    twin = url_path(request, "compare_json", {"a": a, "b": b})
+    return render(request, "pages/compare.html", context, alternate=twin)
 
 
 async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
@@ -217,8 +215,8 @@ async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
     return {
         "ready": True,
         "error": problem,
-        "left": analysis_context(a, ra, link=False),
-        "right": analysis_context(b, rb, link=False),
+        "left": AnalysisView.of(ra, a, link=False),
+        "right": AnalysisView.of(rb, b, link=False),
         "diff": None if problem else diff_figure(ra, rb),
     }
 
@@ -229,18 +227,23 @@ async def compare_panel(
 ) -> HTMLResponse:
     """The comparison body (polls until both analyses are done)."""
     context = {"a": a, "b": b, **await compare_context(backend, a, b)}
-    return render(request, "partials/_compare_body.html", context)
+    twin = url_path(request, "compare_json", {"a": a, "b": b})
+    return render(request, "partials/_compare_body.html", context, alternate=twin)
 
 
-@router.get("/api/compare", responses={409: {"description": "An analysis is unfinished or failed"}})
-async def compare_json(backend: BackendDep, a: JobIdQuery, b: JobIdQuery) -> dict[str, Any]:
+@router.get(
+    "/api/compare",
+    response_model=Comparison,
+    responses={409: {"description": "An analysis is unfinished or failed"}},
+)
+async def compare_json(backend: BackendDep, a: JobIdQuery, b: JobIdQuery) -> Comparison:
     """JSON twin of the comparison: per-head increases of A and B and their difference."""
     context = await compare_context(backend, a, b)
     if not context.get("ready"):
         raise HTTPException(status.HTTP_409_CONFLICT, context.get("error") or "not finished yet")
     if context["diff"] is None:
         raise HTTPException(status.HTTP_409_CONFLICT, context["error"])
-    return {"a": a, "b": b, "heads": context["diff"].rows}
+    return Comparison.model_validate({"a": a, "b": b, "heads": context["diff"].rows})
 
 
 @router.get("/prefs")

@@ -3,135 +3,31 @@ their JSON twins under `/api/analyses/{id}/...`."""
 
 from __future__ import annotations
 
-import asyncio
-import re
-import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
 
 from app.backend import Backend, JobState, JobStatus
-from app.contracts import (
-    AnalysisCore,
-    AnalysisRequest,
-    AnalysisResult,
-    AnalysisSummary,
-    HeadDetail,
+from app.contracts import AnalysisCore, AnalysisRequest, AnalysisSummary, HeadDetail
+from app.deps import (
+    BackendDep,
+    ClientDep,
+    DoneAnalysisDep,
+    JobId,
+    JobIdQuery,
+    check_head,
+    done_summary,
+    heads_stage,
+    is_head_of,
+    job_state,
 )
-from app.deps import BackendDep, ClientDep, JobId, JobIdQuery
-from app.figures.analysis import (
-    attention_figure,
-    flow_figure,
-    heatmap_figure,
-    increase_figure,
-    layers_figure,
-    margin_figure,
-    ranked_demonstrations,
-    scores_figure,
-)
-from app.result_parts import detail_mrr
-from app.templating import render
+from app.job_wait import next_state
+from app.panels import ANALYSIS_PANELS, AnalysisView, HeadPanel, HeadPending, Panel
+from app.templating import render, url_path
 
 router = APIRouter(tags=["panels"])
-HEAD_NAME = re.compile(r"L(\d{1,4})H(\d{1,4})")
-
-
-async def job_state(backend: Backend, job_id: str) -> JobState:
-    """The job's state; 404 with a clear message if it is unknown or expired."""
-    state = await backend.status(job_id)
-    if state is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r} (unknown or expired)"
-        )
-    return state
-
-
-async def next_state(
-    backend: Backend,
-    job_id: str,
-    wait_s: float,
-    interval_s: float = 0.05,
-    gone: Callable[[], Awaitable[bool]] | None = None,
-) -> JobState:
-    """The job's state as soon as it ends or reports news (its per-head stage among them:
-    the message DETAILS_MESSAGE), else after `wait_s` (a long poll: the page learns of the
-    result within `interval_s` instead of at its next poll). Stops early once `gone()` says
-    the client went away (its answer would be thrown away)."""
-    first = state = await job_state(backend, job_id)
-    deadline = time.monotonic() + wait_s
-    news = ("status", "progress", "message", "position_in_queue")
-    while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:
-        await asyncio.sleep(interval_s)
-        if gone is not None and await gone():
-            break
-        state = await job_state(backend, job_id)
-        if any(getattr(state, key) != getattr(first, key) for key in news):
-            break
-    return state
-
-
-async def heads_stage(backend: Backend, state: JobState) -> AnalysisSummary | None:
-    """The per-head stage of a running analysis (no head details yet), once it is done."""
-    return await backend.heads_stage(state.id) if state.status == JobStatus.RUNNING else None
-
-
-async def done_summary(backend: Backend, job_id: str) -> AnalysisSummary:
-    """The finished analysis `job_id` without its head details; 404 if unknown, 409 if not
-    finished or failed."""
-    state = await job_state(backend, job_id)
-    if state.status == JobStatus.FAILED:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {job_id} failed: {state.error}")
-    found = await backend.summary(job_id) if state.status == JobStatus.DONE else None
-    if found is None:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"analysis {job_id} is {state.status}")
-    return found
-
-
-def check_head(result: AnalysisCore, name: str) -> str:
-    """`name` if the model has that head, else 404 with what exists."""
-    match = HEAD_NAME.fullmatch(name)
-    if not match or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND,
-            f"no head {name!r}: heads are L0H0 … L{result.n_layers - 1}H{result.n_heads - 1}",
-        )
-    return name
-
-
-def head_parameter(name: str | None) -> str | None:
-    """A `?head=` value (it goes into an hx-get URL): None, or a head name; else 422."""
-    if name is not None and not HEAD_NAME.fullmatch(name):
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"?head= must name a head such as L0H1, not {name[:40]!r}",
-        )
-    return name
-
-
-def analysis_context(
-    job_id: str, result: AnalysisSummary | AnalysisResult, link: bool = True
-) -> dict[str, Any]:
-    """Everything the analysis body and its panels render from (`link`: clickable cells)."""
-    kinds = {label.position: "true" if label.is_true else "false" for label in result.labels}
-    top = [result.head(name) for name in result.top_heads]
-    detailed = detail_mrr(result)
-    mrr = {name: {m.label: m.mrr for m in values} for name, values in detailed.items()}
-    return {
-        "job_id": job_id,
-        "result": result,
-        "kinds": kinds,
-        "last": len(result.tokens) - 1,
-        "top": top,
-        "mrr": mrr,
-        "mrr_labels": list(dict.fromkeys(m.label for values in detailed.values() for m in values)),
-        "heatmap": heatmap_figure(result, focusable=link),
-        "heads_url": f"/a/{job_id}" if link else None,
-        "layers": layers_figure(result),
-        "flow": flow_figure(result),
-    }
 
 
 def extra_head_request(
@@ -199,30 +95,7 @@ async def find_head(
     return result, extra.id, None, extra
 
 
-def head_context(
-    job_id: str, result: AnalysisCore, source_id: str, detail: HeadDetail
-) -> dict[str, Any]:
-    summary = result.head(detail.name)
-    built = [
-        attention_figure(result, detail),
-        scores_figure(result, detail),
-        increase_figure(result, detail),
-        margin_figure(result, detail),
-    ]
-    figures = [f for f in built if f is not None]
-    return {
-        "job_id": job_id,
-        "source_id": source_id,
-        "result": result,
-        "detail": detail,
-        "summary": summary,
-        "figures": figures,
-        "kinds": {label.position: label.is_true for label in result.labels},
-        "demonstrations": ranked_demonstrations(result, detail),
-    }
-
-
-# --- HTML partials -------------------------------------------------------------------------
+# --- HTML partials and their JSON twins -----------------------------------------------------
 
 
 @router.get("/a/{job_id}/status", response_class=HTMLResponse)
@@ -240,19 +113,23 @@ async def status_panel(
     done: the analysis body without head details, whose own poller (`after=heads`) learns when
     they are done and then fetches the whole body; when done: the whole body."""
     state = await next_state(backend, job_id, wait, gone=request.is_disconnected)
+    twin = url_path(request, "get_analysis", job_id=job_id)
     if after == "heads" and state.status != JobStatus.FAILED:
         ready = state.status == JobStatus.DONE
         template = "partials/_details_ready.html" if ready else "partials/_details_pending.html"
-        return render(request, template, {"job_id": job_id})
+        return render(request, template, {"job_id": job_id}, alternate=twin)
     partial = await heads_stage(backend, state)
     result = await backend.summary(job_id) if state.status == JobStatus.DONE else partial
     if result is not None:
-        context = analysis_context(job_id, result) | {
+        context = {
+            "job_id": job_id,
+            "analysis": AnalysisView.of(result, job_id),
             "pending": partial is not None,
             "open_head": open_head(request, result),
         }
-        return render(request, "partials/_analysis_body.html", context)
-    return render(request, "partials/_status.html", {"job_id": job_id, "state": state})
+        return render(request, "partials/_analysis_body.html", context, alternate=twin)
+    context = {"job_id": job_id, "state": state}
+    return render(request, "partials/_status.html", context, alternate=twin)
 
 
 def open_head(request: Request, result: AnalysisCore) -> str | None:
@@ -261,28 +138,42 @@ def open_head(request: Request, result: AnalysisCore) -> str | None:
     head of this model."""
     query = urlsplit(request.headers.get("HX-Current-URL", "")).query
     head = parse_qs(query).get("head", [""])[0]
-    match = HEAD_NAME.fullmatch(head)
-    if match is None or int(match[1]) >= result.n_layers or int(match[2]) >= result.n_heads:
-        return None
-    return head
+    return head if is_head_of(result, head) else None
 
 
-def _panel(name: str) -> Callable[..., Awaitable[Response]]:
-    async def panel(job_id: JobId, request: Request, backend: BackendDep) -> Response:
-        result = await done_summary(backend, job_id)
-        return render(request, f"partials/_{name}.html", analysis_context(job_id, result))
+def _add_panel(slug: str, model: type[Panel]) -> None:
+    """The panel's partial `/a/{id}/panels/{slug}` and its JSON twin
+    `/api/analyses/{id}/{slug}`, both from one `model` instance."""
+    snake = slug.replace("-", "_")
 
-    panel.__name__ = f"{name.replace('-', '_')}_panel"
-    return panel
+    async def panel_html(job_id: JobId, request: Request, result: DoneAnalysisDep) -> Response:
+        twin = url_path(request, f"{snake}_json", job_id=job_id)
+        context = {"panel": model.of(result, job_id)}
+        return render(request, f"partials/_{snake}.html", context, alternate=twin)
+
+    async def panel_json(result: DoneAnalysisDep) -> Panel:
+        return model.of(result)
+
+    panel_html.__doc__ = f"The {slug} panel (HTML); its JSON twin: `/api/analyses/{{id}}/{slug}`."
+    panel_json.__doc__ = model.__doc__
+    html_path, json_path = f"/a/{{job_id}}/panels/{slug}", f"/api/analyses/{{job_id}}/{slug}"
+    router.add_api_route(html_path, panel_html, response_class=HTMLResponse, name=f"{snake}_panel")
+    router.add_api_route(json_path, panel_json, response_model=model, name=f"{snake}_json")
 
 
-for _name in ("tokens", "layers", "flow", "heatmap", "top_heads"):
-    router.add_api_route(
-        f"/a/{{job_id}}/panels/{_name.replace('_', '-')}",
-        _panel(_name),
-        methods=["GET"],
-        response_class=HTMLResponse,
-    )
+for _slug, _model in ANALYSIS_PANELS.items():
+    _add_panel(_slug, _model)
+
+
+async def head_view(
+    backend: Backend, job_id: str, name: str, job: str | None, client: str
+) -> HeadPanel | HeadPending:
+    """Head `name` of analysis `job_id`: its panel, or the job computing it (see `find_head`)."""
+    result, source_id, detail, extra = await find_head(backend, job_id, name, job, client)
+    if detail is None:
+        assert extra is not None
+        return HeadPending.of(extra, job_id, name)
+    return HeadPanel.of(result, detail, job_id, source_id)
 
 
 @router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
@@ -295,66 +186,19 @@ async def head_panel(
     job: JobIdQuery | None = None,
 ) -> Response:
     """A head's panel; polls while a head outside the stored details is being computed."""
-    result, source_id, detail, extra = await find_head(backend, job_id, name, job, client)
-    if detail is None:
-        assert extra is not None
-        context = {"job_id": job_id, "name": name, "state": extra}
-        return render(request, "partials/_head_pending.html", context)
-    return render(request, "partials/_head.html", head_context(job_id, result, source_id, detail))
+    panel = await head_view(backend, job_id, name, job, client)
+    query = {"job": panel.job} if panel.job != job_id else None
+    twin = url_path(request, "head_json", query, job_id=job_id, name=name)
+    pending = isinstance(panel, HeadPending)
+    template = "partials/_head_pending.html" if pending else "partials/_head.html"
+    return render(request, template, {"panel": panel}, alternate=twin)
 
 
-# --- JSON twins ----------------------------------------------------------------------------
-
-
-@router.get("/api/analyses/{job_id}/tokens")
-async def tokens_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
-    result = await done_summary(backend, job_id)
-    return {
-        "tokens": [t.model_dump() for t in result.tokens],
-        "labels": [label.model_dump() for label in result.labels],
-        "target": result.target.model_dump(),
-        "separator": result.separator,
-        "warnings": result.warnings,
-    }
-
-
-@router.get("/api/analyses/{job_id}/layers")
-async def layers_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
-    result = await done_summary(backend, job_id)
-    return {"layers": [x.model_dump() for x in result.layers]}
-
-
-@router.get("/api/analyses/{job_id}/flow")
-async def flow_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
-    result = await done_summary(backend, job_id)
-    return {"flow": [x.model_dump() for x in result.flow]}
-
-
-@router.get("/api/analyses/{job_id}/heatmap")
-async def heatmap_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
-    result = await done_summary(backend, job_id)
-    return {
-        "n_layers": result.n_layers,
-        "n_heads": result.n_heads,
-        "heads": [h.model_dump() for h in result.heads],
-    }
-
-
-@router.get("/api/analyses/{job_id}/top-heads")
-async def top_heads_json(job_id: JobId, backend: BackendDep) -> dict[str, Any]:
-    result = await done_summary(backend, job_id)
-    return {
-        "top_heads": [
-            {
-                **result.head(name).model_dump(),
-                "value_mrr": [m.model_dump() for m in result.detail_mrr.get(name, [])],
-            }
-            for name in result.top_heads
-        ]
-    }
-
-
-@router.get("/api/analyses/{job_id}/heads/{name}")
+@router.get(
+    "/api/analyses/{job_id}/heads/{name}",
+    response_model=HeadPanel | HeadPending,
+    responses={202: {"model": HeadPending, "description": "Being computed: poll `job`"}},
+)
 async def head_json(
     job_id: JobId,
     name: str,
@@ -362,16 +206,9 @@ async def head_json(
     client: ClientDep,
     response: Response,
     job: JobIdQuery | None = None,
-) -> dict[str, Any]:
+) -> HeadPanel | HeadPending:
     """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`)."""
-    result, source_id, detail, extra = await find_head(backend, job_id, name, job, client)
-    if detail is None:
-        assert extra is not None
+    panel = await head_view(backend, job_id, name, job, client)
+    if isinstance(panel, HeadPending):
         response.status_code = status.HTTP_202_ACCEPTED
-        return {"status": extra.status, "job": extra.id, "error": extra.error}
-    return {
-        "status": "done",
-        "job": source_id,
-        "summary": result.head(name).model_dump(),
-        "detail": detail.model_dump(),
-    }
+    return panel

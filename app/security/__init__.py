@@ -3,13 +3,14 @@
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
 headers, 500 page), Host check, body limit, rate limit, same-origin check, authentication
 (sessions, login guessing limits), HTML-only answers to htmx. It also makes every log line of
-the process safe (app.security.logs).
+the process safe (app.log_safety).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
+from app.log_safety import install_log_hygiene
 from app.security.auth import AuthMiddleware
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.errors import install_error_handlers
@@ -17,7 +18,6 @@ from app.security.guard import GuardMiddleware
 from app.security.hosts import HostCheckMiddleware
 from app.security.htmx import HtmlOnlyForHtmxMiddleware
 from app.security.login_limit import LoginLimiter
-from app.security.logs import install_log_hygiene
 from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.keys import session_key
-from app.security.redact import redact
+from app.log_safety import redact
 from app.settings import Settings
 
 #: Most sessions an embedded server keeps (the oldest go first).

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.contracts import NormKind
+
 #: How W_Q, W_K, W_V are stored: three modules; one module with blocks [q | k | v] (GPT-2,
 #: Phi-3); one module interleaved per head [q_0 k_0 v_0 | q_1 k_1 v_1 | …] (GPT-NeoX).
 QkvLayout = Literal["separate", "fused", "per_head"]
 #: nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
 WeightLayout = Literal["linear", "conv1d"]
-NormKind = Literal["rms", "layer"]
 #: none: learned absolute positions or none; rotate_half: Llama/NeoX halves; interleaved: GPT-J
 #: pairs (rotate_every_two).
 RotaryStyle = Literal["none", "rotate_half", "interleaved"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model_worker.analysis.metrics import VocabSummary, block_rows, logsumexp_, summarize_logits
+from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_logits
 from model_worker.analysis.projection import VocabProjector
 
 
@@ -61,24 +61,36 @@ class Increase:
     margin: Tensor | None
 
 
+def base_logprobs(projector: VocabProjector, base_logits: Tensor, target: int) -> Tensor:
+    """log softmax(cap(bs(x)))[target] of bases whose bs is `base_logits` [B, V] → [B]."""
+    base_full = base_logits if projector.softcap is None else projector.cap(base_logits.clone())
+    return base_full[:, target] - torch.logsumexp(base_full, -1)
+
+
+def _target_logprob(projector: VocabProjector, full: Tensor, target: int) -> Tensor:
+    """log softmax(cap(full))[..., target] of summed logits `full` [..., V], consumed as
+    scratch: the soft-cap and the log-softmax work in place (one fused pass per row)."""
+    full = projector.cap(full)
+    return torch.log_softmax(full, -1, out=full)[..., target]
+
+
 def _increase(
     projector: VocabProjector,
     base_logits: Tensor,
     delta: Tensor,
     target: int,
     margin_ids: tuple[int, int] | None,
+    base_logprob: Tensor,
 ) -> tuple[Tensor, Tensor | None]:
-    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V], with any
-    final soft-cap applied to the summed logits.
+    """Increase [b, M] (and margin) of `delta` [b, M, V] on `base_logits` [b, V], whose
+    log-probability of the target is `base_logprob` [b], with any final soft-cap applied to the
+    summed logits.
 
     `delta` (a whole block of logits) is consumed as scratch.
     """
     margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
-    full = projector.cap(delta.add_(base_logits[:, None, :]))
-    logprob = full[..., target].clone() - logsumexp_(full)  # a copy: full becomes scratch
-    base_full = base_logits if projector.softcap is None else projector.cap(base_logits.clone())
-    base = base_full[:, target] - torch.logsumexp(base_full, -1)
-    return logprob - base[:, None], margin
+    logprob = _target_logprob(projector, delta.add_(base_logits[:, None, :]), target)
+    return logprob - base_logprob[:, None], margin
 
 
 def _blocks(n_bases: int, n_vectors: int, rows: int) -> list[tuple[slice, slice]]:
@@ -112,13 +124,14 @@ def logprob_increase(
     """
     if base_logits is None:
         base_logits = projector.logits(bases)
+    base_logprob = base_logprobs(projector, base_logits, target)
     rows = chunk or block_rows(projector.vocab, vectors.device)
     increase = vectors.new_empty(vectors.shape[:2])
     margin = None if margin_ids is None else vectors.new_empty(vectors.shape[:2])
     for b, m in _blocks(vectors.shape[0], vectors.shape[1], rows):
         delta = projector.delta(base_logits[b], bases[b], vectors[b, m])
         increase[b, m], block_margin = _increase(
-            projector, base_logits[b], delta, target, margin_ids
+            projector, base_logits[b], delta, target, margin_ids, base_logprob[b]
         )
         if margin is not None and block_margin is not None:
             margin[b, m] = block_margin
@@ -143,13 +156,17 @@ def split_increase(
         increase = logprob_increase(projector, bases, stacked, target, base_logits=base_logits)
         total, part_increase, rest = increase.increase.split(whole.shape[1], 1)
         return total, part_increase, rest
+    base_logprob = base_logprobs(projector, base_logits, target)
     rows = block_rows(projector.vocab, whole.device)
     out = [whole.new_empty(whole.shape[:2]) for _ in range(3)]
     for b, m in _blocks(whole.shape[0], whole.shape[1], rows):
-        whole_logits, part_logits = projector.linear(whole[b, m]), projector.linear(part[b, m])
-        rest_logits = whole_logits - part_logits
-        for i, logits in enumerate((whole_logits, part_logits, rest_logits)):
-            out[i][b, m] = _increase(projector, base_logits[b], logits, target, None)[0]
+        base = base_logits[b, None, :]
+        whole_full = projector.linear(whole[b, m]).add_(base)  # bs(x + whole)
+        part_logits = projector.linear(part[b, m])
+        rest_full = whole_full - part_logits  # bs(x + whole − part), by linearity
+        part_full = part_logits.add_(base)
+        for i, full in enumerate((whole_full, part_full, rest_full)):
+            out[i][b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
     return out[0], out[1], out[2]
 
 
@@ -186,6 +203,7 @@ def position_views_fixed(
         raise ValueError("position_views_fixed needs the fixed norm mode")
     if base_logits is None:
         base_logits = projector.logits(bases)
+    base_logprob = base_logprobs(projector, base_logits, target)
     n_heads, n_positions = values.shape[:2]
     increase = values.new_empty(n_heads, n_positions)
     margin = None if margin_ids is None else values.new_empty(n_heads, n_positions)
@@ -208,12 +226,13 @@ def position_views_fixed(
             top_ids[b, index] = summary.top_ids.reshape(*shape, -1)
             top_values[b, index] = summary.top_values.reshape(*shape, -1)
             ranks[b, index] = summary.ranks.reshape(shape)
-        weighted = value_logits.mul_(rows[b, m, None])
-        increase[b, m], block_margin = _increase(
-            projector, base_logits[b], weighted, target, margin_ids
-        )
-        if margin is not None and block_margin is not None:
-            margin[b, m] = block_margin
+        weight = rows[b, m, None]  # [b, m, 1]: a_p
+        if margin is not None and margin_ids is not None:
+            first, second = value_logits[..., margin_ids[0]], value_logits[..., margin_ids[1]]
+            margin[b, m] = first * weight[..., 0] - second * weight[..., 0]
+        # bs(x) + a_p · L in one pass, written over L
+        full = torch.addcmul(base_logits[b, None, :], value_logits, weight, out=value_logits)
+        increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
     # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
     weighted_values = top_values * rows[:, positions, None]
     top_ids, ranks = top_ids.reshape(-1, width), ranks.reshape(-1)

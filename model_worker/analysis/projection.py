@@ -10,15 +10,12 @@ A final-logit soft-cap (Gemma 2) is not part of bs: `cap()` applies it to summed
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
 
+from app.contracts import NormKind, NormMode
 from model_worker.analysis.kernels import unembed_matmul
-
-NormMode = Literal["fixed", "recompute"]
-NormKind = Literal["rms", "layer"]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ remainder, score − content (none for learned positions, which enter through th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,3 +51,43 @@ class ScoreSplit:
             None if out else float(v)
             for v, out in zip(which.tolist(), self.excluded.tolist(), strict=True)
         ]
+
+
+#: Un-rotates x [n, P, d] by the rotary angles of `positions` (the family's own rotary).
+Unrotate = Callable[[Tensor, Sequence[int]], Tensor]
+
+
+def score_split(
+    *,
+    query: Tensor,
+    keys: Tensor,
+    scaling: float,
+    softcap: float | None,
+    mask: Tensor | None,
+    unrotate: Unrotate | None,
+) -> ScoreSplit:
+    """The scores of the analysed position's `query` [d] (after rotary) to `keys` [S, d] (one
+    per position up to it), split into content and position; `mask` [S] the additive mask row,
+    `unrotate` None for a layer without rotary."""
+    n = keys.shape[0]
+    excluded = masked(mask, n)
+    score = attention_scores(query, keys, scaling, softcap, mask)
+    if unrotate is None:
+        return ScoreSplit(score, score, None, excluded)
+    plain_query = unrotate(query[None, None], [n - 1])[0, 0]
+    plain_keys = unrotate(keys[None], range(n))[0]
+    content = attention_scores(plain_query, plain_keys, scaling, softcap, mask)
+    return ScoreSplit(score, content, score - content, excluded)
+
+
+def rotary_offset_queries(
+    *, query: Tensor, positions: list[int], w_k: Tensor, unrotate: Unrotate
+) -> Tensor:
+    """W_K^⊤ R_Δ q for each of `positions` (Δ = last − p): [P, D], from the analysed position's
+    query [d] after rotary and the head's W_K [d, D].
+
+    With q_last = R_last q the real (rotated) query, R_Δ q = R_{−p} q_last: the query un-rotated
+    by the label position's angles, which a key at p scores against its unrotated key.
+    """
+    seen = unrotate(query.expand(len(positions), -1)[None], positions)[0]
+    return seen @ w_k.to(seen.device).T

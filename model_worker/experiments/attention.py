@@ -20,9 +20,8 @@ from model_worker.analysis.contributions import logprob_increase
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.experiments import paper
-from model_worker.experiments.batching import Batch, Extra, prepare, run_prompts
+from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
 from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
@@ -74,15 +73,7 @@ def run(ctx: Context) -> ExperimentResult:
     stages = Stages(ctx.progress, {"locate": 2.0, "attend": 1.0})
     location = locate_for(ctx, stages.stage("locate"))
     top3 = sorted(location.heads, key=lambda h: -float(location.mean_increase[h]))[:3]
-    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
-    runs = run_prompts(
-        ctx.loaded,
-        items,
-        batch_size=ctx.batch_size,
-        extra=subhead_increases(ctx.loaded, top3),
-        progress=stages.stage("attend"),
-        label="attention",
-    )
+    runs = ctx.run_dataset(subhead_increases(ctx.loaded, top3), stages.stage("attend"), "attention")
     runs, scope = evaluated(ctx, runs)
     rows: list[Row] = []
     for layer, h in location.heads:

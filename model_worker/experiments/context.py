@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from app.contracts import ExperimentRequest, ExperimentResult
 from model_worker.datasets import Dataset
+from model_worker.experiments.batching import Extra, PromptRun, prepare, run_prompts
+from model_worker.experiments.data import prompts
 from model_worker.experiments.progress import ProgressFn
 from model_worker.loading import LoadedModel
 
@@ -29,6 +31,19 @@ class Context:
     @property
     def seed(self) -> int:
         return self.request.seed
+
+    def run_dataset(self, extra: Extra, progress: ProgressFn, label: str) -> list[PromptRun]:
+        """The dataset's `n` balanced prompts of the request's seed, run in batches, with
+        `extra(batch, cache)` read from each batch's forward pass."""
+        items = prepare(self.loaded, prompts(self.dataset, self.n, self.seed))
+        return run_prompts(
+            self.loaded,
+            items,
+            batch_size=self.batch_size,
+            extra=extra,
+            progress=progress,
+            label=label,
+        )
 
     def result(
         self,

@@ -14,21 +14,19 @@ import torch
 from torch import Tensor
 
 from app.contracts import ExperimentResult
-from app.figures.lines import Line, line_chart
+from app.figure_kit.colors import FLOW_SERIES, PALETTE
+from app.figure_kit.lines import Line, line_chart
 from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.capture import RunCache
-from model_worker.experiments.batching import Batch, prepare, run_prompts
+from model_worker.experiments.batching import Batch
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
 from model_worker.experiments.report import comparison, header, table
-from model_worker.experiments.svg import PALETTE
 
-NAMES = {
-    "demo_to_label_share": "share: demonstration → its label",
-    "label_to_last_share": "share: labels → last token",
-    "demo_to_label": "demonstrations → labels",
-    "label_to_last": "labels → last token",
-    "other": "other",
+#: legend name and colour of each column: the flows as on the dashboard, then the two shares
+SERIES = {
+    **FLOW_SERIES,
+    "demo_to_label_share": ("share: demonstration → its label", PALETTE[4]),
+    "label_to_last_share": ("share: labels → last token", PALETTE[5]),
 }
 PAPER = (
     "shallow layers: demonstration → label flow dominates; deep layers: label → last-token "
@@ -50,15 +48,7 @@ def flows(batch: Batch, cache: RunCache) -> list[Tensor]:
 
 
 def run(ctx: Context) -> ExperimentResult:
-    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
-    runs = run_prompts(
-        ctx.loaded,
-        items,
-        batch_size=ctx.batch_size,
-        extra=flows,
-        progress=ctx.progress,
-        label="information flow",
-    )
+    runs = ctx.run_dataset(flows, ctx.progress, "information flow")
     mean = torch.stack([r.extra for r in runs]).mean(0)  # [5, L]: the 3 flows, 2 shares
     n_layers = mean.shape[1]
     columns = [*FLOWS, "demo_to_label_share", "label_to_last_share"]
@@ -76,7 +66,7 @@ def run(ctx: Context) -> ExperimentResult:
         figure: line_chart(
             xs=list(range(n_layers)),
             lines=[
-                Line(NAMES[name], PALETTE[i], [float(v) for v in mean[i]])
+                Line(*SERIES[name], [float(v) for v in mean[i]])
                 for i, name in enumerate(columns)
                 if i in picked
             ],
@@ -95,7 +85,7 @@ def run(ctx: Context) -> ExperimentResult:
         shallow, deep = metrics[f"{name}_shallow"], metrics[f"{name}_deep"]
         side = "shallow" if shallow > deep else "deep"
         return (
-            f"{NAMES[name]}: {shallow:.3f} in layers < {half} vs {deep:.3f} in layers ≥ {half} "
+            f"{SERIES[name][0]}: {shallow:.3f} in layers < {half} vs {deep:.3f} in layers ≥ {half} "
             f"(larger in the {side} half; peak at layer {int(metrics[f'{name}_peak_layer'])})"
         )
 

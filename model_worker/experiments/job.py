@@ -5,31 +5,18 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from app.contracts import ExperimentRequest, ExperimentResult
+from app.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
 from model_worker.experiments.progress import ProgressFn, no_progress
 from model_worker.loading import LoadedModel
 
-#: Experiment name → module (with a `run(ctx) -> ExperimentResult`) under this package.
-RUNNERS: dict[str, str] = {
-    "accuracy": "accuracy",
-    "heads": "heads",
-    "mrr": "mrr",
-    "attention": "attention",
-    "imbalance": "variants",
-    "reorder": "variants",
-    "ablation": "ablation",
-    "bias": "bias",
-    "flow": "flow",
-    "layers": "layers",
-    "matching": "matching",
-}
 DEFAULT_BATCH_SIZE = 16
 
 
 def _runner(name: str) -> Callable[[Context], ExperimentResult]:
-    module = importlib.import_module(f"model_worker.experiments.{RUNNERS[name]}")
+    """The `run` of experiment `name`'s runner module (EXPERIMENTS names it)."""
+    module = importlib.import_module(f"model_worker.experiments.{EXPERIMENTS[name].runner}")
     runner: Callable[[Context], ExperimentResult] = module.run
     return runner
 
@@ -47,7 +34,7 @@ def run_experiment(
     """
     if batch_size < 1:
         raise ExperimentInputError(f"batch size must be at least 1, got {batch_size}")
-    if request.name not in RUNNERS:
+    if request.name not in EXPERIMENTS:
         raise ExperimentInputError(f"unknown experiment {request.name!r}")
     ctx = Context(loaded, request, resolve_dataset(request), batch_size, progress)
     result = _runner(request.name)(ctx)

@@ -13,14 +13,14 @@ import torch
 from torch import Tensor
 
 from app.contracts import ExperimentResult
-from app.figures.lines import Line, line_chart
-from model_worker.analyze import final_projector, layer_increase_table
+from app.figure_kit.colors import PALETTE
+from app.figure_kit.lines import Line, line_chart
+from model_worker.analysis.heads import layer_increase_table
+from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
-from model_worker.experiments.batching import Batch, Extra, accuracy, prepare, run_prompts
+from model_worker.experiments.batching import Batch, Extra, accuracy
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.experiments.svg import PALETTE
 from model_worker.loading import LoadedModel
 
 PAPER = 'GPT2-large, one prompt: "almost all the improvements are caused by deep attention layers"'
@@ -33,7 +33,13 @@ def layer_table(loaded: LoadedModel) -> Extra:
         out = []
         for row, item in enumerate(batch.items):
             projector = final_projector(loaded, cache.resid_final[row, item.last], "fixed")
-            attn, ffn = layer_increase_table(projector, cache, row, item.last, item.true_id)
+            attn, ffn = layer_increase_table(
+                projector=projector,
+                resid_pre=cache.resid_pre[:, row, item.last],
+                attn_out=cache.attn_out[:, row, item.last],
+                mlp_out=cache.mlp_out[:, row, item.last],
+                target=item.true_id,
+            )
             out.append(torch.stack([attn, ffn]).cpu())
         return out
 
@@ -41,15 +47,7 @@ def layer_table(loaded: LoadedModel) -> Extra:
 
 
 def run(ctx: Context) -> ExperimentResult:
-    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
-    runs = run_prompts(
-        ctx.loaded,
-        items,
-        batch_size=ctx.batch_size,
-        extra=layer_table(ctx.loaded),
-        progress=ctx.progress,
-        label="layer increases",
-    )
+    runs = ctx.run_dataset(layer_table(ctx.loaded), ctx.progress, "layer increases")
     used = [r for r in runs if r.correct] or runs
     tables = torch.stack([r.extra for r in used])  # [N, 2, L]
     mean, sd = tables.mean(0), tables.std(0) if len(used) > 1 else torch.zeros_like(tables[0])

@@ -7,8 +7,8 @@ these heads' attention over the label positions should peak on label i. Per head
 (prompt, i): how often the argmax over label positions is label i (chance 1/k), how often it is
 a label position carrying the word l_i (chance: the share of demonstrations labelled l_i), the
 mean attention on label i vs the mean on each other label; and whether the model then predicts
-l_i (two-label argmax). Heads: the located in-context heads and, for each, a random other head
-of its layer (seeded, not located).
+l_i (two-label argmax). Heads: the located in-context heads and, for each, its layer's baseline
+head (a random head of the layer that is not located: model_worker/analysis/baseline.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import torch
 from torch import Tensor
 
 from app.contracts import ExperimentResult, head_name
+from model_worker.analysis.baseline import random_heads
 from model_worker.capture import RunCache
 from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.experiments.batching import Batch, Extra, PromptRun, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
 from model_worker.experiments.locate import locate_for, location_note
-from model_worker.experiments.mrr import random_partner
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.experiments.svg import bar_chart
@@ -107,8 +107,8 @@ def run(ctx: Context) -> ExperimentResult:
     stages = Stages(ctx.progress, {"locate": 2.0, "match": 2.0})
     location = locate_for(ctx, stages.stage("locate"))
     g = ctx.loaded.geometry
-    partners = [random_partner(h, g.n_heads, location.heads, ctx.seed) for h in location.heads]
-    randoms = [(h[0], p) for h, p in zip(location.heads, partners, strict=True) if p is not None]
+    baseline = random_heads(location.heads, g.n_heads, ctx.seed)
+    randoms = [(layer, baseline[layer]) for layer, _ in location.heads if layer in baseline]
     heads = location.heads + randoms
     base = prompts(ctx.dataset, ctx.n, ctx.seed)
     variants = [(p, i) for prompt in base for i, p in enumerate(matched(prompt))]

@@ -5,25 +5,26 @@ For each label position p of every prompt, the unweighted value v_p W_O^h is pro
 vocabulary (final norm frozen at the prompt's final residual, no biases: ranks do not depend on
 that scale) and the rank of p's own label token ("foo" or "bar") taken. MRR per head and label
 = mean 1/rank over all positions carrying that label. Each in-context head is compared with a
-random other head of its layer (seeded, paper style) and with the mean over all other
-non-located heads of that layer.
+random other head of its layer (model_worker/analysis/baseline.py: the dashboard's baseline
+head, drawn from the request's seed) and with the mean over all other non-located heads of that
+layer.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from app.contracts import ExperimentResult, head_name
+from model_worker.analysis.baseline import random_heads
+from model_worker.analysis.metrics import mean_reciprocal_rank
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.experiments import paper
-from model_worker.experiments.batching import Batch, Extra, prepare, run_prompts
+from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
 from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
@@ -31,13 +32,6 @@ from model_worker.experiments.svg import bar_chart
 from model_worker.experiments.values import Values
 from model_worker.interventions import Head
 from model_worker.loading import LoadedModel
-
-
-def random_partner(head: Head, n_heads: int, avoid: Sequence[Head], seed: int) -> int | None:
-    """Another head of the same layer, not located, drawn reproducibly from `seed`."""
-    layer, h = head
-    others = [o for o in range(n_heads) if o != h and (layer, o) not in set(avoid)]
-    return random.Random(seed * 1_000_003 + layer * 1009 + h).choice(others) if others else None
 
 
 def label_ranks(loaded: LoadedModel, layers: Sequence[int]) -> Extra:
@@ -63,23 +57,13 @@ def label_ranks(loaded: LoadedModel, layers: Sequence[int]) -> Extra:
     return extra
 
 
-def _mrr(ranks: list[int]) -> float:
-    return sum(1 / r for r in ranks) / len(ranks) if ranks else 0.0
-
-
 def run(ctx: Context) -> ExperimentResult:
     stages = Stages(ctx.progress, {"locate": 2.0, "project": 1.0})
     location = locate_for(ctx, stages.stage("locate"))
     g = ctx.loaded.geometry
     layers = sorted({layer for layer, _ in location.heads})
-    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
-    runs = run_prompts(
-        ctx.loaded,
-        items,
-        batch_size=ctx.batch_size,
-        extra=label_ranks(ctx.loaded, layers),
-        progress=stages.stage("project"),
-        label="label-value projections",
+    runs = ctx.run_dataset(
+        label_ranks(ctx.loaded, layers), stages.stage("project"), "label-value projections"
     )
     runs, scope = evaluated(ctx, runs)
     # ranks[(layer, head)][token id] → list of ranks
@@ -93,8 +77,9 @@ def run(ctx: Context) -> ExperimentResult:
                     per.setdefault(token, []).append(int(table_ranks[i, h, p]))
     tokens = sorted({t for per in ranks.values() for t in per})
     rows: list[Row] = []
+    partners = random_heads(location.heads, g.n_heads, ctx.seed)
     for head in location.heads:
-        partner = random_partner(head, g.n_heads, location.heads, ctx.seed)
+        partner = partners.get(head[0])
         layer_others = [
             (head[0], o) for o in range(g.n_heads) if (head[0], o) not in location.heads
         ]
@@ -104,14 +89,14 @@ def run(ctx: Context) -> ExperimentResult:
                 {
                     "head": head_name(*head),
                     "label": ctx.loaded.token_text(token),
-                    "mrr": _mrr(own),
+                    "mrr": mean_reciprocal_rank(own),
                     "median_rank": float(torch.tensor(own).float().median()) if own else None,
                     "random_head": head_name(head[0], partner) if partner is not None else None,
-                    "random_mrr": _mrr(ranks[(head[0], partner)].get(token, []))
+                    "random_mrr": mean_reciprocal_rank(ranks[(head[0], partner)].get(token, []))
                     if partner is not None
                     else None,
                     "layer_other_heads_mrr": sum(
-                        _mrr(ranks[o].get(token, [])) for o in layer_others
+                        mean_reciprocal_rank(ranks[o].get(token, [])) for o in layer_others
                     )
                     / len(layer_others)
                     if layer_others

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Dialog, Page, expect
+from playwright.sync_api import Dialog, Page, Route, expect
 
 from tests.tiny_models import EXAMPLE_PROMPT
 
@@ -90,11 +90,8 @@ def test_xss_probe_shows_text_and_fires_nothing(page: Page, base_url: str, artif
     assert dialogs == []
 
 
-def test_the_heatmap_comes_first_then_the_details(
-    page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The page draws the per-head stage while the head details are held back; a head opened
-    meanwhile waits for them, then the whole body replaces the first one with that head kept."""
+def hold_head_details(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Hold every analysis' head details (its second stage) until the returned event is set."""
     from model_worker import analyze as analyze_module
 
     release = threading.Event()
@@ -105,19 +102,89 @@ def test_the_heatmap_comes_first_then_the_details(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(analyze_module, "head_details", held)
+    return release
+
+
+@pytest.mark.parametrize("page_wait_s", [0.0, 30.0], ids=["spinner-first", "page-waits"])
+def test_the_heatmap_comes_first_then_the_details(
+    page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch, page_wait_s: float
+) -> None:
+    """The page draws the per-head stage while the head details are held back (whether the
+    permalink came with it or its spinner's long poll fetched it); a head opened meanwhile
+    waits for them, then the whole body replaces the first one with that head kept."""
+    from app.routes import pages
+    from model_worker import analyze as analyze_module
+
+    monkeypatch.setattr(pages, "PAGE_WAIT_S", page_wait_s)
+
+    release = hold_head_details(monkeypatch)
+    stage = threading.Event()  # without a page wait: the per-head stage waits for the spinner
+    real_sums = analyze_module.attention_sums
+
+    def spinner_first(*args: Any, **kwargs: Any) -> Any:
+        stage.wait(30)
+        return real_sums(*args, **kwargs)
+
+    if not page_wait_s:
+        monkeypatch.setattr(analyze_module, "attention_sums", spinner_first)
     try:
         page.goto(base_url + "/")
-        page.fill("textarea[name=prompt]", "six : foo hate : bar two : foo one :")
+        demos = ["six : foo", "hate : bar", "two : foo"][:: 1 if page_wait_s else -1]
+        page.fill("textarea[name=prompt]", " ".join([*demos, "one :"]))  # fresh each case
         page.click("#analyse")
+        if not page_wait_s:
+            spinner = "section.status[data-status=queued], section.status[data-status=running]"
+            expect(page.locator(spinner)).to_be_visible()  # queued while the worker is busy
+            stage.set()
         expect(page.locator(".analysis-body[data-status=heads]")).to_be_visible(timeout=30_000)
         expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12)
         expect(page.locator(".details-pending")).to_be_visible()
         page.locator("rect.cell[data-layer='1'][data-head='2']").click()
         expect(page.locator("#head-panel")).to_contain_text("on their way")
     finally:
+        stage.set()
         release.set()
     expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
     expect(page.locator(".details-pending")).to_have_count(0)
     head = page.locator("#head-panel .head[data-head-name=L1H2]")
     expect(head).to_be_visible(timeout=30_000)
     expect(page.locator("table.top-heads th", has_text="MRR").first).to_be_visible()
+
+
+def test_a_head_opened_while_the_finished_body_is_on_its_way_stays_open(
+    page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finished analysis' body is requested with the URL of that moment; a head opened
+    before it arrives is opened again in the body that replaces the first one."""
+
+    release = hold_head_details(monkeypatch)
+    bodies: list[Route] = []  # the finished body's requests, held until the head is open
+
+    def is_body(url: str) -> bool:
+        return url.endswith("/status")  # the long polls carry ?wait=
+
+    def hold(route: Route) -> None:
+        bodies.append(route)
+
+    page.route(is_body, hold)
+    try:
+        page.goto(base_url + "/")
+        page.fill("textarea[name=prompt]", "love : bar six : foo hate : bar one :")  # fresh
+        page.click("#analyse")
+        expect(page.locator(".details-pending")).to_be_visible(timeout=30_000)
+        release.set()
+        for _ in range(300):
+            if bodies:
+                break
+            page.wait_for_timeout(100)
+        assert bodies, "the finished body was never requested"
+        page.locator("rect.cell[data-layer='1'][data-head='2']").click()
+        expect(page.locator("#head-panel .head[data-head-name=L1H2]")).to_be_visible(timeout=30_000)
+    finally:
+        release.set()
+        for route in bodies:
+            route.continue_()
+        page.unroute(is_body)
+    expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
+    expect(page.locator(".details-pending")).to_have_count(0)
+    expect(page.locator("#head-panel .head[data-head-name=L1H2]")).to_be_visible(timeout=30_000)

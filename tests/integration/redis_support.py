@@ -1,4 +1,5 @@
-"""Helpers for tests against a real Redis: a private database, real worker processes, a web app.
+"""Helpers for tests (and bench/) against a real Redis: a private database, real worker
+processes, a web app, a web server process.
 
 A test never touches data it did not create: it claims an *empty* database of the shared server
 (a claim key taken with SET NX), wipes only that database, and releases it.
@@ -69,6 +70,64 @@ def start_worker(
         return subprocess.Popen(
             [*args, "--device", "cpu"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
         )
+
+
+@contextmanager
+def serving_workers(
+    model: Path,
+    redis_url: str,
+    folder: Path,
+    *,
+    count: int = 1,
+    delay_s: float = 0.0,
+    stop_with: int = signal.SIGTERM,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`count` worker processes serving `model` (logs in `folder`), live for the duration, then
+    stopped with `stop_with`."""
+    logs = [folder / ("worker.log" if count == 1 else f"worker{n}.log") for n in range(count)]
+    workers = [start_worker(model, redis_url, log, delay_s=delay_s) for log in logs]
+    try:
+        wait_for_workers(redis_url, count)
+        yield workers
+    finally:
+        for worker in workers:
+            stop(worker, stop_with)
+
+
+@contextmanager
+def redis_with_workers(
+    folder: Path, model: Path, *, password: str | None = None, **workers: Any
+) -> Iterator[tuple[OwnRedis, list[subprocess.Popen[bytes]]]]:
+    """A private redis-server (data in `folder`/redis) and worker processes serving `model` on
+    it (`workers`: serving_workers' options); stopped in that order."""
+    with (
+        OwnRedis(folder / "redis", password) as redis,
+        serving_workers(model, redis.url, folder, **workers) as processes,
+    ):
+        yield redis, processes
+
+
+def start_server(
+    port: int, env: dict[str, str], log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`icl-heads serve` on 127.0.0.1:`port` in a subprocess, configured by `env` (its whole
+    environment); its output goes to `log` (else nowhere)."""
+    args = [sys.executable, "-m", "app.cli", "serve", "--port", str(port)]
+    if log is None:
+        out = subprocess.DEVNULL
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)
+    with log.open("ab") as out_file:
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out_file, stderr=subprocess.STDOUT)
+
+
+def is_up(url: str) -> bool:
+    """The web server at `url` answers its health check."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
@@ -146,6 +205,13 @@ class OwnRedis:
         if self._server is not None:
             stop(self._server)
             self._server = None
+
+    def __enter__(self) -> OwnRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
 
 
 def pings(connection: Redis) -> bool:

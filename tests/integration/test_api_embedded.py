@@ -10,18 +10,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.contracts import ExperimentRequest
-from app.embedded import EmbeddedBackend
-from app.main import create_app
 from app.settings import Settings
+from tests.app_clients import embedded_client
 from tests.integration.worker_entry import FAKE_STEPS, install_fake_experiment
-from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+from tests.tiny_models import EXAMPLE_PROMPT
 
 
 @pytest.fixture()
 def client() -> Iterator[TestClient]:
     settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0)
-    backend = EmbeddedBackend(settings, loader=tiny_llama)
-    with TestClient(create_app(settings, backend)) as test_client:
+    with embedded_client(settings) as test_client:
         yield test_client
 
 
@@ -114,3 +112,22 @@ def test_too_long_prompt_is_422_with_the_numbers(client: TestClient) -> None:
     response = client.post("/api/analyses", json={"prompt": "one : " * 40})
     assert response.status_code == 422
     assert response.json()["detail"] == "the prompt has 80 tokens; the limit is 64"
+
+
+@pytest.mark.parametrize("bad", ["L1X2", "l1h2", "L٣H١", "L1H2; drop", "L" + "9" * 9 + "H1"])
+def test_a_malformed_extra_head_is_422_naming_it(client: TestClient, bad: str) -> None:
+    response = client.post("/api/analyses", json={"prompt": EXAMPLE_PROMPT, "extra_heads": [bad]})
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "extra_heads", 0]
+    assert "is not of the form L<layer>H<head>, e.g. L3H1" in error["msg"]
+
+
+def test_an_extra_head_the_model_lacks_is_422_with_its_size(client: TestClient) -> None:
+    response = client.post(
+        "/api/analyses", json={"prompt": EXAMPLE_PROMPT, "extra_heads": ["L9H0"]}
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "head 'L9H0' does not exist: 3 layers × 4 heads (L0H0 … L2H3)"
+    )

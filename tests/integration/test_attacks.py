@@ -21,10 +21,11 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.cli import uvicorn_options
 from app.embedded import EmbeddedBackend
 from app.main import create_app
 from app.settings import Settings
-from model_worker.cli_service import uvicorn_options
+from tests.app_clients import embedded_client
 from tests.browser.live import free_port
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
@@ -36,8 +37,7 @@ HTMX = {"HX-Request": "true"}
 
 def make_client(**overrides: Any) -> TestClient:
     settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0, **overrides)
-    backend = EmbeddedBackend(settings, loader=tiny_llama)
-    return TestClient(create_app(settings, backend), raise_server_exceptions=False)
+    return embedded_client(settings, raise_server_exceptions=False)
 
 
 @pytest.fixture(scope="module")

@@ -30,9 +30,8 @@ from app.main import create_app
 from app.queue.reaper import rq_queue
 from tests.integration.redis_support import (
     OwnRedis,
+    redis_with_workers,
     save_tiny_model,
-    start_worker,
-    stop,
     wait_for,
     wait_for_workers,
     web_settings,
@@ -65,16 +64,8 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("attacks-redis")
     model = save_tiny_model(folder / "tiny-llama")
-    redis = OwnRedis(folder / "redis", password=PASSWORD)
-    redis.start()
-    log = folder / "worker.log"
-    worker = start_worker(model, redis.url, log)
-    try:
-        wait_for_workers(redis.url, 1)
-        yield Server(folder, redis, model, log)
-    finally:
-        stop(worker)
-        redis.stop()
+    with redis_with_workers(folder, model, password=PASSWORD) as (redis, _):
+        yield Server(folder, redis, model, folder / "worker.log")
 
 
 def settle(job: Job, timeout: float = 60.0) -> Job:

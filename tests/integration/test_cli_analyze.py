@@ -66,7 +66,7 @@ def test_rank_by_label(saved_models: dict[str, Path]) -> None:
     table = runner.invoke(app, args[:5] + ["--rank", "label"], env={"COLUMNS": "200"})
     assert "by label increase" in table.stdout and "other" in table.stdout
     bad = runner.invoke(app, [*args[:5], "--rank", "share"])
-    assert bad.exit_code == 2 and "--rank must be increase or label" in bad.output
+    assert bad.exit_code == 2 and "'share' is not one of 'increase', 'label'" in bad.output
 
 
 def _error(args: list[str]) -> str:
@@ -82,7 +82,8 @@ def test_bad_prompt_and_options(saved_models: dict[str, Path]) -> None:
     assert "empty" in _error([*model, "-p", " "])
     assert "limit" in _error([*model, "-p", "one : " * 100])
     assert "do not occur" in _error([*model, "-p", EXAMPLE_PROMPT, "--labels", "baz,qux"])
-    assert "fixed or recompute" in _error([*model, "-p", EXAMPLE_PROMPT, "--norm", "sideways"])
+    assert "not one of 'fixed', 'recompute'" in _error([*model, "-p", "x", "--norm", "sideways"])
+    assert "--top-k" in _error([*model, "-p", EXAMPLE_PROMPT, "--top-k", "0"])
     assert "dtype" in _error([*model, "-p", EXAMPLE_PROMPT, "--dtype", "int3"])
 
 

@@ -23,11 +23,12 @@ from tests.integration.redis_support import (
     ROOT,
     OwnRedis,
     free_port,
+    is_up,
     save_tiny_model,
-    start_worker,
+    serving_workers,
+    start_server,
     stop,
     wait_for,
-    wait_for_workers,
 )
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -62,46 +63,28 @@ class Session:
     sleeps: list[float] = field(default_factory=list)
 
 
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("lab")
     model = save_tiny_model(tmp / "tiny-llama")
-    redis = OwnRedis(tmp / "redis")
-    redis.start()
     port = free_port()
-    env = os.environ | {
-        "ICL_REDIS_URL": redis.url,
-        "ICL_AUTH_TOKEN": TOKEN,
-        "ICL_MODEL": str(model),
-        "ICL_RATE_LIMIT_PER_MINUTE": "0",
-        "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
-        "PYTHONPATH": str(ROOT),
-    }
-    worker = start_worker(model, redis.url, tmp / "worker.log")
-    with (tmp / "serve.log").open("ab") as log:
-        web = subprocess.Popen(
-            [sys.executable, "-m", "model_worker.cli", "serve", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_workers(redis.url, 1)
-        wait_for(lambda: _up(url), 60, "icl-heads serve")
-        yield Lab(url, model, redis, env)
-    finally:
-        stop(web)
-        stop(worker)
-        redis.stop()
+    with OwnRedis(tmp / "redis") as redis:
+        env = os.environ | {
+            "ICL_REDIS_URL": redis.url,
+            "ICL_AUTH_TOKEN": TOKEN,
+            "ICL_MODEL": str(model),
+            "ICL_RATE_LIMIT_PER_MINUTE": "0",
+            "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
+            "PYTHONPATH": str(ROOT),
+        }
+        web = start_server(port, env, tmp / "serve.log")
+        try:
+            with serving_workers(model, redis.url, tmp):
+                wait_for(lambda: is_up(url), 60, "icl-heads serve")
+                yield Lab(url, model, redis, env)
+        finally:
+            stop(web)
 
 
 def client(lab: Lab, session: Session, **options: Any) -> Client:

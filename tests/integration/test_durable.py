@@ -19,9 +19,8 @@ from app.main import create_app
 from tests.integration.db_support import fresh_postgres
 from tests.integration.redis_support import (
     OwnRedis,
+    redis_with_workers,
     save_tiny_model,
-    start_worker,
-    stop,
     wait_for,
     wait_for_workers,
     web_settings,
@@ -45,15 +44,8 @@ def store_options(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[di
 def stack(tmp_path: Path, delay_s: float) -> Iterator[tuple[Path, OwnRedis]]:
     """A private redis-server without persistence and one worker (tiny model)."""
     model = save_tiny_model(tmp_path / "tiny-llama")
-    redis = OwnRedis(tmp_path / "redis")
-    redis.start()
-    worker = start_worker(model, redis.url, tmp_path / "worker.log", delay_s=delay_s)
-    try:
-        wait_for_workers(redis.url, 1)
-        yield model, redis
-    finally:
-        stop(worker, signal.SIGKILL)
-        redis.stop()
+    with redis_with_workers(tmp_path, model, delay_s=delay_s, stop_with=signal.SIGKILL) as stack:
+        yield model, stack[0]
 
 
 def web(model: Path, redis: OwnRedis, store: dict[str, Any], **options: Any) -> TestClient:

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.embedded import EmbeddedBackend
-from app.main import create_app
 from app.settings import Settings
+from tests.app_clients import embedded_client
 from tests.tiny_models import tiny_gpt2
 
 WORDS = {"sentiment": ["love", "like", "hate", "good", "bad"], "number": ["one", "two", "three"]}
@@ -21,8 +20,7 @@ CSV = "text,label\n" + "".join(f"{w},{c}\n" for c, ws in WORDS.items() for w in 
 @pytest.fixture()
 def client() -> Iterator[TestClient]:
     settings = Settings(model="tiny-gpt2", write_rate_limit_per_minute=0)
-    backend = EmbeddedBackend(settings, loader=tiny_gpt2)
-    with TestClient(create_app(settings, backend)) as test_client:
+    with embedded_client(settings, tiny_gpt2) as test_client:
         yield test_client
 
 
@@ -76,11 +74,15 @@ def test_uploaded_dataset_runs_and_shows_figures_report_downloads(client: TestCl
     while time.monotonic() < deadline:
         status = client.get(f"/e/{job_id}/status")
         assert status.status_code == 200
+        twin = f'</api/analyses/{job_id}>; rel="alternate"; type="application/json"'
+        assert status.headers["link"] == twin
         if 'data-status="done"' in status.text:
             break
         assert "<progress" in status.text and 'data-status="failed"' not in status.text
         time.sleep(0.1)
     page = client.get(location)
+    assert page.headers["link"] == twin
+    assert client.get(f"/api/analyses/{job_id}").json()["status"] == "done"
     assert 'data-figure="accuracy"' in page.text and "<svg" in page.text
     assert "Paper vs this run" in page.text and "<table>" in page.text
     csv_file = client.get(f"/e/{job_id}/download/accuracy.csv")

@@ -17,6 +17,7 @@ from app.main import create_app
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.guard import CSP, GuardMiddleware
 from app.settings import Settings
+from tests.app_clients import embedded_client
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 TOKEN = "test-token-0123456789abcdef"
@@ -26,8 +27,7 @@ BROWSER = {"Accept": "text/html,application/xhtml+xml"}
 
 def make_client(**overrides: Any) -> TestClient:
     settings = Settings(model="tiny-llama", **overrides)
-    backend = EmbeddedBackend(settings, loader=tiny_llama)
-    return TestClient(create_app(settings, backend), raise_server_exceptions=False)
+    return embedded_client(settings, raise_server_exceptions=False)
 
 
 @pytest.fixture()

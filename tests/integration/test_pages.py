@@ -1,4 +1,5 @@
-"""Explorer pages, HTMX partials, JSON twins and figure downloads over the tiny-model backend."""
+"""Explorer pages, HTMX partials, JSON twins (one panel model each, linked from the HTML views)
+and figure downloads over the tiny-model backend."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
+import app.routes.panels as panel_routes
 from app.embedded import EmbeddedBackend
+from app.figures.registry import figure_entry
 from app.main import create_app
+from app.panels import ANALYSIS_PANELS, HeadPanel, HeadPending
 from app.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
@@ -274,6 +278,45 @@ def test_compare_shows_difference_heatmap(client: TestClient, job: str) -> None:
     assert client.get(f"/figures/compare/{job}/{other}/diff.csv").status_code == 200
 
 
+FIGURE_LINK = re.compile(
+    r"^/figures/(?:compare/a-\w+/a-\w+/(?P<compare>[\w-]+)|a-\w+/heads/L\d+H\d+/(?P<head>[\w-]+)"
+    r"|a-\w+/(?P<analysis>[\w-]+))\.(?P<fmt>\w+)$"
+)
+
+
+def test_every_figure_link_in_the_pages_is_registered(client: TestClient, job: str) -> None:
+    other = analyse(client, prompt="love : bar like : bar eight : foo one :", target="foo")
+    name = client.get(f"/api/analyses/{job}").json()["result"]["top_heads"][0]
+    pages = [
+        client.get(f"/a/{job}").text,
+        client.get(f"/a/{job}/status").text,
+        client.get(f"/a/{job}/heads/{name}").text,
+        client.get(f"/compare?a={job}&b={other}").text,
+        client.get(f"/compare/panels/diff?a={job}&b={other}").text,
+    ]
+    links = {a["href"] for html in pages for a in soup(html).select("a[href^='/figures/']")}
+    kinds = set()
+    for link in links:
+        match = FIGURE_LINK.match(link)
+        assert match is not None, f"{link} is not a figure route"
+        kind = next(k for k in ("analysis", "head", "compare") if match[k])
+        entry = figure_entry(kind, match[kind])
+        assert match["fmt"] in entry.formats, link
+        assert client.get(link).status_code == 200, link
+        kinds.add(kind)
+    assert kinds == {"analysis", "head", "compare"}
+
+
+def test_unknown_figures_are_404s_naming_the_known_ones(client: TestClient, job: str) -> None:
+    unknown = client.get(f"/figures/{job}/attention.svg")
+    assert unknown.status_code == 404
+    assert "heatmap, layers, flow" in unknown.json()["detail"]
+    name = client.get(f"/api/analyses/{job}").json()["result"]["top_heads"][0]
+    head = client.get(f"/figures/{job}/heads/{name}/heatmap.png")
+    assert head.status_code == 404 and "attention, scores" in head.json()["detail"]
+    assert client.get(f"/figures/compare/{job}/{job}/layers.csv").status_code == 404
+
+
 def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
     empty = client.post("/analyse", data={"prompt": ""}, follow_redirects=False)
     assert empty.status_code == 400
@@ -371,6 +414,35 @@ def test_the_heatmap_comes_before_the_head_details(
     assert client.get(f"/api/analyses/{job_id}/heads/{name}").json()["status"] == "done"
 
 
+def test_the_permalink_of_a_fresh_analysis_comes_with_its_heatmap(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Analyse → the permalink waits for the per-head stage instead of answering with a
+    spinner whose poll fetches the heatmap in a second request."""
+    from app.routes import pages
+    from model_worker import analyze as analyze_module
+
+    release = threading.Event()
+    real = analyze_module.head_details
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(30), "the test never released the head details"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "head_details", held)
+    monkeypatch.setattr(pages, "PAGE_WAIT_S", 30.0)  # however busy the machine
+    try:
+        form = {"prompt": "hate : bar six : foo two : foo love : bar one :"}
+        location = client.post("/analyse", data=form, follow_redirects=False).headers["location"]
+        page = soup(client.get(location).text)
+        assert page.select_one(".analysis-body[data-status=heads]") is not None
+        assert page.select("svg[data-figure=heatmap] rect.cell")
+        assert page.select_one(".details-pending") is not None
+        assert page.select_one("[data-status=running]") is None
+    finally:
+        release.set()
+
+
 def test_failed_analysis_says_why(client: TestClient) -> None:
     body = {"prompt": EXAMPLE_PROMPT, "labels": ["zebra"]}
     job_id = client.post("/api/analyses", json=body).json()["id"]
@@ -420,3 +492,84 @@ def test_static_assets_are_vendored(client: TestClient) -> None:
     assert client.get("/static/css/app.css").status_code == 200
     home = client.get("/").text
     assert not re.search(r"(src|href)=\"https?://", home)
+
+
+PANEL_LINK = re.compile(r'^<([^>]+)>; rel="alternate"; type="application/json"$')
+
+
+def alternate(response: Any) -> str:
+    """The JSON twin a view's `Link` header names."""
+    match = PANEL_LINK.match(response.headers.get("link", ""))
+    assert match is not None, response.headers.get("link")
+    return match[1]
+
+
+def test_each_json_twin_names_its_model_in_openapi(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for slug, model in ANALYSIS_PANELS.items():
+        answer = paths[f"/api/analyses/{{job_id}}/{slug}"]["get"]["responses"]["200"]
+        schema = answer["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}, slug
+    head = paths["/api/analyses/{job_id}/heads/{name}"]["get"]["responses"]
+    named = {ref["$ref"] for ref in head["200"]["content"]["application/json"]["schema"]["anyOf"]}
+    assert named == {f"#/components/schemas/{m.__name__}" for m in (HeadPanel, HeadPending)}
+    compare = paths["/api/compare"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert compare["schema"] == {"$ref": "#/components/schemas/Comparison"}
+    pending = head["202"]["content"]["application/json"]["schema"]
+    assert pending == {"$ref": f"#/components/schemas/{HeadPending.__name__}"}
+
+
+def test_partial_and_twin_come_from_one_model(
+    client: TestClient, job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered: list[Any] = []
+    real_render = panel_routes.render
+
+    def spy(request: Any, name: str, context: dict[str, Any], **kwargs: Any) -> Any:
+        rendered.append(context["panel"])
+        return real_render(request, name, context, **kwargs)
+
+    monkeypatch.setattr(panel_routes, "render", spy)
+    for slug, model in ANALYSIS_PANELS.items():
+        html = client.get(f"/a/{job}/panels/{slug}")
+        assert html.status_code == 200
+        panel = rendered.pop()
+        assert type(panel) is model
+        twin = client.get(alternate(html))
+        assert twin.status_code == 200
+        assert twin.json() == panel.model_dump(mode="json"), slug
+    tokens = client.get(f"/api/analyses/{job}/tokens").json()
+    strip = BeautifulSoup(client.get(f"/a/{job}/panels/tokens").text, "html.parser")
+    shown = [int(span["data-position"]) for span in strip.select(".tok[data-position]")]
+    assert shown == [t["position"] for t in tokens["tokens"]]
+    top = client.get(f"/api/analyses/{job}/top-heads").json()["top_heads"]
+    table = BeautifulSoup(client.get(f"/a/{job}/panels/top-heads").text, "html.parser")
+    assert [row["data-head-name"] for row in table.select("tr[data-head-name]")] == [
+        h["name"] for h in top
+    ]
+
+    name = top[0]["name"]
+    html = client.get(f"/a/{job}/heads/{name}")
+    head = rendered.pop()
+    assert isinstance(head, HeadPanel)
+    assert alternate(html) == f"/api/analyses/{job}/heads/{name}"
+    assert client.get(alternate(html)).json() == head.model_dump(mode="json")
+
+
+def test_html_views_link_to_their_json_twin(client: TestClient, job: str) -> None:
+    views = {
+        f"/a/{job}": f"/api/analyses/{job}",
+        f"/a/{job}/status": f"/api/analyses/{job}",
+        f"/a/{job}/panels/heatmap": f"/api/analyses/{job}/heatmap",
+        f"/a/{job}/panels/top-heads": f"/api/analyses/{job}/top-heads",
+        f"/compare?a={job}&b={job}": f"/api/compare?a={job}&b={job}",
+        f"/compare/panels/diff?a={job}&b={job}": f"/api/compare?a={job}&b={job}",
+    }
+    for view, twin in views.items():
+        response = client.get(view)
+        assert response.status_code == 200, view
+        assert response.headers["content-type"].startswith("text/html")
+        assert alternate(response) == twin, view
+        answer = client.get(twin)
+        assert answer.status_code == 200, twin
+        assert answer.headers["content-type"] == "application/json"

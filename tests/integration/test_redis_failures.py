@@ -14,13 +14,11 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.integration.redis_support import (
-    OwnRedis,
     private_db,
+    redis_with_workers,
     save_tiny_model,
-    start_worker,
-    stop,
+    serving_workers,
     wait_for,
-    wait_for_workers,
     web_settings,
 )
 
@@ -69,69 +67,62 @@ def final_state(client: TestClient, job_id: str, timeout: float = 90) -> dict[st
 
 def test_killed_worker_job_is_retried_once_then_failed(tmp_path: Path) -> None:
     model = save_tiny_model(tmp_path / "tiny-llama")
-    with private_db() as url:
-        workers = [
-            start_worker(model, url, tmp_path / f"worker{n}.log", delay_s=4) for n in range(3)
-        ]
-        try:
-            wait_for_workers(url, 3)
-            with TestClient(create_app(web_settings(model, url))) as client:
-                # killed once: a live worker takes it over and finishes it
-                first = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
-                kill_runner(client, first["id"], workers)
-                retried = final_state(client, first["id"])
-                assert retried["status"] == "done", retried
+    with (
+        private_db() as url,
+        serving_workers(
+            model, url, tmp_path, count=3, delay_s=4, stop_with=signal.SIGKILL
+        ) as workers,
+        TestClient(create_app(web_settings(model, url))) as client,
+    ):
+        # killed once: a live worker takes it over and finishes it
+        first = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
+        kill_runner(client, first["id"], workers)
+        retried = final_state(client, first["id"])
+        assert retried["status"] == "done", retried
 
-                # killed twice: failed, with the reason
-                second = client.post("/api/analyses", json={"prompt": "dog : bar cat :"}).json()
-                killed = kill_runner(client, second["id"], workers)
-                kill_runner(client, second["id"], workers, frozenset({killed}))
-                failed = final_state(client, second["id"])
-                assert failed["status"] == "failed"
-                assert "stopped" in failed["error"] and "retry" in failed["error"]
-        finally:
-            for worker in workers:
-                stop(worker, signal.SIGKILL)
+        # killed twice: failed, with the reason
+        second = client.post("/api/analyses", json={"prompt": "dog : bar cat :"}).json()
+        killed = kill_runner(client, second["id"], workers)
+        kill_runner(client, second["id"], workers, frozenset({killed}))
+        failed = final_state(client, second["id"])
+        assert failed["status"] == "failed"
+        assert "stopped" in failed["error"] and "retry" in failed["error"]
 
 
 def test_redis_restart_gives_503_then_recovers(tmp_path: Path) -> None:
     model = save_tiny_model(tmp_path / "tiny-llama")
-    redis = OwnRedis(tmp_path / "redis")
-    redis.start()
-    worker = start_worker(model, redis.url, tmp_path / "worker.log", delay_s=2)
-    try:
-        wait_for_workers(redis.url, 1)
-        with TestClient(create_app(web_settings(model, redis.url))) as client:
-            job = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
-            assert final_state(client, job["id"])["status"] == "done"
+    with (
+        redis_with_workers(tmp_path, model, delay_s=2, stop_with=signal.SIGKILL) as stack,
+        TestClient(create_app(web_settings(model, stack[0].url))) as client,
+    ):
+        redis, (worker,) = stack
+        job = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
+        assert final_state(client, job["id"])["status"] == "done"
 
-            redis.stop()
-            started = time.monotonic()
-            # a finished result is immutable: the web tier still answers it from memory
-            cached = client.get(f"/api/analyses/{job['id']}")
-            assert cached.status_code == 200 and cached.json()["status"] == "done"
-            for answer in (
-                client.get("/api/models"),
-                client.get("/api/analyses/a-00000000000000000000000000000000"),
-                client.post("/api/analyses", json={"prompt": "dog : bar cat :"}),
-                client.get("/healthz"),
-            ):
-                assert answer.status_code == 503
-                assert "Redis" in answer.json()["detail"]
-                assert answer.headers["Retry-After"]
-            assert time.monotonic() - started < 30  # a guard against hanging, not a benchmark
-
-            redis.start()  # empty: the worker must come back by itself
-            wait_for(lambda: client.get("/api/models").json(), 60, "the worker to reappear")
-            again = client.post("/api/analyses", json={"prompt": "dog : bar cat :"}).json()
-            running_on(client, again["id"])
-
-            # SIGTERM mid-job: the job finishes, then the worker leaves
-            worker.send_signal(signal.SIGTERM)
-            assert final_state(client, again["id"])["status"] == "done"
-            assert worker.wait(timeout=30) == 0
-            assert client.get("/api/models").json() == []
-    finally:
-        stop(worker, signal.SIGKILL)
         redis.stop()
-        assert os.path.isdir(tmp_path / "redis")
+        started = time.monotonic()
+        # a finished result is immutable: the web tier still answers it from memory
+        cached = client.get(f"/api/analyses/{job['id']}")
+        assert cached.status_code == 200 and cached.json()["status"] == "done"
+        for answer in (
+            client.get("/api/models"),
+            client.get("/api/analyses/a-00000000000000000000000000000000"),
+            client.post("/api/analyses", json={"prompt": "dog : bar cat :"}),
+            client.get("/healthz"),
+        ):
+            assert answer.status_code == 503
+            assert "Redis" in answer.json()["detail"]
+            assert answer.headers["Retry-After"]
+        assert time.monotonic() - started < 30  # a guard against hanging, not a benchmark
+
+        redis.start()  # empty: the worker must come back by itself
+        wait_for(lambda: client.get("/api/models").json(), 60, "the worker to reappear")
+        again = client.post("/api/analyses", json={"prompt": "dog : bar cat :"}).json()
+        running_on(client, again["id"])
+
+        # SIGTERM mid-job: the job finishes, then the worker leaves
+        worker.send_signal(signal.SIGTERM)
+        assert final_state(client, again["id"])["status"] == "done"
+        assert worker.wait(timeout=30) == 0
+        assert client.get("/api/models").json() == []
+    assert os.path.isdir(tmp_path / "redis")

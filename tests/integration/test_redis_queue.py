@@ -1,4 +1,6 @@
-"""The Redis backend against the real server and a real worker process (tiny model from disk)."""
+"""The Redis backend against the real server and the real worker code (tiny model from disk),
+run in this process in burst mode (tests.integration.burst_worker): jobs wait in the queue
+until the test drains it."""
 
 from __future__ import annotations
 
@@ -14,61 +16,62 @@ from redis import Redis
 from app.contracts import ExperimentRequest
 from app.keys import COMPUTED_KEY, result_key
 from app.main import create_app
-from tests.integration.redis_support import (
-    private_db,
-    save_tiny_model,
-    start_worker,
-    stop,
-    wait_for,
-    wait_for_workers,
-    web_settings,
-)
+from tests.integration.burst_worker import BurstWorker, burst_worker
+from tests.integration.redis_support import private_db, save_tiny_model, wait_for, web_settings
 from tests.integration.worker_entry import FAKE_STEPS
 from tests.tiny_models import EXAMPLE_PROMPT
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
-JOB_DELAY_S = 0.4
+Setup = tuple[Path, str]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """A tiny model on disk and one live worker serving it, on a private Redis database."""
-    folder = tmp_path_factory.mktemp("redis-queue")
-    model = save_tiny_model(folder / "tiny-llama")
-    with private_db() as url:
-        worker = start_worker(model, url, folder / "worker.log", delay_s=JOB_DELAY_S)
-        try:
-            wait_for_workers(url, 1)
-            yield model, url
-        finally:
-            stop(worker)
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setup, BurstWorker]]:
+    """A tiny model on disk and its in-process worker, on a private Redis database."""
+    model = save_tiny_model(tmp_path_factory.mktemp("redis-queue") / "tiny-llama")
+    with private_db() as url, burst_worker(model, url) as worker:
+        yield (model, url), worker
 
 
-def client_for(setup: tuple[Path, str], **overrides: Any) -> TestClient:
+@pytest.fixture()
+def setup(serving: tuple[Setup, BurstWorker]) -> Setup:
+    return serving[0]
+
+
+@pytest.fixture()
+def worker(serving: tuple[Setup, BurstWorker]) -> Iterator[BurstWorker]:
+    """The worker, live for this test (however long the ones before took); it runs what the
+    test left queued afterwards."""
+    serving[1].beat()
+    yield serving[1]
+    serving[1].drain()
+
+
+def client_for(setup: Setup, **overrides: Any) -> TestClient:
     model, url = setup
     return TestClient(create_app(web_settings(model, url, **overrides)))
 
 
 @pytest.fixture()
-def client(setup: tuple[Path, str]) -> Iterator[TestClient]:
+def client(setup: Setup, worker: BurstWorker) -> Iterator[TestClient]:
     with client_for(setup) as test_client:
         yield test_client
 
 
-def computed(setup: tuple[Path, str]) -> int:
+def computed(setup: Setup) -> int:
     return int(Redis.from_url(setup[1]).get(COMPUTED_KEY) or 0)
 
 
-def wait_done(client: TestClient, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
-    def finished() -> dict[str, Any] | None:
-        body = client.get(f"/api/analyses/{job_id}").json()
-        return body if body["status"] in ("done", "failed") else None
-
-    result: dict[str, Any] = wait_for(finished, timeout, f"job {job_id}")
-    return result
+def ended(client: TestClient, job_id: str) -> dict[str, Any]:
+    """The state of a job the worker has run (done or failed)."""
+    body: dict[str, Any] = client.get(f"/api/analyses/{job_id}").json()
+    assert body["status"] in ("done", "failed"), body
+    return body
 
 
-def test_enqueue_dedupe_then_cache_hit(client: TestClient, setup: tuple[Path, str]) -> None:
+def test_enqueue_dedupe_then_cache_hit(
+    client: TestClient, setup: Setup, worker: BurstWorker
+) -> None:
     before = computed(setup)
     request = {"prompt": EXAMPLE_PROMPT, "target": "bar"}
     first = client.post("/api/analyses", json=request)
@@ -76,7 +79,8 @@ def test_enqueue_dedupe_then_cache_hit(client: TestClient, setup: tuple[Path, st
     assert first.status_code == 202
     assert {twin.status_code for twin in twins} == {202}
     assert {twin.json()["id"] for twin in twins} == {first.json()["id"]}
-    body = wait_done(client, first.json()["id"])
+    worker.drain()
+    body = ended(client, first.json()["id"])
     assert body["status"] == "done", body
     assert body["result"]["target"]["token"] == "bar"
     assert computed(setup) == before + 1  # five requests, one computation
@@ -87,12 +91,17 @@ def test_enqueue_dedupe_then_cache_hit(client: TestClient, setup: tuple[Path, st
     assert computed(setup) == before + 1  # served from Redis, no worker involved
 
 
-def test_results_outlive_their_ttl_in_redis(setup: tuple[Path, str]) -> None:
+def test_results_outlive_their_ttl_in_redis(setup: Setup, worker: BurstWorker) -> None:
     """Redis drops a result after ICL_RESULT_TTL_S; the durable store keeps the permalink."""
     with client_for(setup, result_ttl_s=1) as client:
         request = {"prompt": "good : foo bad : bar cat :", "target": "foo"}
         job_id = client.post("/api/analyses", json=request).json()["id"]
-        body = wait_done(client, job_id)
+
+        def done() -> dict[str, Any] | None:  # seen at once, before its 1 s in Redis ends
+            body = client.get(f"/api/analyses/{job_id}").json()
+            return body if body["status"] in ("done", "failed") else None
+
+        body = worker.drain_while(lambda: wait_for(done, 60, f"job {job_id}"))
         assert body["status"] == "done"
         connection = Redis.from_url(setup[1])
         wait_for(lambda: not connection.exists(result_key(job_id)), 10, "expiry in Redis")
@@ -105,7 +114,7 @@ def test_results_outlive_their_ttl_in_redis(setup: tuple[Path, str]) -> None:
         assert computed(setup) == before  # not computed again
 
 
-def test_full_queue_answers_429_with_retry_after(setup: tuple[Path, str]) -> None:
+def test_full_queue_answers_429_with_retry_after(setup: Setup, worker: BurstWorker) -> None:
     with client_for(setup, queue_cap=1) as client:
         answers = []
         for number in ("one", "two", "three", "four", "five"):
@@ -116,8 +125,9 @@ def test_full_queue_answers_429_with_retry_after(setup: tuple[Path, str]) -> Non
         assert refused.status_code == 429, [a.status_code for a in answers]
         assert int(refused.headers["Retry-After"]) >= 1
         assert "full" in refused.json()["detail"]
-        for accepted in answers[:-1]:
-            wait_done(client, accepted.json()["id"])
+        assert [answer.status_code for answer in answers] == [202, 429]  # nothing ran meanwhile
+        worker.drain()
+        assert ended(client, answers[0].json()["id"])["status"] == "done"
 
 
 def test_no_worker_for_the_model_is_refused_at_once(client: TestClient) -> None:
@@ -127,21 +137,22 @@ def test_no_worker_for_the_model_is_refused_at_once(client: TestClient) -> None:
     assert "gpt-nowhere" in detail and "tiny-llama" in detail
 
 
-def test_a_failing_job_fails_alone(client: TestClient, setup: tuple[Path, str]) -> None:
+def test_a_failing_job_fails_alone(client: TestClient, worker: BurstWorker) -> None:
     oom = client.post("/api/analyses", json={"prompt": "oom : foo cat :"}).json()
     bad = client.post("/api/analyses", json={"prompt": "cat : foo dog :", "labels": ["zebra"]})
     good = client.post("/api/analyses", json={"prompt": "cat : foo dog : bar one :"}).json()
-    oom_state = wait_done(client, oom["id"])
+    worker.drain()
+    oom_state = ended(client, oom["id"])
     assert oom_state["status"] == "failed"
     assert oom_state["error"].startswith("out of memory")
-    bad_state = wait_done(client, bad.json()["id"])
+    bad_state = ended(client, bad.json()["id"])
     assert bad_state["status"] == "failed"
     assert "zebra" in bad_state["error"] and "internal" not in bad_state["error"]
-    assert wait_done(client, good["id"])["status"] == "done"  # the worker kept serving
+    assert ended(client, good["id"])["status"] == "done"  # the worker kept serving
     assert len(client.get("/api/models").json()) == 1
 
 
-def test_experiment_progress_reaches_the_api(client: TestClient) -> None:
+def test_experiment_progress_reaches_the_api(client: TestClient, worker: BurstWorker) -> None:
     backend = client.app.state.backend  # type: ignore[attr-defined]
     request = ExperimentRequest(name="mrr", dataset="animal-country", n=3, seed=int(time.time()))
     job = client.portal.call(backend.submit_experiment, request)  # type: ignore[union-attr]
@@ -156,7 +167,7 @@ def test_experiment_progress_reaches_the_api(client: TestClient) -> None:
             messages.add(body["message"])
         return body if body["status"] in ("done", "failed") else None
 
-    body = wait_for(finished, 60, "the experiment")
+    body = worker.drain_while(lambda: wait_for(finished, 60, "the experiment"))
     assert body["status"] == "done", body
     assert body["experiment"]["metrics"]["steps"] == FAKE_STEPS
     # the job reports 1.0 ("done") just before it returns, so a poll may see 1.0 while running
@@ -164,7 +175,7 @@ def test_experiment_progress_reaches_the_api(client: TestClient) -> None:
     assert any(message.startswith("step") for message in messages)
 
 
-def test_models_and_health_report_the_worker(client: TestClient, setup: tuple[Path, str]) -> None:
+def test_models_and_health_report_the_worker(client: TestClient, setup: Setup) -> None:
     models = client.get("/api/models").json()
     assert [model["name"] for model in models] == [str(setup[0])]
     assert models[0]["workers"] == 1 and models[0]["fingerprint"]
@@ -181,7 +192,9 @@ def test_too_long_prompt_is_refused_at_submission(client: TestClient) -> None:
     assert client.post("/api/analyses", json={"prompt": "one : two :"}).status_code in (200, 202)
 
 
-def test_the_per_head_stage_reaches_the_api_before_the_details(client: TestClient) -> None:
+def test_the_per_head_stage_reaches_the_api_before_the_details(
+    client: TestClient, worker: BurstWorker
+) -> None:
     """The worker publishes the per-head stage in the job's meta: a running analysis already
     answers with its heads (no details), then the whole result."""
     body = {"prompt": f"details-later {time.time()} : foo six : bar two : foo one :"}
@@ -192,9 +205,9 @@ def test_the_per_head_stage_reaches_the_api_before_the_details(client: TestClien
         assert state["status"] != "failed", state
         return state if state["status"] == "running" and state["result"] else None
 
-    partial = wait_for(heads_stage, 30, "the per-head stage")
+    partial = worker.drain_while(lambda: wait_for(heads_stage, 30, "the per-head stage"))
     assert partial["result"]["head_details"] == {} and partial["result"]["heads"]
     assert partial["message"] == "computing the head details"
-    done = wait_done(client, job_id)
+    done = ended(client, job_id)
     assert done["status"] == "done" and len(done["result"]["head_details"]) >= 1
     assert done["result"]["heads"] == partial["result"]["heads"]

@@ -1,4 +1,5 @@
-"""A real `icl-heads worker` for the Redis tests, with test-only hooks set by env variables.
+"""A real `icl-heads worker` for the Redis tests, with test-only hooks set by env variables
+(tests.integration.burst_worker installs the same hooks in the test process).
 
 Run as `python -m tests.integration.worker_entry worker --model DIR ...`. Hooks:
 - TEST_JOB_DELAY_S: sleep this long inside every analysis (time to kill a worker mid-job);
@@ -17,9 +18,11 @@ import types
 from collections.abc import Callable
 
 from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest, ExperimentResult
+from app.settings import Settings
 from model_worker.loading import LoadedModel
 
 FAKE_STEPS = 5
+RunAnalysis = Callable[..., AnalysisResult]
 DETAILS_LATER_S = 1.5
 
 
@@ -44,29 +47,31 @@ def fake_run_experiment(
     )
 
 
-def install_fake_experiment() -> None:
-    """Make `from model_worker.experiments.job import run_experiment` give the fake."""
+def fake_experiment_module() -> types.ModuleType:
+    """What `from model_worker.experiments.job import run_experiment` gives under the hooks."""
     module = types.ModuleType("model_worker.experiments.job")
     module.run_experiment = fake_run_experiment  # type: ignore[attr-defined]
-    sys.modules["model_worker.experiments.job"] = module
+    return module
 
 
-def _install_hooks() -> None:
+def hooked_run_analysis(delay_s: float) -> RunAnalysis:
+    """`model_worker.jobs.run_analysis` with the hooks above (`delay_s`: TEST_JOB_DELAY_S)."""
     import torch
 
     from model_worker import jobs
 
     real = jobs.run_analysis
-    delay = float(os.environ.get("TEST_JOB_DELAY_S", "0"))
 
     def run_analysis(
         loaded: LoadedModel,
         request: AnalysisRequest,
         on_heads: Callable[[AnalysisResult], None] | None = None,
+        *,
+        settings: Settings,
     ) -> AnalysisResult:
         if "oom" in request.prompt:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        time.sleep(delay)
+        time.sleep(delay_s)
 
         def heads_then_wait(partial: AnalysisResult) -> None:
             if on_heads is not None:
@@ -74,9 +79,20 @@ def _install_hooks() -> None:
             if "details-later" in request.prompt:
                 time.sleep(DETAILS_LATER_S)
 
-        return real(loaded, request, heads_then_wait)
+        return real(loaded, request, heads_then_wait, settings=settings)
 
-    jobs.run_analysis = run_analysis
+    return run_analysis
+
+
+def install_fake_experiment() -> None:
+    """Make `from model_worker.experiments.job import run_experiment` give the fake."""
+    sys.modules["model_worker.experiments.job"] = fake_experiment_module()
+
+
+def _install_hooks() -> None:
+    from model_worker import jobs
+
+    jobs.run_analysis = hooked_run_analysis(float(os.environ.get("TEST_JOB_DELAY_S", "0")))
     install_fake_experiment()
 
 

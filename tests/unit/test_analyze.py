@@ -80,7 +80,7 @@ def test_head_detail_is_consistent(tiny_model: LoadedModel) -> None:
             assert values == sorted(values, reverse=True)
             if view.label_rank == 1:
                 assert view.value[0].token == view.token
-        assert len(detail.query) == 4 and len(detail.layer_input) == 4
+        assert len(detail.query) == 4 and len(detail.resid_pre) == 4
         assert {m.label for m in detail.value_mrr} == {"foo", "bar"}
         assert all(0 < m.mrr <= 1 for m in detail.value_mrr)
         assert detail.random_head is not None and detail.random_head not in result.head_details

@@ -6,7 +6,7 @@ import pytest
 
 from app.budget import BudgetError, analysis_cost, check_analysis, check_experiment
 from app.contracts import AnalysisRequest, ExperimentRequest
-from app.settings import get_settings
+from app.settings import Settings
 from model_worker.errors import UserInputError
 from model_worker.jobs import run_analysis
 from model_worker.loading import LoadedModel
@@ -60,14 +60,13 @@ def test_experiments_are_bounded_by_n() -> None:
 
 
 def test_a_worker_refuses_an_over_budget_request_itself(
-    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    tiny_model: LoadedModel,
 ) -> None:
     """Every path to a worker holds the budget (the web tier may lack the tokenizer)."""
-    monkeypatch.setenv("ICL_MAX_ANALYSIS_COST", "500")
-    get_settings.cache_clear()
-    try:
-        with pytest.raises(UserInputError, match="lower top_k_heads to"):
-            run_analysis(tiny_model, AnalysisRequest(prompt=EXAMPLE_PROMPT, top_k_heads=12))
-        assert run_analysis(tiny_model, AnalysisRequest(prompt="a : b c :", top_k_heads=1))
-    finally:
-        get_settings.cache_clear()
+    settings = Settings(max_analysis_cost=500)
+    with pytest.raises(UserInputError, match="lower top_k_heads to"):
+        run_analysis(
+            tiny_model, AnalysisRequest(prompt=EXAMPLE_PROMPT, top_k_heads=12), settings=settings
+        )
+    request = AnalysisRequest(prompt="a : b c :", top_k_heads=1)
+    assert run_analysis(tiny_model, request, settings=settings)

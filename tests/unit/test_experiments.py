@@ -8,16 +8,17 @@ import pytest
 import torch
 
 from app.contracts import EXPERIMENT_NAMES, ExperimentRequest
+from model_worker.analysis.baseline import random_heads
 from model_worker.analyze import analyze
 from model_worker.datasets import Dataset, Example, build_prompts
+from model_worker.experiments import mrr
 from model_worker.experiments.batching import make_batches, prepare, run_prompts
 from model_worker.experiments.bias import minority
 from model_worker.experiments.data import ExperimentInputError, arrange, orders
 from model_worker.experiments.job import run_experiment
-from model_worker.experiments.locate import locate_heads, n_located
-from model_worker.experiments.mrr import random_partner
+from model_worker.experiments.locate import Location, locate_heads, n_located
 from model_worker.loading import LoadedModel
-from tests.tiny_models import tiny_gpt2
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 
 SENTIMENT = ["love", "like", "hate", "good", "bad"]
 NUMBER = ["one", "two", "three", "four", "five", "eight"]
@@ -148,11 +149,33 @@ def test_minority_label_of_an_imbalanced_prompt() -> None:
     assert positions == true_positions and len(positions) == 1 and a_v == 2.0
 
 
-def test_random_partner_is_another_unlocated_head_of_the_layer() -> None:
+def test_a_baseline_head_is_another_unstudied_head_of_the_layer() -> None:
+    drawn = set()
     for seed in range(20):
-        partner = random_partner((5, 2), 4, [(5, 2), (5, 0)], seed)
-        assert partner in (1, 3)
-    assert random_partner((1, 0), 1, [(1, 0)], 0) is None
+        chosen = random_heads([(5, 2), (5, 0), (1, 0)], 4, seed)
+        assert chosen.keys() == {1, 5} and chosen[5] in (1, 3) and chosen[1] in (1, 2, 3)
+        assert chosen == random_heads([(1, 0), (5, 0), (5, 2)], 4, seed)  # order-free
+        drawn.add(chosen[5])
+    assert drawn == {1, 3}  # the seed matters
+    assert random_heads([(1, 0)], 1, 0) == {}
+
+
+def test_the_dashboard_and_experiment_3_compare_with_the_same_heads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given the same heads under study and seed 0, experiment 3's random head of each layer is
+    the dashboard's baseline head (both draw in model_worker/analysis/baseline.py)."""
+    loaded = tiny_gpt2()
+    g = loaded.geometry
+    analysis = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3, extra_heads=["L0H0", "L1H2"])
+    studied = [(d.layer, d.head) for d in analysis.head_details.values()]
+    dashboard = {d.name: d.random_head for d in analysis.head_details.values()}
+    zeros = torch.zeros(g.n_layers, g.n_heads)
+    location = Location(studied, zeros, [], 6, 6, 1.0, zeros)
+    monkeypatch.setattr(mrr, "locate_for", lambda _ctx, _progress: location)
+    result = run_experiment(loaded, request("mrr", tmp_path, seed=0), batch_size=4)
+    experiment = {str(r["head"]): r["random_head"] for r in result.tables["mrr"]}
+    assert experiment == dashboard and any(dashboard.values())
 
 
 def test_bad_upload_is_a_clear_input_error(tmp_path: Path) -> None:
@@ -184,8 +207,14 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
         "\n".join(f'{{"text": "t{i}", "label": "a"}}' for i in range(5)), encoding="utf-8"
     )
     cases = [
-        (["experiment", "nope"], "unknown experiment"),
-        (["experiment", "accuracy", "--n", "0"], "--n must be between 1 and 1000"),
+        (["experiment", "nope"], "'nope' is not one of 'accuracy', 'heads'"),
+        (
+            ["experiment", "accuracy", "--n", "0"],
+            "--n': Input should be greater than or equal to 1",
+        ),
+        (["experiment", "accuracy", "--n", "1001"], "--n': Input should be less than or equal"),
+        (["experiment", "accuracy", "--batch-size", "0"], "--batch-size"),
+        (["experiment", "accuracy", "--locate-by", "share"], "not one of 'increase', 'label'"),
         (["experiment", "accuracy", "--dataset", str(wrong)], "expected columns"),
         (["experiment", "accuracy", "--dataset", str(binary)], "not UTF-8"),
         (["experiment", "accuracy", "--dataset", str(empty)], "empty"),

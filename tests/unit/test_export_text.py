@@ -16,8 +16,8 @@ from markdown_it import MarkdownIt
 
 from app.contracts import ExperimentResult
 from app.export_text import FORMULA_START, csv_cell, csv_text, markdown_text
-from app.figures.base import Figure
-from app.figures.export import to_csv
+from app.figure_kit.export import export
+from app.figure_kit.figure import Figure
 from app.frames import save_tables
 from model_worker.cli_experiments import write_outputs
 from model_worker.datasets import DatasetError, load_user_dataset
@@ -51,7 +51,7 @@ def starts_formula(cell: str) -> bool:
 @pytest.mark.parametrize("payload", FORMULAS)
 def test_every_csv_exporter_neutralises_formulas(payload: str, tmp_path: Path) -> None:
     rows = [{"label": payload, "value": -1.5, payload: "x"}]
-    figure_csv = to_csv(Figure(stem="s", title="t", rows=rows, svg="<svg/>"))
+    figure_csv = export(Figure(stem="s", title="t", rows=rows, svg="<svg/>"), "csv")
     result = ExperimentResult(
         name="accuracy",
         model="m",

@@ -10,6 +10,10 @@ from xml.etree import ElementTree
 import pytest
 
 from app.contracts import AnalysisResult
+from app.figure_kit.bars import Series, bar_chart
+from app.figure_kit.colors import diverging
+from app.figure_kit.export import export, json_file, png_bytes
+from app.figure_kit.svg import visible
 from app.figures.analysis import (
     attention_figure,
     diff_figure,
@@ -17,10 +21,6 @@ from app.figures.analysis import (
     layers_figure,
     margin_figure,
 )
-from app.figures.bars import Series, bar_chart
-from app.figures.colors import diverging
-from app.figures.export import to_csv, to_json, to_png
-from app.figures.svg import visible
 from model_worker.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
@@ -117,10 +117,10 @@ def test_layers_margin_and_diff_figures(result: AnalysisResult) -> None:
 
 def test_exports_round_trip(result: AnalysisResult) -> None:
     figure = heatmap_figure(result)
-    rows = list(csv.DictReader(io.StringIO(to_csv(figure))))
+    rows = list(csv.DictReader(io.StringIO(str(export(figure, "csv")))))
     assert [r["name"] for r in rows] == [str(r["name"]) for r in figure.rows]
-    assert json.loads(to_json(figure))["rows"] == figure.rows
-    png = to_png(figure)
+    assert json.loads(json_file(figure))["rows"] == figure.rows
+    png = png_bytes(figure.svg)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width = int.from_bytes(png[16:20], "big")
     assert abs(width - 2 * float(ElementTree.fromstring(figure.svg).get("width", 0))) <= 1

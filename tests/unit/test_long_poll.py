@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from app.backend import JobState, JobStatus
 from app.embedded import EmbeddedBackend
-from app.result_parts import SUMMARY_PARTS, Parts, analysis_parts, head_part
-from app.routes.panels import next_state
+from app.job_news import JobNews
+from app.job_wait import drawable_state, next_state
+from app.result_parts import DETAILS_MESSAGE, SUMMARY_PARTS, Parts, analysis_parts, head_part
 from app.settings import Settings
 from model_worker.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
@@ -20,10 +23,27 @@ class Queued:
 
     def __init__(self) -> None:
         self.reads = 0
+        self.place = 0
 
     async def status(self, job_id: str) -> JobState:
         self.reads += 1
         return JobState(id=job_id, status=JobStatus.QUEUED)
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        await asyncio.sleep(at_most_s)
+
+
+class ReadSpy(EmbeddedBackend):
+    """The embedded backend, recording which parts each read of a stored result asked for
+    (None: all of them)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[Sequence[str] | None] = []
+
+    async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+        self.asked.append(None if names is None else list(names))
+        return await super().read_parts(job_id, names)
 
 
 def test_a_long_poll_stops_once_the_client_is_gone() -> None:
@@ -36,24 +56,74 @@ def test_a_long_poll_stops_once_the_client_is_gone() -> None:
     assert state.status == JobStatus.QUEUED and backend.reads == 3  # not 30 s of reads
 
 
+def test_job_news_wakes_a_waiter_from_another_thread() -> None:
+    news = JobNews()
+
+    async def waits() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        loop.call_later(0.05, lambda: threading.Thread(target=news.publish, args=("a-1",)).start())
+        await news.wait("a-1", at_most_s=30)
+        return loop.time() - start
+
+    assert asyncio.run(waits()) < 15  # woken by the publish, not by the 30 s limit
+    assert news._waiters == {}  # nothing left behind
+
+
+def test_the_embedded_long_poll_answers_at_the_change_not_at_its_interval(
+    tmp_path: Path,
+) -> None:
+    """The worker thread's per-head stage wakes the waiting poll (and the page's wait) at
+    once: with a 30 s interval between reads, only the wake-up can answer within the test."""
+    backend = EmbeddedBackend(Settings(model="tiny-llama", data_dir=tmp_path), loader=tiny_llama)
+    backend._set(JobState(id="a-1", status=JobStatus.RUNNING))
+    heads = JobState(id="a-1", status=JobStatus.RUNNING, message=DETAILS_MESSAGE)
+
+    async def polls() -> tuple[JobState, JobState | None]:
+        loop = asyncio.get_running_loop()
+        later = threading.Timer(0.05, backend._set, args=(heads,))
+        later.start()
+        state = await asyncio.wait_for(next_state(backend, "a-1", 60, interval_s=30), 15)
+        backend._set(JobState(id="a-1", status=JobStatus.RUNNING))
+        loop.call_later(0.05, lambda: threading.Thread(target=backend._set, args=(heads,)).start())
+        page = await asyncio.wait_for(drawable_state(backend, "a-1", 60, interval_s=30), 15)
+        await backend.close()
+        return state, page
+
+    state, page = asyncio.run(polls())
+    assert state.message == DETAILS_MESSAGE
+    assert page is not None and page.message == DETAILS_MESSAGE
+
+
+def test_the_page_waits_only_for_a_job_it_could_soon_draw() -> None:
+    """A job queued behind others is drawn at once (with its place); one next in line is
+    waited for, up to the page's limit."""
+
+    class Behind(Queued):
+        async def status(self, job_id: str) -> JobState:
+            self.reads += 1
+            return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=self.place)
+
+    behind = Behind()
+    behind.place = 3
+    state = asyncio.run(drawable_state(behind, "a-1", 30, interval_s=0.001))  # type: ignore[arg-type]
+    assert state is not None and state.position_in_queue == 3 and behind.reads == 1
+    behind.place = 0
+    state = asyncio.run(drawable_state(behind, "a-1", 0.05, interval_s=0.001))  # type: ignore[arg-type]
+    assert state is not None and behind.reads > 2  # waited, then answered with the queue
+
+
 def test_status_and_summary_reads_never_load_the_head_details(tmp_path: Path) -> None:
     """Results of hundreds of MB made every status and panel read parse the whole result."""
     loaded = tiny_llama()
     parts = analysis_parts(analyze(loaded, EXAMPLE_PROMPT, top_k_heads=12))
-    asked: list[Sequence[str] | None] = []
-
-    class Spy(EmbeddedBackend):
-        async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
-            asked.append(None if names is None else list(names))
-            return await super().read_parts(job_id, names)
-
-    backend = Spy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    backend = ReadSpy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
     backend._memory.put("a-1", parts)
 
     async def reads() -> str:
         state = await backend.status("a-1")
         assert state is not None and state.status == JobStatus.DONE and state.result is None
-        assert asked == []  # the status read loaded nothing
+        assert backend.asked == []  # the status read loaded nothing
         summary = await backend.summary("a-1")
         assert summary is not None and len(summary.detail_mrr) == 12
         detail = await backend.head_detail("a-1", summary.top_heads[0])
@@ -62,7 +132,7 @@ def test_status_and_summary_reads_never_load_the_head_details(tmp_path: Path) ->
         return summary.top_heads[0]
 
     top = asyncio.run(reads())
-    assert asked == [list(SUMMARY_PARTS), [head_part(top)]]
+    assert backend.asked == [list(SUMMARY_PARTS), [head_part(top)]]
 
 
 def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> None:
@@ -78,14 +148,7 @@ def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> Non
     whole = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)
     partial = whole.model_copy(update={"head_details": {}})
     stored = AnalysisResult.model_validate_json(partial.model_dump_json())  # floats as stored
-    asked: list[Sequence[str] | None] = []
-
-    class Spy(EmbeddedBackend):
-        async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
-            asked.append(None if names is None else list(names))
-            return await super().read_parts(job_id, names)
-
-    backend = Spy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    backend = ReadSpy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
     backend._heads["a-1"] = analysis_parts(partial)[CORE]
     backend._set(JobState(id="a-1", status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
 
@@ -105,4 +168,4 @@ def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> Non
         await backend.close()
 
     asyncio.run(reads())
-    assert asked == []  # neither the status nor the stage touched a stored result
+    assert backend.asked == []  # neither the status nor the stage touched a stored result

@@ -63,11 +63,47 @@ def test_the_measured_fastest_kernel_serves_every_later_call(
     choice = kernels.kernel_for(x, w_u)
     assert choice.name == "matmul" and choice.gflops["matmul"] > choice.gflops["onednn"] > 0
     calibration = len(calls)
-    assert calibration == 2 + 2 * 3 + 1  # a warm-up and 3 rounds per candidate, the real call
+    rounds = kernels.ROUNDS
+    assert calibration == 2 + 2 * rounds + 1  # a warm-up and the rounds per candidate, the call
     unembed_matmul(torch.randn(9, 8), w_u)
     assert calls[calibration:] == ["fast"]  # cached: no second calibration for this shape
     unembed_matmul(x, torch.randn(50, 8))  # another shape is measured on its own
-    assert len(calls) == calibration + 1 + 2 + 2 * 3 + 1
+    assert len(calls) == calibration + 1 + 2 + 2 * rounds + 1
+
+
+def test_a_calibration_misled_by_load_is_corrected_by_the_recheck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first measurement catches oneDNN in a busy spell (slow) and picks matmul; the recheck
+    after RECHECKS[0] products sees oneDNN fast and switches, each keeping its best time."""
+    busy, clock = [True], [0.0]  # a fake clock: the kernels' times do not depend on the load
+
+    def onednn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        clock[0] += 0.02 if busy[0] else 0.001
+        return x @ w.T
+
+    def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        clock[0] += 0.005
+        return x @ w.T
+
+    monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(kernels, "kernels", lambda x, w: {"matmul": matmul, "onednn": onednn})
+    monkeypatch.setattr(kernels, "_CHOICES", {})
+    monkeypatch.setattr(kernels, "RECHECKS", (3,))
+    x, w_u = torch.randn(4, 8), torch.randn(300, 8)
+    assert kernels.kernel_for(x, w_u).name == "matmul"
+    busy[0] = False
+    assert kernels.kernel_for(x, w_u).name == "matmul"  # second product: no recheck yet
+    choice = kernels.kernel_for(x, w_u)  # the third: measured again
+    assert choice.name == "onednn" and choice.gflops["onednn"] > choice.gflops["matmul"]
+    busy[0] = True  # later load changes nothing: no more rechecks, the best times are kept
+    assert all(kernels.kernel_for(x, w_u).name == "onednn" for _ in range(5))
+
+
+def test_a_private_kernel_must_beat_the_public_ones_clearly() -> None:
+    assert kernels._pick({"matmul": 1.0, "linear": 1.02, "onednn": 0.97}) == "matmul"
+    assert kernels._pick({"matmul": 1.0, "linear": 0.9, "onednn": 0.5}) == "onednn"
+    assert kernels._pick({"matmul": 1.0, "linear": 0.9, "onednn": 0.88}) == "linear"
 
 
 def test_block_rows_keep_cpu_blocks_under_the_budget() -> None:
@@ -82,3 +118,17 @@ def test_in_place_logsumexp_equals_torchs() -> None:
     x = torch.randn(5, 300) * 30
     expected = torch.logsumexp(x, -1)
     assert torch.allclose(logsumexp_(x.clone()), expected, atol=1e-5)
+
+
+def test_log_softmax_and_addcmul_written_over_their_input_are_exact() -> None:
+    """The increases take the log-softmax and add the weighted logits to the base in place
+    (`out=` an input): the same values as fresh tensors, so a torch that stopped supporting the
+    aliasing would be caught here."""
+    logits = torch.randn(3, 5, 1000) * 10
+    fresh = torch.log_softmax(logits, -1)
+    scratch = logits.clone()
+    assert torch.equal(torch.log_softmax(scratch, -1, out=scratch), fresh)
+    assert torch.equal(scratch, fresh)
+    base, weight = torch.randn(3, 1, 1000), torch.rand(3, 5, 1)
+    expected = torch.addcmul(base, logits, weight)
+    assert torch.equal(torch.addcmul(base, logits, weight, out=logits), expected)

@@ -112,8 +112,8 @@ def test_serve_command_refuses_a_public_address_without_a_token(
 ) -> None:
     from typer.testing import CliRunner
 
+    from app.cli import app
     from app.settings import get_settings
-    from model_worker.cli import app
 
     monkeypatch.delenv("ICL_AUTH_TOKEN", raising=False)
     get_settings.cache_clear()

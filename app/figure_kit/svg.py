@@ -1,7 +1,8 @@
-"""A tiny SVG writer: escaped text, compact numbers, one root element per figure.
+"""The kit's SVG writer: escaped text, compact numbers, titles, legends, one root per figure.
 
-Text colour is `currentColor`, so a figure inherits the page's theme inline and renders black
-on white when downloaded on its own.
+Text and axes are `currentColor`, so a figure inherits the page's theme (light or dark) inline
+and renders dark on white when downloaded on its own. No `style` attributes and no scripts:
+figures pass the dashboard's Content-Security-Policy; hovers are `<title>` elements.
 """
 
 from __future__ import annotations
@@ -60,6 +61,43 @@ def text(
         f'<text x="{num(x)}" y="{num(y)}" font-size="{size}" text-anchor="{anchor}" '
         f'fill="currentColor"{cls_attr}{extra}>{esc(body)}</text>'
     )
+
+
+def heading(title: str) -> str:
+    """The figure's title line, top left."""
+    return text(12, 18, title, size=14, cls="figure-title", extra=' font-weight="600"')
+
+
+def legend_keys(
+    entries: list[tuple[str, str]], *, y: float = 36.0, line: bool = False
+) -> list[str]:
+    """A row of (name, colour) keys under the title: swatches, or strokes for line series."""
+    parts: list[str] = []
+    x = 12.0
+    for name, colour in entries:
+        if line:
+            parts.append(
+                f'<line x1="{num(x)}" x2="{num(x + 18)}" y1="{num(y)}" y2="{num(y)}" '
+                f'stroke="{colour}" stroke-width="2.5"/>'
+            )
+            parts.append(text(x + 22, y + 4, name, size=11))
+            x += 34 + 6.5 * len(name)
+        else:
+            parts.append(
+                f'<rect x="{num(x)}" y="{num(y - 5)}" width="10" height="10" fill="{colour}"/>'
+            )
+            parts.append(text(x + 14, y + 4, name, size=11))
+            x += 30 + 6.5 * len(name)
+    return parts
+
+
+def gridline(x1: float, x2: float, y: float, label: str, *, strong: bool = False) -> list[str]:
+    """A horizontal gridline across the plot with its tick label left of it."""
+    return [
+        f'<line x1="{num(x1)}" x2="{num(x2)}" y1="{num(y)}" y2="{num(y)}" '
+        f'stroke="currentColor" stroke-opacity="{0.6 if strong else 0.15}"/>',
+        text(x1 - 3, y + 4, label, anchor="end", size=10),
+    ]
 
 
 def y_axis_label(label: str, middle: float) -> str:

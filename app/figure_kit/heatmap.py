@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.figures.colors import diverging, symmetric_limit
-from app.figures.svg import document, esc, num, signed, text, title_width
+from app.figure_kit.colors import diverging, symmetric_limit
+from app.figure_kit.svg import document, esc, heading, num, signed, text, title_width, y_axis_label
 
 
 def heatmap_svg(
@@ -30,7 +30,7 @@ def heatmap_svg(
     width = max(legend_x + 92, title_width(title))
     height = max(top + plot_h + 46, top + 200)
     limit = symmetric_limit([v for row in grid for v in row])
-    body = [text(12, 18, title, size=14, cls="figure-title", extra=' font-weight="600"')]
+    body = [heading(title)]
     for layer, row in enumerate(grid):
         for head, value in enumerate(row):
             is_marked = bool(marked) and (layer, head) in (marked or set())
@@ -62,16 +62,7 @@ def heatmap_svg(
         body.append(
             text(left - 6, top + head * cell + cell / 2 + 4, str(head), anchor="end", size=10)
         )
-    body.append(
-        text(
-            12,
-            top + plot_h / 2,
-            "head",
-            anchor="middle",
-            size=11,
-            extra=f' transform="rotate(-90 12 {num(top + plot_h / 2)})"',
-        )
-    )
+    body.append(y_axis_label("head", top + plot_h / 2))
     body += _legend(legend_x, top, limit, legend_label)
     return document(width, height, body, title=title, figure=figure)
 

@@ -1,4 +1,6 @@
-"""Colour scales: a diverging blue–white–red scale centred at 0 (ColorBrewer RdBu)."""
+"""The kit's colours: named series colours, the same colours in order for series
+without a meaning of their own, and a diverging blue–white–red scale centred
+at 0 (ColorBrewer RdBu)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,16 @@ CONTENT = "#d97706"
 FLOW_DEMO = "#0d9488"
 FLOW_LAST = "#c2410c"
 POSITION = "#64748b"
+#: the information flows (model_worker.analysis.flow.FLOWS): legend name and colour of each
+FLOW_SERIES = {
+    "demo_to_label": ("demonstrations → labels", FLOW_DEMO),
+    "label_to_last": ("labels → last token", FLOW_LAST),
+    "other": ("other", OTHER_TOKEN),
+}
+#: series named for label kinds keep the dashboard's label colours wherever they are drawn
+LABEL_SERIES = {"true labels": TRUE_LABEL, "false labels": FALSE_LABEL}
+#: series colours in order (attention first, FFN second, as on the dashboard's layer chart)
+PALETTE = (ATTN, FFN, "#c2410c", "#2563eb", "#d97706", "#db2777", "#64748b")
 
 
 def _rgb(hex_colour: str) -> tuple[int, int, int]:

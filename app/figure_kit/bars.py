@@ -1,26 +1,50 @@
-"""Bar charts over categories (layers or token positions), one or several series, signed axes."""
+"""Bar charts over categories (layers, heads or token positions): one or several series, signed
+axes, optional ± error bars; every bar keeps `data-index` / `data-series` for the page's clicks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.figures.svg import clip, document, esc, num, text, title_width, y_axis_label
+from app.figure_kit.svg import (
+    clip,
+    document,
+    esc,
+    gridline,
+    heading,
+    legend_keys,
+    num,
+    text,
+    title_width,
+    y_axis_label,
+)
 
 
 @dataclass(frozen=True)
 class Series:
-    """One set of bars: a colour per bar, a hover line per bar, a CSS class per bar."""
+    """One set of bars: a colour per bar, a hover line per bar, a CSS class per bar and
+    optional ± errors (standard deviations) per bar."""
 
     name: str
     values: list[float]
     colors: list[str]
     hovers: list[str]
     classes: list[str] = field(default_factory=list)
+    errors: list[float] | None = None
 
 
 def _ticks(low: float, high: float) -> list[float]:
     ticks = [low, 0.0, high] if low < 0 < high else [low, high]
     return sorted({round(t, 6) for t in ticks})
+
+
+def _extent(series: list[Series]) -> tuple[float, float]:
+    """The y range: 0, every value and every value ± its error."""
+    ends = [0.0]
+    for s in series:
+        errors = s.errors or [0.0] * len(s.values)
+        ends += [v + sign * e for v, e in zip(s.values, errors, strict=True) for sign in (1, -1)]
+    low, high = min(ends), max(ends)
+    return (low, 1.0) if high == low else (low, high)
 
 
 def bar_chart(
@@ -36,11 +60,7 @@ def bar_chart(
     plot_height: float = 170.0,
 ) -> str:
     """Bars grouped by category; the y axis spans 0 and every value, with a zero line."""
-    values = [v for s in series for v in s.values]
-    high = max([0.0, *values])
-    low = min([0.0, *values])
-    if high == low:
-        high = 1.0
+    low, high = _extent(series)
     n = len(categories)
     group = max(slot, 6.0 * len(series) + 4)
     left, top = 64.0, 58.0 if legend else 36.0
@@ -51,21 +71,12 @@ def bar_chart(
     def y(value: float) -> float:
         return top + (high - value) / (high - low) * plot_height
 
-    body = [text(12, 18, title, size=14, cls="figure-title", extra=' font-weight="600"')]
-    x = 12.0
-    for name, colour in legend or []:
-        body.append(f'<rect x="{num(x)}" y="31" width="10" height="10" fill="{colour}"/>')
-        body.append(text(x + 14, 40, name, size=11))
-        x += 30 + 6.5 * len(name)
+    body = [heading(title), *legend_keys(legend or [])]
     for tick in _ticks(low, high):
         ty = y(tick)
         if tick != 0 and abs(ty - y(0.0)) < 12:
             continue  # too close to the zero line's label
-        body.append(
-            f'<line x1="{num(left - 4)}" x2="{num(left + n * group)}" y1="{num(ty)}" '
-            f'y2="{num(ty)}" stroke="currentColor" stroke-opacity="{0.6 if tick == 0 else 0.15}"/>'
-        )
-        body.append(text(left - 7, ty + 4, f"{tick:.3g}", anchor="end", size=10))
+        body += gridline(left - 4, left + n * group, ty, f"{tick:.3g}", strong=tick == 0)
     body.append(y_axis_label(y_label, top + plot_height / 2))
     bar_width = (group - 4) / len(series)
     for i, category in enumerate(categories):
@@ -74,12 +85,20 @@ def bar_chart(
             value = s.values[i]
             y0, y1 = sorted((y(0.0), y(value)))
             cls = f"bar {s.classes[i]}" if s.classes else "bar"
+            x = gx + k * bar_width
             body.append(
                 f'<rect class="{esc(cls)}" data-index="{i}" data-series="{esc(s.name)}" '
-                f'x="{num(gx + k * bar_width)}" y="{num(y0)}" width="{num(max(bar_width - 1, 1))}" '
+                f'x="{num(x)}" y="{num(y0)}" width="{num(max(bar_width - 1, 1))}" '
                 f'height="{num(max(y1 - y0, 0.5))}" fill="{s.colors[i]}">'
                 f"<title>{esc(s.hovers[i])}</title></rect>"
             )
+            if s.errors and s.errors[i] > 0:
+                cx = x + max(bar_width - 1, 1) / 2
+                body.append(
+                    f'<line class="error-bar" x1="{num(cx)}" x2="{num(cx)}" '
+                    f'y1="{num(y(value + s.errors[i]))}" y2="{num(y(value - s.errors[i]))}" '
+                    'stroke="currentColor" stroke-opacity="0.7"/>'
+                )
         cx = gx + (group - 4) / 2
         ly = top + plot_height + 12
         if rotate:

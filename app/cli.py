@@ -1,0 +1,58 @@
+"""`icl-heads`, the installed command: the engine's commands (model_worker.cli: analyze, models,
+experiment, worker) plus `serve`, the web app. The one module that composes both sides, so that
+the engine never imports the web layer.
+
+`serve` imports no torch when ICL_REDIS_URL is set (the web image has none).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from app.settings import Settings
+from model_worker.cli import app
+from model_worker.cli_common import settings_with
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """How uvicorn serves: forwarded headers (X-Forwarded-For/-Proto) believed only from
+    ICL_TRUSTED_PROXIES (uvicorn's own default believes them from 127.0.0.1, so any local user
+    could pick a client address), no Server header."""
+    proxies = settings.trusted_proxies
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "proxy_headers": bool(proxies),
+        "forwarded_allow_ips": proxies or None,
+        "server_header": False,
+        "log_level": "info",
+    }
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default ICL_HOST).")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Port (default ICL_PORT).")
+    ] = None,
+    insecure: Annotated[
+        bool, typer.Option(help="Allow a non-loopback address without ICL_AUTH_TOKEN.")
+    ] = False,
+) -> None:
+    """Serve the dashboard and JSON API (embedded worker unless ICL_REDIS_URL is set)."""
+    import uvicorn
+
+    from app.main import create_app
+    from app.security.bind import enforce_bind
+    from app.timeouts import server_config
+
+    settings = settings_with(host=host, port=port)
+    enforce_bind(settings.host, settings, insecure)
+    web_app = create_app(settings)
+    uvicorn.Server(server_config(web_app, settings, **uvicorn_options(settings))).run()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,65 @@
+"""Waiting for a job's news: the long poll of the status partial (`next_state`) and the
+permalink's short wait for a state it can draw (`drawable_state`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from app.backend import Backend, JobState, JobStatus
+from app.deps import job_state
+from app.result_parts import DETAILS_MESSAGE
+
+
+async def next_state(
+    backend: Backend,
+    job_id: str,
+    wait_s: float,
+    interval_s: float = 0.05,
+    gone: Callable[[], Awaitable[bool]] | None = None,
+) -> JobState:
+    """The job's state as soon as it ends or reports news (its per-head stage among them:
+    the message DETAILS_MESSAGE), else after `wait_s` (a long poll: the page learns of the
+    result within `interval_s` instead of at its next poll). Stops early once `gone()` says
+    the client went away (its answer would be thrown away)."""
+    first = state = await job_state(backend, job_id)
+    deadline = time.monotonic() + wait_s
+    news = ("status", "progress", "message", "position_in_queue")
+    while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:
+        await backend.wait_for_change(job_id, interval_s)
+        if gone is not None and await gone():
+            break
+        state = await job_state(backend, job_id)
+        if any(getattr(state, key) != getattr(first, key) for key in news):
+            break
+    return state
+
+
+def drawable(state: JobState) -> bool:
+    """Whether the page can draw `state` as it is (finished, failed, per-head stage), or it
+    waits in a queue behind other jobs (the page then shows where)."""
+    return (
+        state.status in (JobStatus.DONE, JobStatus.FAILED)
+        or state.message == DETAILS_MESSAGE
+        or (state.status == JobStatus.QUEUED and bool(state.position_in_queue))
+    )
+
+
+async def drawable_state(
+    backend: Backend,
+    job_id: str,
+    wait_s: float,
+    interval_s: float = 0.05,
+    gone: Callable[[], Awaitable[bool]] | None = None,
+) -> JobState | None:
+    """The job's state once the page can draw it, or after `wait_s` (None if unknown): the
+    permalink of a job that is about to reach its per-head stage comes with the heatmap in
+    it, instead of a spinner whose long poll fetches the heatmap in a second request."""
+    state = await backend.status(job_id)
+    deadline = time.monotonic() + wait_s
+    while state is not None and not drawable(state) and time.monotonic() < deadline:
+        await backend.wait_for_change(job_id, interval_s)
+        if gone is not None and await gone():
+            break
+        state = await backend.status(job_id)
+    return state
