@@ -1,12 +1,15 @@
 """Notebook views of the result contracts: rich HTML (`_repr_html_`) and pandas tables.
 
-The contracts inherit these mixins; each method imports its implementation on first use
-(`app.figures.notebook` for HTML, `app.frames` for pandas), so the contracts stay light and
-pandas stays optional.
+The contracts inherit these mixins. Their HTML comes from the views installed with
+`use_html_views` (the notebook library, `icl_heads`, installs the dashboard's; until then a
+result shows its plain repr), so the kernel never imports the views that draw it. Tables import
+`app.frames` on first use, so pandas stays optional.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
@@ -18,13 +21,31 @@ if TYPE_CHECKING:
 TableFormat = Literal["csv", "parquet"]
 
 
+@dataclass(frozen=True)
+class HtmlViews:
+    """How results draw themselves in a notebook: one HTML renderer per kind of result."""
+
+    analysis: Callable[[AnalysisResult], str]
+    head: Callable[[Head], str]
+    experiment: Callable[[ExperimentResult], str]
+
+
+_html_views: HtmlViews | None = None
+
+
+def use_html_views(views: HtmlViews | None) -> None:
+    """Draw results with `views` from now on (None: plain repr again)."""
+    global _html_views
+    _html_views = views
+
+
 class AnalysisDisplay:
     """An analysis in a notebook: tokens, layer chart, heatmap and top heads; tables."""
 
-    def _repr_html_(self) -> str:
-        from app.figures.notebook import analysis_html
-
-        return analysis_html(cast("AnalysisResult", self))
+    def _repr_html_(self) -> str | None:
+        if _html_views is None:
+            return None
+        return _html_views.analysis(cast("AnalysisResult", self))
 
     def heads_frame(self) -> DataFrame:
         """One row per head (layer, head, name, rank, increase, attn_true, attn_false), by rank."""
@@ -49,10 +70,10 @@ class AnalysisDisplay:
 class HeadDisplay:
     """A head of an analysis in a notebook: its panel (bars and token tables) and table."""
 
-    def _repr_html_(self) -> str:
-        from app.figures.notebook import head_html
-
-        return head_html(cast("Head", self))
+    def _repr_html_(self) -> str | None:
+        if _html_views is None:
+            return None
+        return _html_views.head(cast("Head", self))
 
     def positions_frame(self) -> DataFrame:
         """One row per source position of this head (KeyError if the head is not detailed)."""
@@ -67,10 +88,10 @@ class HeadDisplay:
 class ExperimentDisplay:
     """An experiment in a notebook: metrics, figures and report; its tables as DataFrames."""
 
-    def _repr_html_(self) -> str:
-        from app.figures.notebook import experiment_html
-
-        return experiment_html(cast("ExperimentResult", self))
+    def _repr_html_(self) -> str | None:
+        if _html_views is None:
+            return None
+        return _html_views.experiment(cast("ExperimentResult", self))
 
     def frames(self) -> dict[str, DataFrame]:
         """Every table of the experiment as a DataFrame, by table name."""

@@ -1,34 +1,24 @@
-"""Jinja2 templates (autoescape on), the view preferences every page renders with, and URLs
-built from route names (`url_path` in routes, `url(...)` in templates)."""
+"""Pages rendered in a request: the view preferences every page renders with, and URLs built
+from route names (`url_path` in routes, `url(...)` in templates); the environment itself is
+`app.jinja_env`."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
-from jinja2 import Environment, FileSystemLoader, pass_context, select_autoescape
+from jinja2 import pass_context
 from jinja2.runtime import Context
 from starlette.applications import Starlette
 
-from app.contracts import NORM_MODES, RANKINGS
-from app.figure_kit.svg import signed, visible
-from app.figures.registry import EXPERIMENT_FORMATS, download_formats
+from app.jinja_env import ENV
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 PRESENT_COOKIE = "icl_present"
 THEME_COOKIE = "icl_theme"
 Theme = Literal["auto", "light", "dark"]
-
-_env = Environment(
-    loader=FileSystemLoader(TEMPLATES_DIR),
-    autoescape=select_autoescape(default=True, default_for_string=True),
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
 
 
 def route_path(
@@ -55,15 +45,8 @@ def _url(
     return url_path(context["request"], route, query, **params)
 
 
-_env.filters["signed"] = signed
-_env.filters["visible"] = visible
-_env.globals["norm_modes"] = NORM_MODES
-_env.globals["rankings"] = RANKINGS
-_env.globals["url"] = _url
-# download menus are generated from the figure registry
-_env.globals["figure_formats"] = download_formats
-_env.globals["experiment_figure_formats"] = EXPERIMENT_FORMATS
-templates = Jinja2Templates(env=_env)
+ENV.globals["url"] = _url
+templates = Jinja2Templates(env=ENV)
 
 
 def view_prefs(request: Request) -> dict[str, Any]:
@@ -91,8 +74,3 @@ def render(
     if alternate is not None:
         response.headers["Link"] = f'<{alternate}>; rel="alternate"; type="application/json"'
     return response
-
-
-def render_text(name: str, context: dict[str, Any]) -> str:
-    """`name` rendered to a string outside any request (the notebook views)."""
-    return _env.get_template(name).render(context)

@@ -15,13 +15,19 @@ On a shared server (no torch needed)::
     result = client.analyze("love : bar like : bar eight : foo two : foo one :")
 
 Names are imported on first access: `import icl_heads` and `icl_heads.Client` never import
-torch; `load_model`, `analyze` and `run_experiment` do.
+torch; `load_model`, `analyze` and `run_experiment` do. Importing it makes results draw
+themselves with the dashboard's figures (`_repr_html_`).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from app.display import use_html_views
+from app.notebook_views import NOTEBOOK_VIEWS
+
+use_html_views(NOTEBOOK_VIEWS)
 
 if TYPE_CHECKING:
     from app.contracts import (

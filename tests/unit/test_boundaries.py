@@ -1,5 +1,6 @@
 """The boundaries that pyproject.toml's import-linter contracts draw: every module of app/ is
-either in the shared kernel or in the web layer, and library calls ignore ICL_* settings."""
+in exactly one of the shared kernel, the views and the web layer; results draw themselves only
+with the views a notebook installs; library calls ignore ICL_* settings."""
 
 from __future__ import annotations
 
@@ -24,17 +25,42 @@ def _contract(name_start: str) -> dict[str, list[str]]:
     return next(c for c in contracts if c["name"].startswith(name_start))
 
 
-def test_every_app_module_is_kernel_or_web_layer() -> None:
-    """A new module of app/ must be named in the kernel contract or in the web layer that the
-    engine contract forbids: no module is neither, none is both."""
-    kernel = set(_contract("The shared kernel")["source_modules"])
-    web = {m for m in _contract("The engine")["forbidden_modules"] if m.startswith("app.")}
+def test_every_app_module_is_kernel_view_or_web_layer() -> None:
+    """A new module of app/ must be named in the kernel contract, the views contract or the web
+    layer that the notebook library's contract forbids: in exactly one of them."""
+    web = _contract("The notebook library")["forbidden_modules"]
+    parts = {
+        "kernel": set(_contract("The shared kernel")["source_modules"]),
+        "views": set(_contract("The views")["source_modules"]),
+        "web layer": {m for m in web if m.startswith("app.")},
+    }
     graph = grimp.build_graph("app")
     packages = {"app", "app.queue"}  # split between kernel and web layer: their modules count
     for module in sorted(graph.modules - packages):
-        in_kernel = any(module == k or module.startswith(k + ".") for k in kernel)
-        in_web = any(module == w or module.startswith(w + ".") for w in web)
-        assert in_kernel != in_web, f"{module}: name it in the kernel or the web layer"
+        named = [
+            part
+            for part, prefixes in parts.items()
+            if any(module == p or module.startswith(p + ".") for p in prefixes)
+        ]
+        assert len(named) == 1, f"{module}: named in {named or 'none'}; name it in one part"
+
+
+def test_results_draw_themselves_with_the_installed_views() -> None:
+    """The kernel draws nothing itself: without installed views a result has no HTML (plain
+    repr in a notebook); `import icl_heads` installs the dashboard's."""
+    import icl_heads  # noqa: F401  (installs the notebook views)
+    from app.display import use_html_views
+    from app.notebook_views import NOTEBOOK_VIEWS
+
+    result = analyze(tiny_gpt2(), EXAMPLE_PROMPT, top_k_heads=1)
+    assert "<svg" in (result._repr_html_() or "")
+    use_html_views(None)
+    try:
+        assert result._repr_html_() is None
+        assert result.head(result.top_heads[0])._repr_html_() is None
+    finally:
+        use_html_views(NOTEBOOK_VIEWS)
+    assert "<svg" in (result._repr_html_() or "")
 
 
 #: Settings that would change a library call if it read them.

@@ -2,13 +2,15 @@
 
 They render the dashboard's own figures and partials (same context builders, same templates)
 without links, on a light card with a scoped stylesheet: inline SVG, no JavaScript, offline.
+`NOTEBOOK_VIEWS` is what `icl_heads` installs with `app.display.use_html_views`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.templating import render_text
+from app.display import HtmlViews
+from app.jinja_env import render_text
 
 if TYPE_CHECKING:
     from app.contracts import AnalysisResult, ExperimentResult, Head
@@ -38,3 +40,6 @@ def experiment_html(result: ExperimentResult) -> str:
     from app.panels import result_context
 
     return render_text("notebook/experiment.html", result_context("", result))
+
+
+NOTEBOOK_VIEWS = HtmlViews(analysis=analysis_html, head=head_html, experiment=experiment_html)
