@@ -17,12 +17,16 @@ async def next_state(
     wait_s: float,
     interval_s: float = 0.05,
     gone: Callable[[], Awaitable[bool]] | None = None,
+    heads_shown: bool = False,
 ) -> JobState:
     """The job's state as soon as it ends or reports news (its per-head stage among them:
     the message DETAILS_MESSAGE), else after `wait_s` (a long poll: the page learns of the
-    result within `interval_s` instead of at its next poll). Stops early once `gone()` says
-    the client went away (its answer would be thrown away)."""
+    result within `interval_s` instead of at its next poll). A page that does not show the
+    per-head stage yet (`heads_shown` False) gets it at once when the job is there already.
+    Stops early once `gone()` says the client went away (its answer would be thrown away)."""
     first = state = await job_state(backend, job_id)
+    if not heads_shown and state.message == DETAILS_MESSAGE:
+        return state
     deadline = time.monotonic() + wait_s
     news = ("status", "progress", "message", "position_in_queue")
     while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:

@@ -37,9 +37,9 @@ def head_html(head: Head) -> str:
 
 def experiment_html(result: ExperimentResult) -> str:
     """The experiment's figures and report."""
-    from app.panels import result_context
+    from app.panels import ExperimentPanel
 
-    return render_text("notebook/experiment.html", result_context("", result))
+    return render_text("notebook/experiment.html", {"experiment": ExperimentPanel.of(result)})
 
 
 NOTEBOOK_VIEWS = HtmlViews(analysis=analysis_html, head=head_html, experiment=experiment_html)

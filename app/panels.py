@@ -29,6 +29,8 @@ from app.contracts import (
 from app.figure_kit.figure import Figure, Row
 from app.figures.analysis import (
     attention_figure,
+    comparable,
+    diff_figure,
     flow_figure,
     heatmap_figure,
     increase_figure,
@@ -283,19 +285,62 @@ class HeadDifference(BaseModel):
 
 
 class Comparison(BaseModel):
-    """Two analyses of the same model shape, head by head (the compare view's JSON twin)."""
+    """Two analyses, head by head: the compare view's data and its JSON twin (`heads` is empty
+    when their shapes differ; `problem` says why)."""
 
     a: str
     b: str
     heads: list[HeadDifference]
+    _left: AnalysisView = PrivateAttr()
+    _right: AnalysisView = PrivateAttr()
+    _figure: Figure | None = PrivateAttr(default=None)
+    _problem: str | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(cls, a: str, result_a: Analysis, b: str, result_b: Analysis) -> Comparison:
+        """Analyses `a` and `b` compared (B − A), each with its panels (cells not clickable)."""
+        problem = comparable(result_a, result_b)
+        figure = None if problem else diff_figure(result_a, result_b)
+        comparison = cls(a=a, b=b, heads=[] if figure is None else figure.rows)
+        comparison._left = AnalysisView.of(result_a, a, link=False)
+        comparison._right = AnalysisView.of(result_b, b, link=False)
+        comparison._figure, comparison._problem = figure, problem
+        return comparison
+
+    @property
+    def sides(self) -> list[tuple[str, AnalysisView]]:
+        """("A", its panels) and ("B", its panels)."""
+        return [("A", self._left), ("B", self._right)]
+
+    @property
+    def figure(self) -> Figure | None:
+        """The difference heatmap (None when the analyses cannot be compared)."""
+        return self._figure
+
+    @property
+    def problem(self) -> str | None:
+        """Why the analyses cannot be compared head by head (None if they can)."""
+        return self._problem
 
 
-def result_context(job_id: str, result: ExperimentResult) -> dict[str, Any]:
-    """What the experiment result partial renders from (`job_id` empty: no download links)."""
-    return {
-        "result": result,
-        "report_html": _markdown.render(result.report_markdown),
-        "figures": result.figures,
-        "tables": list(result.tables),
-        "job_id": job_id,
-    }
+class ExperimentPanel(ExperimentResult):
+    """A done experiment as its view draws it: the result (its JSON twin) and, derived, its
+    report in HTML; links point to job `job_id` (empty: no links)."""
+
+    _job_id: str = PrivateAttr(default="")
+
+    @classmethod
+    def of(cls, result: ExperimentResult, job_id: str = "") -> ExperimentPanel:
+        """The panel of `result` (of experiment `job_id`)."""
+        panel = cls(**dict(result))
+        panel._job_id = job_id
+        return panel
+
+    @property
+    def job_id(self) -> str:
+        return self._job_id
+
+    @cached_property
+    def report_html(self) -> str:
+        """The markdown report rendered (raw HTML in it is not let through)."""
+        return _markdown.render(self.report_markdown)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.embedded import EmbeddedBackend
@@ -20,3 +22,17 @@ def embedded_client(
     """A TestClient (`options`: its own) of the app over an embedded backend that serves the
     model `loader` makes."""
     return TestClient(create_app(settings, EmbeddedBackend(settings, loader=loader)), **options)
+
+
+def rendered_contexts(monkeypatch: pytest.MonkeyPatch, routes: ModuleType) -> list[dict[str, Any]]:
+    """The contexts that the routes module `routes` renders its templates with from now on,
+    in order (its `render` is wrapped for the test)."""
+    contexts: list[dict[str, Any]] = []
+    real_render = routes.render
+
+    def spy(request: Any, name: str, context: dict[str, Any], **kwargs: Any) -> Any:
+        contexts.append(context)
+        return real_render(request, name, context, **kwargs)
+
+    monkeypatch.setattr(routes, "render", spy)
+    return contexts

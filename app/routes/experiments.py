@@ -15,7 +15,7 @@ from app.deps import BackendDep, ClientDep, ExperimentStateDep
 from app.export_text import csv_text
 from app.figure_kit.export import MEDIA_TYPES, png_bytes, svg_file
 from app.figures.registry import EXPERIMENT_FORMATS
-from app.panels import result_context
+from app.panels import ExperimentPanel
 from app.submission import ExperimentForm, form_problem, submit_responses, submitted
 from app.templating import render, url_path
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
@@ -97,7 +97,9 @@ async def _experiment_context(backend: Backend, state: JobState) -> dict[str, An
     """The job's state and, once it is done, its result's context (`done` says which)."""
     result = await _done_experiment(backend, state)
     context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
-    return context if result is None else context | result_context(state.id, result)
+    if result is not None:
+        context["experiment"] = ExperimentPanel.of(result, state.id)
+    return context
 
 
 @router.get("/e/{job_id}", response_class=HTMLResponse)

@@ -20,7 +20,6 @@ from app.deps import (
     check_head,
     heads_stage,
 )
-from app.figures.analysis import comparable, diff_figure
 from app.job_wait import drawable_state
 from app.panels import AnalysisView, Comparison
 from app.submission import AnalysisForm, CompareForm, form_problem
@@ -197,28 +196,22 @@ async def compare_page(
 
 
 async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
-    """States of both; once both are done, their contexts and the difference figure."""
+    """`comparison` once both analyses are done; else `error` (one is unknown or failed) or
+    `states` (still running)."""
     states = {key: await backend.status(job) for key, job in (("a", a), ("b", b))}
     missing = [job for key, job in (("a", a), ("b", b)) if states[key] is None]
     if missing:
-        return {"error": f"unknown or expired analysis: {', '.join(missing)}", "ready": False}
+        return {"error": f"unknown or expired analysis: {', '.join(missing)}"}
     sa, sb = states["a"], states["b"]
     assert sa is not None and sb is not None
     failed = [s for s in (sa, sb) if s.status == JobStatus.FAILED]
     if failed:
-        return {"error": "; ".join(f"{s.id} failed: {s.error}" for s in failed), "ready": False}
+        return {"error": "; ".join(f"{s.id} failed: {s.error}" for s in failed)}
     ra = await backend.summary(a) if sa.status == JobStatus.DONE else None
     rb = await backend.summary(b) if sb.status == JobStatus.DONE else None
     if ra is None or rb is None:
-        return {"ready": False, "states": (sa, sb)}
-    problem = comparable(ra, rb)
-    return {
-        "ready": True,
-        "error": problem,
-        "left": AnalysisView.of(ra, a, link=False),
-        "right": AnalysisView.of(rb, b, link=False),
-        "diff": None if problem else diff_figure(ra, rb),
-    }
+        return {"states": (sa, sb)}
+    return {"comparison": Comparison.of(a, ra, b, rb)}
 
 
 @router.get("/compare/panels/diff", response_class=HTMLResponse)
@@ -239,11 +232,12 @@ async def compare_panel(
 async def compare_json(backend: BackendDep, a: JobIdQuery, b: JobIdQuery) -> Comparison:
     """JSON twin of the comparison: per-head increases of A and B and their difference."""
     context = await compare_context(backend, a, b)
-    if not context.get("ready"):
+    comparison: Comparison | None = context.get("comparison")
+    if comparison is None:
         raise HTTPException(status.HTTP_409_CONFLICT, context.get("error") or "not finished yet")
-    if context["diff"] is None:
-        raise HTTPException(status.HTTP_409_CONFLICT, context["error"])
-    return Comparison.model_validate({"a": a, "b": b, "heads": context["diff"].rows})
+    if comparison.problem is not None:
+        raise HTTPException(status.HTTP_409_CONFLICT, comparison.problem)
+    return comparison
 
 
 @router.get("/prefs")

@@ -112,9 +112,12 @@ async def status_panel(
     """While queued/running: a poller that re-requests itself; once the per-head stage is
     done: the analysis body without head details, whose own poller (`after=heads`) learns when
     they are done and then fetches the whole body; when done: the whole body."""
-    state = await next_state(backend, job_id, wait, gone=request.is_disconnected)
+    heads_shown = after == "heads"
+    state = await next_state(
+        backend, job_id, wait, gone=request.is_disconnected, heads_shown=heads_shown
+    )
     twin = url_path(request, "get_analysis", job_id=job_id)
-    if after == "heads" and state.status != JobStatus.FAILED:
+    if heads_shown and state.status != JobStatus.FAILED:
         ready = state.status == JobStatus.DONE
         template = "partials/_details_ready.html" if ready else "partials/_details_pending.html"
         return render(request, template, {"job_id": job_id}, alternate=twin)

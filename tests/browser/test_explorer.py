@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Dialog, Page, Route, expect
 
+from tests.stages import held_head_details, released
 from tests.tiny_models import EXAMPLE_PROMPT
 
 pytestmark = pytest.mark.browser
@@ -90,21 +91,6 @@ def test_xss_probe_shows_text_and_fires_nothing(page: Page, base_url: str, artif
     assert dialogs == []
 
 
-def hold_head_details(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """Hold every analysis' head details (its second stage) until the returned event is set."""
-    from model_worker import analyze as analyze_module
-
-    release = threading.Event()
-    real = analyze_module.head_details
-
-    def held(*args: Any, **kwargs: Any) -> Any:
-        release.wait(30)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(analyze_module, "head_details", held)
-    return release
-
-
 @pytest.mark.parametrize("page_wait_s", [0.0, 30.0], ids=["spinner-first", "page-waits"])
 def test_the_heatmap_comes_first_then_the_details(
     page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch, page_wait_s: float
@@ -117,7 +103,6 @@ def test_the_heatmap_comes_first_then_the_details(
 
     monkeypatch.setattr(pages, "PAGE_WAIT_S", page_wait_s)
 
-    release = hold_head_details(monkeypatch)
     stage = threading.Event()  # without a page wait: the per-head stage waits for the spinner
     real_sums = analyze_module.attention_sums
 
@@ -127,7 +112,7 @@ def test_the_heatmap_comes_first_then_the_details(
 
     if not page_wait_s:
         monkeypatch.setattr(analyze_module, "attention_sums", spinner_first)
-    try:
+    with held_head_details(monkeypatch), released(stage):
         page.goto(base_url + "/")
         demos = ["six : foo", "hate : bar", "two : foo"][:: 1 if page_wait_s else -1]
         page.fill("textarea[name=prompt]", " ".join([*demos, "one :"]))  # fresh each case
@@ -141,9 +126,6 @@ def test_the_heatmap_comes_first_then_the_details(
         expect(page.locator(".details-pending")).to_be_visible()
         page.locator("rect.cell[data-layer='1'][data-head='2']").click()
         expect(page.locator("#head-panel")).to_contain_text("on their way")
-    finally:
-        stage.set()
-        release.set()
     expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
     expect(page.locator(".details-pending")).to_have_count(0)
     head = page.locator("#head-panel .head[data-head-name=L1H2]")
@@ -157,7 +139,6 @@ def test_a_head_opened_while_the_finished_body_is_on_its_way_stays_open(
     """The finished analysis' body is requested with the URL of that moment; a head opened
     before it arrives is opened again in the body that replaces the first one."""
 
-    release = hold_head_details(monkeypatch)
     bodies: list[Route] = []  # the finished body's requests, held until the head is open
 
     def is_body(url: str) -> bool:
@@ -167,7 +148,7 @@ def test_a_head_opened_while_the_finished_body_is_on_its_way_stays_open(
         bodies.append(route)
 
     page.route(is_body, hold)
-    try:
+    with held_head_details(monkeypatch) as release:
         page.goto(base_url + "/")
         page.fill("textarea[name=prompt]", "love : bar six : foo hate : bar one :")  # fresh
         page.click("#analyse")
@@ -180,11 +161,9 @@ def test_a_head_opened_while_the_finished_body_is_on_its_way_stays_open(
         assert bodies, "the finished body was never requested"
         page.locator("rect.cell[data-layer='1'][data-head='2']").click()
         expect(page.locator("#head-panel .head[data-head-name=L1H2]")).to_be_visible(timeout=30_000)
-    finally:
-        release.set()
-        for route in bodies:
-            route.continue_()
-        page.unroute(is_body)
+    for route in bodies:
+        route.continue_()
+    page.unroute(is_body)
     expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
     expect(page.locator(".details-pending")).to_have_count(0)
     expect(page.locator("#head-panel .head[data-head-name=L1H2]")).to_be_visible(timeout=30_000)

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+import app.routes.experiments as experiment_routes
+from app.panels import ExperimentPanel
 from app.settings import Settings
-from tests.app_clients import embedded_client
+from tests.app_clients import embedded_client, rendered_contexts
 from tests.tiny_models import tiny_gpt2
 
 WORDS = {"sentiment": ["love", "like", "hate", "good", "bad"], "number": ["one", "two", "three"]}
@@ -65,7 +67,10 @@ def test_form_options_reach_the_request(client: TestClient) -> None:
     assert bad.status_code == 400 and "locate_by" in bad.text
 
 
-def test_uploaded_dataset_runs_and_shows_figures_report_downloads(client: TestClient) -> None:
+def test_uploaded_dataset_runs_and_shows_figures_report_downloads(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered = rendered_contexts(monkeypatch, experiment_routes)
     answer = upload(client, CSV.encode())
     assert answer.status_code == 303
     location = answer.headers["location"]
@@ -82,7 +87,13 @@ def test_uploaded_dataset_runs_and_shows_figures_report_downloads(client: TestCl
         time.sleep(0.1)
     page = client.get(location)
     assert page.headers["link"] == twin
-    assert client.get(f"/api/analyses/{job_id}").json()["status"] == "done"
+    answer = client.get(f"/api/analyses/{job_id}").json()
+    assert answer["status"] == "done"
+    shown = rendered.pop()[
+        "experiment"
+    ]  # the result view's model is the result its twin answers with
+    assert type(shown) is ExperimentPanel and shown.job_id == job_id
+    assert answer["experiment"] == shown.model_dump(mode="json")
     assert 'data-figure="accuracy"' in page.text and "<svg" in page.text
     assert "Paper vs this run" in page.text and "<table>" in page.text
     csv_file = client.get(f"/e/{job_id}/download/accuracy.csv")

@@ -4,7 +4,6 @@ and figure downloads over the tiny-model backend."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,12 +13,15 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
+import app.routes.pages as page_routes
 import app.routes.panels as panel_routes
 from app.embedded import EmbeddedBackend
 from app.figures.registry import figure_entry
 from app.main import create_app
-from app.panels import ANALYSIS_PANELS, HeadPanel, HeadPending
+from app.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
 from app.settings import Settings
+from tests.app_clients import rendered_contexts
+from tests.stages import held_head_details
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 XSS = "<script>alert(1)</script> : foo <img src=x onerror=alert(1)> : bar one :"
@@ -333,14 +335,20 @@ def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
 
 def test_long_polls_wait_for_each_stage(client: TestClient) -> None:
     """`?wait=` holds the status request until the job reaches its next stage: the per-head
-    stage (the heatmap, data-status=heads) or the end; at most three polls see it done."""
+    stage (the heatmap, data-status=heads) or the end; the heatmap's own poller
+    (`after=heads`) then waits for the details; at most three polls see it done."""
     body = {"prompt": "two : foo love : bar like : bar one :"}  # not analysed before
     submitted = client.post("/api/analyses", json=body).json()
     job_id = submitted["id"]
     assert submitted["status"] in ("queued", "running")
     seen = []
     for _ in range(3):  # queued → running, running → per-head stage, → done
-        page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+        after = "&after=heads" if seen and seen[-1] == "heads" else ""
+        page = soup(client.get(f"/a/{job_id}/status?wait=30{after}").text)
+        if after:
+            assert page.select_one(".details-ready") is not None, page
+            seen.append("done")
+            break
         status = page.select_one("[data-status]")
         assert status is not None and status["data-status"] in ("running", "heads", "done")
         seen.append(status["data-status"])
@@ -355,19 +363,9 @@ def test_the_heatmap_comes_before_the_head_details(
 ) -> None:
     """While the head details are computed, the page, the status poll and the API already
     hold the per-head stage; the head panel waits for the details; then everything is whole."""
-    from model_worker import analyze as analyze_module
-
-    release = threading.Event()
-    real = analyze_module.head_details
-
-    def held(*args: Any, **kwargs: Any) -> Any:
-        assert release.wait(30), "the test never released the head details"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(analyze_module, "head_details", held)
     body = {"prompt": "six : foo hate : bar two : foo one :", "top_k_heads": 2}
-    job_id = client.post("/api/analyses", json=body).json()["id"]
-    try:
+    with held_head_details(monkeypatch):
+        job_id = client.post("/api/analyses", json=body).json()["id"]
         for _ in range(3):  # queued → running → per-head stage: each wakes the long poll
             page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
             heads = page.select_one(".analysis-body[data-status=heads]")
@@ -392,8 +390,6 @@ def test_the_heatmap_comes_before_the_head_details(
         assert f"/a/{job_id}/heads/{name}?job={job_id}" in panel.text
         assert client.get(f"/api/analyses/{job_id}/top-heads").status_code == 409
         assert client.get(f"/api/analyses/{job_id}/heads/{name}").status_code == 202
-    finally:
-        release.set()
     ready = soup(client.get(f"/a/{job_id}/status?wait=30&after=heads").text)
     refresh = ready.select_one(".details-ready")
     assert refresh is not None and refresh["hx-get"] == f"/a/{job_id}/status"
@@ -420,18 +416,9 @@ def test_the_permalink_of_a_fresh_analysis_comes_with_its_heatmap(
     """Analyse → the permalink waits for the per-head stage instead of answering with a
     spinner whose poll fetches the heatmap in a second request."""
     from app.routes import pages
-    from model_worker import analyze as analyze_module
 
-    release = threading.Event()
-    real = analyze_module.head_details
-
-    def held(*args: Any, **kwargs: Any) -> Any:
-        assert release.wait(30), "the test never released the head details"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(analyze_module, "head_details", held)
     monkeypatch.setattr(pages, "PAGE_WAIT_S", 30.0)  # however busy the machine
-    try:
+    with held_head_details(monkeypatch):
         form = {"prompt": "hate : bar six : foo two : foo love : bar one :"}
         location = client.post("/analyse", data=form, follow_redirects=False).headers["location"]
         page = soup(client.get(location).text)
@@ -439,8 +426,24 @@ def test_the_permalink_of_a_fresh_analysis_comes_with_its_heatmap(
         assert page.select("svg[data-figure=heatmap] rect.cell")
         assert page.select_one(".details-pending") is not None
         assert page.select_one("[data-status=running]") is None
-    finally:
-        release.set()
+
+
+def test_a_spinner_polling_after_the_per_head_stage_gets_it_at_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spinner's long poll that starts once the per-head stage is there answers with the
+    heatmap at once, not at the next change (the details, held here until the block ends)."""
+    with held_head_details(monkeypatch):
+        body = {"prompt": "two : foo love : bar hate : bar one :", "top_k_heads": 2}
+        job_id = client.post("/api/analyses", json=body).json()["id"]
+        deadline = time.monotonic() + 30
+        while client.get(f"/api/analyses/{job_id}").json().get("result") is None:
+            assert time.monotonic() < deadline, "the per-head stage never came"
+            time.sleep(0.02)
+        page = soup(client.get(f"/a/{job_id}/status?wait=30").text)
+        assert page.select_one(".analysis-body[data-status=heads]") is not None, page
+        pending = soup(client.get(f"/a/{job_id}/status?wait=0&after=heads").text)
+        assert pending.select_one(".details-pending") is not None  # a shown stage: no news
 
 
 def test_failed_analysis_says_why(client: TestClient) -> None:
@@ -522,18 +525,11 @@ def test_each_json_twin_names_its_model_in_openapi(client: TestClient) -> None:
 def test_partial_and_twin_come_from_one_model(
     client: TestClient, job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rendered: list[Any] = []
-    real_render = panel_routes.render
-
-    def spy(request: Any, name: str, context: dict[str, Any], **kwargs: Any) -> Any:
-        rendered.append(context["panel"])
-        return real_render(request, name, context, **kwargs)
-
-    monkeypatch.setattr(panel_routes, "render", spy)
+    rendered = rendered_contexts(monkeypatch, panel_routes)
     for slug, model in ANALYSIS_PANELS.items():
         html = client.get(f"/a/{job}/panels/{slug}")
         assert html.status_code == 200
-        panel = rendered.pop()
+        panel = rendered.pop()["panel"]
         assert type(panel) is model
         twin = client.get(alternate(html))
         assert twin.status_code == 200
@@ -550,10 +546,28 @@ def test_partial_and_twin_come_from_one_model(
 
     name = top[0]["name"]
     html = client.get(f"/a/{job}/heads/{name}")
-    head = rendered.pop()
+    head = rendered.pop()["panel"]
     assert isinstance(head, HeadPanel)
     assert alternate(html) == f"/api/analyses/{job}/heads/{name}"
     assert client.get(alternate(html)).json() == head.model_dump(mode="json")
+
+
+def test_compare_view_and_twin_come_from_one_model(
+    client: TestClient, job: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison the page and the partial render is the object its twin answers with."""
+    rendered = rendered_contexts(monkeypatch, page_routes)
+    other = analyse(client, prompt="love : bar like : bar six : foo one :", target="foo")
+    for view in (f"/compare?a={job}&b={other}", f"/compare/panels/diff?a={job}&b={other}"):
+        html = client.get(view)
+        comparison = rendered.pop()["comparison"]
+        assert type(comparison) is Comparison
+        assert (comparison.a, comparison.b) == (job, other)
+        assert [side for side, _ in comparison.sides] == ["A", "B"]
+        twin = client.get(alternate(html))
+        assert twin.status_code == 200
+        assert twin.json() == comparison.model_dump(mode="json")
+        assert len(twin.json()["heads"]) == 12
 
 
 def test_html_views_link_to_their_json_twin(client: TestClient, job: str) -> None:
