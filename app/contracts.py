@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -112,7 +113,8 @@ class AnalysisRequest(_Frozen):
     top_k_heads: int = Field(default=20, ge=1, le=200)
     top_k_tokens: int = Field(default=10, ge=1, le=50)
     extra_heads: list[HeadName] = Field(default_factory=list, max_length=32)
-    rank: RankBy = "increase"
+    #: what ranks the heads (`rank` is accepted too: the name requests had before schema 4)
+    rank_by: RankBy = Field(default="increase", validation_alias=AliasChoices("rank_by", "rank"))
 
 
 class TokenInfo(_Frozen):

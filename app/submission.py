@@ -20,7 +20,7 @@ class AnalysisForm(BaseModel):
     labels: str = ""
     target: str = ""
     norm: str = "fixed"
-    rank: str = "increase"
+    rank_by: str = "increase"
 
 
 class CompareForm(BaseModel):

@@ -174,7 +174,7 @@ class Client:
         self, prompt: str, *, timeout: float | None = None, **options: Any
     ) -> AnalysisResult:
         """Analyse `prompt` on the server. `options`: AnalysisRequest's fields, with its
-        defaults (model, target, labels, norm, top_k_heads, top_k_tokens, extra_heads, rank:
+        defaults (model, target, labels, norm, top_k_heads, top_k_tokens, extra_heads, rank_by:
         the keywords of `icl_heads.analyze`); None leaves a field at its default. `timeout`:
         seconds to wait for the job (None: no limit)."""
         fields = {name: value for name, value in options.items() if value is not None}

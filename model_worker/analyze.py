@@ -365,12 +365,12 @@ def analyze(
     top_k_tokens: int = 10,
     extra_heads: list[str] | None = None,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
-    rank: RankBy = "increase",
+    rank_by: RankBy = "increase",
     on_heads: Callable[[AnalysisResult], None] | None = None,
 ) -> AnalysisResult:
     """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
 
-    `rank="label"` ranks the heads (and picks the detailed top K) by their label increase.
+    `rank_by="label"` ranks the heads (and picks the detailed top K) by their label increase.
     Two stages: the tokens, layer and per-head increases (what the heatmap and the top-heads
     table need), then the details of the top and extra heads. `on_heads`, if given, receives
     the first stage's result (`head_details` empty) before the details are computed.
@@ -421,7 +421,7 @@ def analyze(
         true_positions=[p for p in run.label_positions if run.is_true(p)],
         false_positions=[p for p in run.label_positions if not run.is_true(p)],
     )
-    ranking = increases.label if rank == "label" else increases.total
+    ranking = increases.label if rank_by == "label" else increases.total
     order = ranking.flatten().argsort(descending=True).tolist()
     columns = {
         "increase": increases.total,
@@ -448,7 +448,7 @@ def analyze(
         n_layers=g.n_layers,
         n_heads=g.n_heads,
         norm=norm,
-        rank_by=rank,
+        rank_by=rank_by,
         prompt=prompt,
         tokens=[
             TokenInfo(position=p, id=i, text=t)

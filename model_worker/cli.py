@@ -48,8 +48,11 @@ def analyze(
     top_k: Annotated[
         int, typer.Option("--top-k", min=1, help="Heads with per-position detail.")
     ] = 20,
-    rank: Annotated[
-        RankBy, typer.Option(help="Rank heads by: increase, or label (label-position increase).")
+    rank_by: Annotated[
+        RankBy,
+        typer.Option(
+            "--rank-by", "--rank", help="Rank heads by: increase, or label (label increase)."
+        ),
     ] = "increase",
     device: DeviceOption = "auto",
     dtype: DTypeOption = "auto",
@@ -69,7 +72,7 @@ def analyze(
             "labels": label_list,
             "norm": norm,
             "top_k_heads": top_k,
-            "rank": rank,
+            "rank_by": rank_by,
         }
         if server is not None:
             result = cli_remote.analyze(server, prompt, model=model, **options)

@@ -98,7 +98,7 @@ def run_analysis(
         top_k_tokens=request.top_k_tokens,
         extra_heads=request.extra_heads,
         max_tokens=settings.max_prompt_tokens,
-        rank=request.rank,
+        rank_by=request.rank_by,
         on_heads=heads_stage,
     )
     return result.model_copy(update={"request": request})

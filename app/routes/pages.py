@@ -122,7 +122,7 @@ async def analyse(
             labels=_split_labels(typed.labels),
             target=typed.target.strip() or None,
             norm=typed.norm,
-            rank=typed.rank,
+            rank_by=typed.rank_by,
         )
         state = await backend.submit(analysis, client)
     except ValidationError as exc:

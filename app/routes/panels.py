@@ -48,7 +48,7 @@ def extra_head_request(
         top_k_heads=max(1, len(result.top_heads)),
         top_k_tokens=top_k_tokens,
         extra_heads=[name],
-        rank=result.rank_by,
+        rank_by=result.rank_by,
     )
 
 

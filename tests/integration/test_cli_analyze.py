@@ -57,13 +57,13 @@ def test_table_output(saved_models: dict[str, Path]) -> None:
 
 
 def test_rank_by_label(saved_models: dict[str, Path]) -> None:
-    args = ["analyze", "-m", str(saved_models["gpt2"]), "-p", EXAMPLE_PROMPT, "--rank", "label"]
+    args = ["analyze", "-m", str(saved_models["gpt2"]), "-p", EXAMPLE_PROMPT, "--rank-by", "label"]
     result = runner.invoke(app, [*args, "--json", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     values = [h["label_increase"] for h in data["heads"]]
     assert data["rank_by"] == "label" and values == sorted(values, reverse=True)
-    table = runner.invoke(app, args[:5] + ["--rank", "label"], env={"COLUMNS": "200"})
+    table = runner.invoke(app, args[:5] + ["--rank", "label"], env={"COLUMNS": "200"})  # old name
     assert "by label increase" in table.stdout and "other" in table.stdout
     bad = runner.invoke(app, [*args[:5], "--rank", "share"])
     assert bad.exit_code == 2 and "'share' is not one of 'increase', 'label'" in bad.output

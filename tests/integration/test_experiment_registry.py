@@ -68,8 +68,8 @@ def test_the_home_page_offers_the_rankings(client: TestClient) -> None:
     """The rank menu, the request's accepted values and RANKINGS are one set, in one order."""
     assert tuple(RANKINGS) == get_args(RankBy)
     page = client.get("/").text
-    select = page.split('<select name="rank">', 1)[1].split("</select>", 1)[0]
+    select = page.split('<select name="rank_by">', 1)[1].split("</select>", 1)[0]
     assert re.findall(r'<option value="([^"]+)"', select) == list(RANKINGS)
     assert 'value="increase" selected' in select
     assert ">label increase</option>" in select
-    assert AnalysisRequest.model_json_schema()["properties"]["rank"]["enum"] == list(RANKINGS)
+    assert AnalysisRequest.model_json_schema()["properties"]["rank_by"]["enum"] == list(RANKINGS)

@@ -126,9 +126,9 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
 
 def test_rank_by_label_increase_from_the_form(client: TestClient) -> None:
     home = soup(client.get("/").text)
-    options = [o["value"] for o in home.select("form.analyse-form select[name=rank] option")]
+    options = [o["value"] for o in home.select("form.analyse-form select[name=rank_by] option")]
     assert options == ["increase", "label"]
-    job_id = analyse(client, prompt=EXAMPLE_PROMPT, target="foo", rank="label")
+    job_id = analyse(client, prompt=EXAMPLE_PROMPT, target="foo", rank_by="label")
     result = client.get(f"/api/analyses/{job_id}").json()["result"]
     assert result["rank_by"] == "label"
     values = [h["label_increase"] for h in result["heads"]]

@@ -26,7 +26,7 @@ def test_label_share_separates_l29h1_from_l23h1(smollm2: LoadedModel) -> None:
     assert l29h1.label_share is not None and l29h1.label_share < 0.1
     assert l23h1.increase == pytest.approx(0.989, abs=0.05)
     assert l23h1.label_share is not None and l23h1.label_share == pytest.approx(1.0, abs=0.05)
-    by_label = analyze(smollm2, EXAMPLE_PROMPT, rank="label", top_k_heads=10)
+    by_label = analyze(smollm2, EXAMPLE_PROMPT, rank_by="label", top_k_heads=10)
     assert "L23H1" in by_label.top_heads and "L29H1" not in by_label.top_heads
 
 

@@ -59,7 +59,7 @@ def test_label_and_other_increase_match_a_direct_computation(
 
 
 def test_rank_by_label_orders_heads_and_top_k_by_label_increase(tiny_model: LoadedModel) -> None:
-    result = analyze(tiny_model, EXAMPLE_PROMPT, rank="label", top_k_heads=3)
+    result = analyze(tiny_model, EXAMPLE_PROMPT, rank_by="label", top_k_heads=3)
     values = [s.label_increase for s in result.heads]
     assert values == sorted(values, reverse=True)
     assert [s.rank for s in result.heads] == list(range(1, len(values) + 1))

@@ -1,6 +1,8 @@
 """Schema 4 split `layer_input` (two meanings) into KeyProjection.normalized_input and
-HeadDetail.resid_pre. A request is computed afresh under the new version (its id changes);
-a result stored under schema 3 still reads, its fields under their new names."""
+HeadDetail.resid_pre, and renamed the request's `rank` (what ranks the heads, not a head's
+place) to `rank_by`, as the result names it. A request is computed afresh under the new version
+(its id changes); a result stored under schema 3 still reads, its fields under their new names,
+and a request that says `rank` still means `rank_by`."""
 
 from __future__ import annotations
 
@@ -40,3 +42,10 @@ def test_the_two_meanings_have_two_names() -> None:
     (detail,) = result.head_details.values()
     assert "layer_input" not in detail.model_dump_json()
     assert detail.keys[0].normalized_input != detail.resid_pre  # normed at a label vs raw last
+
+
+def test_a_request_saying_rank_means_rank_by() -> None:
+    old = AnalysisRequest.model_validate({"prompt": EXAMPLE_PROMPT, "rank": "label"})
+    assert old == AnalysisRequest(prompt=EXAMPLE_PROMPT, rank_by="label")
+    assert old.model_dump()["rank_by"] == "label" and "rank" not in old.model_dump()
+    assert "rank" not in AnalysisRequest.model_json_schema()["properties"]
