@@ -176,7 +176,10 @@ class EmbeddedBackend(PartsReader):
             if isinstance(request, ExperimentRequest):
                 from model_worker.experiments.job import run_experiment
 
-                return result_parts(run_experiment(loaded, request, progress))
+                max_tokens = self._settings.max_prompt_tokens
+                return result_parts(
+                    run_experiment(loaded, request, progress, max_tokens=max_tokens)
+                )
             from model_worker.jobs import run_analysis
 
             def heads_stage(partial: AnalysisResult) -> None:

@@ -82,7 +82,8 @@ def experiment(
     from model_worker.experiments.job import run_experiment
     from model_worker.loading import load_model
 
-    cache_dir = get_settings().cache_dir
+    settings = get_settings()
+    cache_dir = settings.cache_dir
     with user_errors():
         try:
             request = ExperimentRequest.model_validate(
@@ -126,7 +127,13 @@ def experiment(
             def progress(fraction: float, message: str) -> None:
                 bar.update(task, completed=fraction, description=f"{name}: {message}")
 
-            result = run_experiment(loaded, request, progress, batch_size=batch_size)
+            result = run_experiment(
+                loaded,
+                request,
+                progress,
+                batch_size=batch_size,
+                max_tokens=settings.max_prompt_tokens,
+            )
     emit(result, out, as_json)
 
 

@@ -270,7 +270,8 @@ def experiment_job(request_json: str, result_ttl_s: int) -> None:
         request = ExperimentRequest.model_validate_json(request_json)
         loaded, settings = _served()
         within_budget(loaded, request, settings)
-        result = run_experiment(loaded, request, progress_reporter(job))
+        progress = progress_reporter(job)
+        result = run_experiment(loaded, request, progress, max_tokens=settings.max_prompt_tokens)
     _store(connection, job.id, result_parts(result), result_ttl_s)
 
 

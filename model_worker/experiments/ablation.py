@@ -14,7 +14,7 @@ import statistics
 
 from app.contracts import ExperimentResult, head_name
 from model_worker.experiments import paper
-from model_worker.experiments.batching import accuracy, prepare, run_prompts, vocab_accuracy
+from model_worker.experiments.batching import accuracy, run_prompts, vocab_accuracy
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
 from model_worker.experiments.locate import locate_for, location_note, zeroing
@@ -45,7 +45,7 @@ def run(ctx: Context) -> ExperimentResult:
     plan += [
         ("random deep", d + 1, rng.sample(pool_deep, min(k, len(pool_deep)))) for d in range(DRAWS)
     ]
-    items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
+    items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed))
     evaluate = stages.stage("evaluate")
     rows: list[Row] = []
     for i, (condition, draw, heads) in enumerate(plan):

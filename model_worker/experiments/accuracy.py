@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from app.contracts import ExperimentResult
 from model_worker.experiments import paper
-from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
+from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.batching import vocab_accuracy as vocab_acc
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import class_of, prompts
@@ -26,7 +26,7 @@ def run(ctx: Context) -> ExperimentResult:
     cells: dict[tuple[str, str, str], list[PromptRun]] = {}
     everything: list[PromptRun] = []
     for foo_class in foo_classes:
-        items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed, foo_class=foo_class))
+        items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed, foo_class=foo_class))
         runs = run_prompts(
             ctx.loaded,
             items,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.analysis.contributions import positions_z
 from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.metrics import block_rows, logsumexp_
@@ -88,8 +89,13 @@ Intervene = Callable[[Batch], AbstractContextManager[Any]]
 Extra = Callable[[Batch, RunCache], list[Any]]
 
 
-def prepare(loaded: LoadedModel, prompts: Sequence[IclPrompt]) -> list[Prepared]:
-    """Tokenize `prompts` and find their label positions (first token of each label word)."""
+def prepare(
+    loaded: LoadedModel,
+    prompts: Sequence[IclPrompt],
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+) -> list[Prepared]:
+    """Tokenize `prompts` and find their label positions (first token of each label word);
+    PromptError for a prompt longer than the model or `max_tokens` allow."""
     label_ids: dict[str, int] = {}
 
     def label_id(text: str, label: str) -> int:
@@ -99,7 +105,7 @@ def prepare(loaded: LoadedModel, prompts: Sequence[IclPrompt]) -> list[Prepared]
 
     items = []
     for prompt in prompts:
-        encoded = encode_prompt(loaded, prompt.text)
+        encoded = encode_prompt(loaded, prompt.text, max_tokens)
         present = list(dict.fromkeys(label for _, label in prompt.demonstrations))
         structure = detect_structure(prompt.text, encoded.offsets, present)
         items.append(

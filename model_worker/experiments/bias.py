@@ -33,7 +33,6 @@ from model_worker.experiments.batching import (
     Intervene,
     Prepared,
     accuracy,
-    prepare,
     run_prompts,
 )
 from model_worker.experiments.context import Context, Row
@@ -87,8 +86,8 @@ def _majority(
     ctx: Context, location: Location, progress: ProgressFn
 ) -> tuple[list[Row], dict[str, float]]:
     stages = Stages(progress, {"balanced": 1.0, "imbalanced": 1.0, "fixed": float(len(A_CS))})
-    balanced = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed))
-    imbalanced = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed, variant="imbalanced"))
+    balanced = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed))
+    imbalanced = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed, variant="imbalanced"))
     size = ctx.batch_size
     acc_bal = accuracy(
         run_prompts(ctx.loaded, balanced, batch_size=size, progress=stages.stage("balanced"))
@@ -153,7 +152,7 @@ def _recency(
     step = 0
     rows: list[Row] = []
     for order in sequences:
-        items = prepare(ctx.loaded, [arrange(p, order) for p in base])
+        items = ctx.prepare([arrange(p, order) for p in base])
         accs = []
         for intervene in (None, positionless(ctx.loaded, location.heads)):
 

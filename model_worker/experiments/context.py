@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.contracts import ExperimentRequest, ExperimentResult
-from model_worker.datasets import Dataset
-from model_worker.experiments.batching import Extra, PromptRun, prepare, run_prompts
+from model_worker.datasets import Dataset, IclPrompt
+from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
 from model_worker.experiments.data import prompts
 from model_worker.experiments.progress import ProgressFn
 from model_worker.loading import LoadedModel
@@ -16,13 +17,15 @@ Row = dict[str, float | int | str | None]
 
 @dataclass(frozen=True)
 class Context:
-    """An experiment request resolved: the model, the dataset, the batch size, progress."""
+    """An experiment request resolved: the model, the dataset, the batch size, progress, and
+    the longest prompt allowed (`max_tokens`)."""
 
     loaded: LoadedModel
     request: ExperimentRequest
     dataset: Dataset
     batch_size: int
     progress: ProgressFn
+    max_tokens: int
 
     @property
     def n(self) -> int:
@@ -32,10 +35,14 @@ class Context:
     def seed(self) -> int:
         return self.request.seed
 
+    def prepare(self, icl_prompts: Sequence[IclPrompt]) -> list[Prepared]:
+        """`icl_prompts` tokenized within the prompt limit, their label positions found."""
+        return prepare(self.loaded, icl_prompts, self.max_tokens)
+
     def run_dataset(self, extra: Extra, progress: ProgressFn, label: str) -> list[PromptRun]:
         """The dataset's `n` balanced prompts of the request's seed, run in batches, with
         `extra(batch, cache)` read from each batch's forward pass."""
-        items = prepare(self.loaded, prompts(self.dataset, self.n, self.seed))
+        items = self.prepare(prompts(self.dataset, self.n, self.seed))
         return run_prompts(
             self.loaded,
             items,

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from app.contracts import ExperimentResult, head_name
+from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from app.export_text import markdown_text
 from model_worker.datasets import Dataset, load_builtin
 from model_worker.experiments import paper
@@ -36,9 +37,11 @@ def head_table(
     *,
     batch_size: int,
     progress: ProgressFn,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
 ) -> tuple[list[PromptRun], Tensor]:
-    """Runs of `n` prompts and the [L, H] mean head increase over the correct ones."""
-    items = prepare(loaded, prompts(dataset, n, seed))
+    """Runs of `n` prompts (each within `max_tokens`) and the [L, H] mean head increase over
+    the correct ones."""
+    items = prepare(loaded, prompts(dataset, n, seed), max_tokens)
     runs = run_prompts(
         loaded,
         items,
@@ -72,7 +75,7 @@ def _rows(mean: Tensor, runs: Sequence[PromptRun], other: set[str]) -> list[Row]
 def run(ctx: Context) -> ExperimentResult:
     other_name = other_builtin(ctx.dataset)
     stages = Stages(ctx.progress, {"main": 1.0, "other": 1.0})
-    common = {"batch_size": ctx.batch_size}
+    common = {"batch_size": ctx.batch_size, "max_tokens": ctx.max_tokens}
     runs, mean = head_table(
         ctx.loaded, ctx.dataset, ctx.n, ctx.seed, progress=stages.stage("main"), **common
     )

@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Callable
 
 from app.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
 from model_worker.experiments.progress import ProgressFn, no_progress
@@ -27,8 +28,10 @@ def run_experiment(
     progress: ProgressFn = no_progress,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
 ) -> ExperimentResult:
-    """Run experiment `request.name` on `loaded`; `progress(fraction, message)` as it goes.
+    """Run experiment `request.name` on `loaded`; `progress(fraction, message)` as it goes;
+    every prompt within `max_tokens` tokens (and the model's context).
 
     Raises ExperimentInputError (a UserInputError: one clear line) for a bad dataset or request.
     """
@@ -36,7 +39,7 @@ def run_experiment(
         raise ExperimentInputError(f"batch size must be at least 1, got {batch_size}")
     if request.name not in EXPERIMENTS:
         raise ExperimentInputError(f"unknown experiment {request.name!r}")
-    ctx = Context(loaded, request, resolve_dataset(request), batch_size, progress)
+    ctx = Context(loaded, request, resolve_dataset(request), batch_size, progress, max_tokens)
     result = _runner(request.name)(ctx)
     progress(1.0, "done")
     return result

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from app.contracts import RankBy, head_name
+from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.datasets import LABELS, IclPrompt
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
@@ -118,14 +119,16 @@ def locate_heads(
     batch_size: int = 16,
     progress: ProgressFn = no_progress,
     by: RankBy = "increase",
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
 ) -> Location:
-    """Locate the in-context heads on `prompts` (see the module docstring)."""
+    """Locate the in-context heads on `prompts` (see the module docstring; a prompt longer
+    than `max_tokens` is a PromptError)."""
     g = loaded.geometry
     k = n_located(g.n_layers, g.n_heads)
     per_label = k // 2
     n_candidates = per_label + 2
     stages = Stages(progress, {"increase": 1.0, "ablate": 1.0})
-    items = prepare(loaded, prompts)
+    items = prepare(loaded, prompts, max_tokens)
     runs = run_prompts(
         loaded,
         items,
@@ -209,7 +212,12 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
     key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed, by)
     if key not in remembered:
         location = locate_heads(
-            ctx.loaded, prompts, batch_size=ctx.batch_size, progress=progress, by=by
+            ctx.loaded,
+            prompts,
+            batch_size=ctx.batch_size,
+            progress=progress,
+            by=by,
+            max_tokens=ctx.max_tokens,
         )
         while len(remembered) >= MAX_REMEMBERED:
             remembered.pop(next(iter(remembered)))

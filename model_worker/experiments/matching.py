@@ -23,7 +23,7 @@ from app.contracts import ExperimentResult, head_name
 from model_worker.analysis.baseline import random_heads
 from model_worker.capture import RunCache
 from model_worker.datasets import IclPrompt, format_prompt
-from model_worker.experiments.batching import Batch, Extra, PromptRun, prepare, run_prompts
+from model_worker.experiments.batching import Batch, Extra, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
 from model_worker.experiments.locate import locate_for, location_note
@@ -112,7 +112,7 @@ def run(ctx: Context) -> ExperimentResult:
     heads = location.heads + randoms
     base = prompts(ctx.dataset, ctx.n, ctx.seed)
     variants = [(p, i) for prompt in base for i, p in enumerate(matched(prompt))]
-    items = prepare(ctx.loaded, [p for p, _ in variants])
+    items = ctx.prepare([p for p, _ in variants])
     runs = run_prompts(
         ctx.loaded,
         items,

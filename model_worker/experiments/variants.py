@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from app.contracts import ExperimentResult, head_name
 from model_worker.datasets import Variant
 from model_worker.experiments import paper
-from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
+from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
 from model_worker.experiments.locate import locate_for, location_note
@@ -40,7 +40,7 @@ def run(ctx: Context) -> ExperimentResult:
     sets: dict[str, list[PromptRun]] = {}
     names: tuple[Variant, Variant] = ("balanced", variant)
     for name in names:
-        items = prepare(ctx.loaded, prompts(ctx.dataset, ctx.n, ctx.seed, variant=name))
+        items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed, variant=name))
         sets[name] = run_prompts(
             ctx.loaded,
             items,

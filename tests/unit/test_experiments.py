@@ -11,6 +11,7 @@ from app.contracts import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.analysis.baseline import random_heads
 from model_worker.analyze import analyze
 from model_worker.datasets import Dataset, Example, build_prompts
+from model_worker.errors import PromptError
 from model_worker.experiments import mrr
 from model_worker.experiments.batching import make_batches, prepare, run_prompts
 from model_worker.experiments.bias import minority
@@ -249,3 +250,13 @@ def test_experiments_on_one_model_share_one_location(
     assert mrr.tables["location"] == attention.tables["location"]
     run_experiment(tiny_gpt2(seed=9), request("mrr", tmp_path), batch_size=4)
     assert len(calls) == 2  # another model object locates again
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_NAMES)
+def test_experiment_prompts_keep_the_prompt_limit(
+    tiny_model: LoadedModel, tmp_path: Path, name: str
+) -> None:
+    """Experiments take the same prompt limit as analyses (`max_tokens`, ICL_MAX_PROMPT_TOKENS
+    in the worker): a prompt over it is one clear line, not a run on a longer prompt."""
+    with pytest.raises(PromptError, match=r"the prompt has \d+ tokens; the limit is 8"):
+        run_experiment(tiny_model, request(name, tmp_path, n=2), max_tokens=8)
