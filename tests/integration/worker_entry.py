@@ -27,9 +27,14 @@ DETAILS_LATER_S = 1.5
 
 
 def fake_run_experiment(
-    loaded: LoadedModel, request: ExperimentRequest, progress: Callable[[float, str], None]
+    loaded: LoadedModel,
+    request: ExperimentRequest,
+    progress: Callable[[float, str], None],
+    *,
+    max_tokens: int,
 ) -> ExperimentResult:
-    """Reports FAKE_STEPS progress steps, 0.3 s apart, then a result counting them."""
+    """Reports FAKE_STEPS progress steps, 0.3 s apart, then a result counting them (the
+    worker's prompt limit, `max_tokens`, is required: every caller passes it)."""
     for step in range(FAKE_STEPS):
         progress(step / FAKE_STEPS, f"step {step + 1} of {FAKE_STEPS}")
         time.sleep(0.3)
