@@ -19,3 +19,6 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPE_NAMES: tuple[str, ...] = get_args(DType)
 #: A device: `auto` (all GPUs via accelerate's device_map, else CPU), cpu, mps, cuda, cuda:N.
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:\d{1,3})?)$"
+#: Bytes of detailed heads' factored unembeddings (U_h, d_head × V floats each) a loaded model
+#: keeps across prompts: 512 MiB hold 40 of SmolLM2's heads (12 MiB each).
+DEFAULT_HEAD_UNEMBEDDING_BYTES = 512 * 2**20

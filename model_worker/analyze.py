@@ -37,6 +37,7 @@ from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import head_values, head_views
 from model_worker.analysis.flow import FLOWS, information_flow
+from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.heads import attention_sums, head_increases, layer_increase_table
 from model_worker.analysis.icl import IclStructure, demonstration_texts, detect_structure
 from model_worker.analysis.metrics import VocabSummary, mean_reciprocal_rank
@@ -246,6 +247,29 @@ def real_queries(run: _Run, heads: list[tuple[int, int]], w_k: dict[int, Tensor]
     return torch.stack(queries)
 
 
+def factored_values(
+    run: _Run, heads: list[tuple[int, int]], w_o: dict[int, Tensor], scale: Tensor
+) -> FactoredValues | None:
+    """The heads' values kept factored, each projected through its U_h (fixed mode), where
+    the loaded model keeps every U_h already or building them costs at most about twice
+    projecting the values directly (d_head ≤ 2·S rows of the unembedding against S; every
+    later prompt that details the head then costs a fraction); None: project the values as
+    they are."""
+    g, c, kept = run.loaded.geometry, run.cache, run.loaded.head_unembeddings
+    if run.projector.mode != "fixed":
+        return None
+    if g.d_head > 2 * (run.last + 1) and not all(kept.holds(h) for h in heads):
+        return None
+    unembeddings = [
+        kept.get((layer, head), partial(head_unembedding, run.projector, w_o[layer][head]))
+        for layer, head in heads
+    ]
+    z = torch.stack(
+        [c.v[layer, 0][:, g.kv_head(head)] * scale[layer] for layer, head in heads]
+    )  # [K, S, d_head]
+    return FactoredValues(z, unembeddings)
+
+
 def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
     """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
     if not heads:
@@ -264,13 +288,15 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     def values_of(chosen: list[tuple[int, int]]) -> Tensor:
         return head_values(v=c.v[:, 0], w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
 
+    factored = factored_values(run, heads, w_o, scale)
+
     offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
     rotary = all(o is not None for o in offsets) and bool(labels)
     layer_of = [layer for layer, _ in heads]
     rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
     views = head_views(
         projector=run.projector,
-        values=values_of(heads),
+        values=values_of(heads) if factored is None else factored,
         rows=rows,
         bases=c.resid_pre[layer_of, 0, last],
         base_logits=run.pre_logits[layer_of],

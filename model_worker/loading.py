@@ -31,6 +31,7 @@ from app.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.adapters import spec_for
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.errors import ModelLoadError
+from model_worker.head_unembeddings import HeadUnembeddings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class LoadedModel:
     fingerprint: str
     max_positions: int | None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: detailed heads' factored unembeddings, kept across prompts
+    head_unembeddings: HeadUnembeddings = field(default_factory=HeadUnembeddings, repr=False)
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
 
     def token_text(self, token_id: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -170,6 +171,15 @@ def split_increase(
     return out[0], out[1], out[2]
 
 
+#: bs of chosen values: (heads, positions) slices → their logits [b, m, V], scratch.
+ValueLogits = Callable[[slice, slice], Tensor]
+
+
+def direct_value_logits(projector: VocabProjector, values: Tensor) -> ValueLogits:
+    """ValueLogits of `values` [K, S, D] projected as they are (fixed mode)."""
+    return lambda heads, positions: projector.linear(values[heads, positions])
+
+
 @dataclass(frozen=True)
 class PositionViews:
     """Per-position contributions [K, S] of K heads, and the vocabulary views of their
@@ -183,7 +193,7 @@ class PositionViews:
 def position_views_fixed(
     projector: VocabProjector,
     bases: Tensor,
-    values: Tensor,
+    value_logits: ValueLogits,
     rows: Tensor,
     target: int,
     positions: list[int],
@@ -196,29 +206,30 @@ def position_views_fixed(
     """Fixed mode only: bs is linear, so one projection L = bs(v_p W_O^h) of each value serves
     both its subheadvalue (a_p · L) and the label tables at `positions`.
 
-    bases [K, D], values [K, S, D], rows [K, S] (attention of the last position),
-    rank_ids [P] (the token to rank at each kept position).
+    bases [K, D], value_logits(heads, positions): L of those values [b, m, V] (see
+    `direct_value_logits`), rows [K, S] (attention of the last position), rank_ids [P] (the
+    token to rank at each kept position).
     """
     if projector.mode != "fixed":
         raise ValueError("position_views_fixed needs the fixed norm mode")
     if base_logits is None:
         base_logits = projector.logits(bases)
     base_logprob = base_logprobs(projector, base_logits, target)
-    n_heads, n_positions = values.shape[:2]
-    increase = values.new_empty(n_heads, n_positions)
-    margin = None if margin_ids is None else values.new_empty(n_heads, n_positions)
+    n_heads, n_positions = rows.shape
+    increase = rows.new_empty(n_heads, n_positions)
+    margin = None if margin_ids is None else rows.new_empty(n_heads, n_positions)
     width = min(k, projector.vocab)
-    top_ids = torch.zeros(n_heads, len(positions), width, dtype=torch.long, device=values.device)
-    top_values = values.new_zeros(n_heads, len(positions), width)
-    ranks = torch.zeros(n_heads, len(positions), dtype=torch.long, device=values.device)
-    block = chunk or block_rows(projector.vocab, values.device)
+    top_ids = torch.zeros(n_heads, len(positions), width, dtype=torch.long, device=rows.device)
+    top_values = rows.new_zeros(n_heads, len(positions), width)
+    ranks = torch.zeros(n_heads, len(positions), dtype=torch.long, device=rows.device)
+    block = chunk or block_rows(projector.vocab, rows.device)
     for b, m in _blocks(n_heads, n_positions, block):
-        value_logits = projector.linear(values[b, m])  # [b, m, V]
+        logits = value_logits(b, m)  # [b, m, V]
         span = range(n_positions)[m]
         kept = [(n, p - span.start) for n, p in enumerate(positions) if p in span]
         if kept:  # the label tables, from a compact copy made before the values are weighted
             index = [n for n, _ in kept]
-            chosen = value_logits[:, [p for _, p in kept]]  # [b, P', V]
+            chosen = logits[:, [p for _, p in kept]]  # [b, P', V]
             shape = chosen.shape[:2]
             summary = summarize_logits(
                 chosen.reshape(-1, chosen.shape[-1]), k, rank_ids[index].expand(shape).reshape(-1)
@@ -228,10 +239,10 @@ def position_views_fixed(
             ranks[b, index] = summary.ranks.reshape(shape)
         weight = rows[b, m, None]  # [b, m, 1]: a_p
         if margin is not None and margin_ids is not None:
-            first, second = value_logits[..., margin_ids[0]], value_logits[..., margin_ids[1]]
+            first, second = logits[..., margin_ids[0]], logits[..., margin_ids[1]]
             margin[b, m] = first * weight[..., 0] - second * weight[..., 0]
         # bs(x) + a_p · L in one pass, written over L
-        full = torch.addcmul(base_logits[b, None, :], value_logits, weight, out=value_logits)
+        full = torch.addcmul(base_logits[b, None, :], logits, weight, out=logits)
         increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
     # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
     weighted_values = top_values * rows[:, positions, None]

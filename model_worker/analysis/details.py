@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from model_worker.analysis.contributions import (
     Increase,
+    direct_value_logits,
     logprob_increase,
     position_views_fixed,
     subhead_values,
     value_outputs,
 )
+from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_projections
 from model_worker.analysis.projection import VocabProjector
 
@@ -103,7 +106,7 @@ class HeadViews:
 def head_views(
     *,
     projector: VocabProjector,
-    values: Tensor,
+    values: Tensor | FactoredValues,
     rows: Tensor,
     bases: Tensor,
     base_logits: Tensor,
@@ -121,20 +124,26 @@ def head_views(
 ) -> HeadViews:
     """Per-position increases and the vocabulary views of K heads.
 
-    values [K, S, D]: each head's unweighted values v_p W_O^h; rows [K, S]: its attention from
+    values [K, S, D]: each head's unweighted values v_p W_O^h (or them factored, fixed mode
+    only: `FactoredValues`, projected through each head's U_h); rows [K, S]: its attention from
     the analysed position; bases [K, D] and base_logits [K, V]: resid_pre of its layer there and
     its bs; label_ids [P]: the token at each label position; random_values [R, P, D]; queries
     [K, D] (W_K^⊤ q); offsets [K, P', D]; keys, prior [nL, P, D]; resid_pre [nL, D].
     """
-    n_heads = values.shape[0]
+    n_heads = rows.shape[0]
     label_ranks = label_ids.expand(n_heads, -1)
     batch = ProjectionBatch()
     fixed = None
     if projector.mode == "fixed":  # one projection per value serves all its views
+        value_logits = (
+            partial(values.logits, projector)
+            if isinstance(values, FactoredValues)
+            else direct_value_logits(projector, values)
+        )
         fixed = position_views_fixed(
             projector,
             bases,
-            values,
+            value_logits,
             rows,
             target,
             label_positions,
@@ -145,6 +154,8 @@ def head_views(
         )
         contribution = fixed.contribution
     else:
+        if isinstance(values, FactoredValues):
+            raise ValueError("factored values need the fixed norm mode")
         contribution = logprob_increase(
             projector,
             bases,

@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from model_worker.analysis.contributions import (
+    direct_value_logits,
     head_outputs,
     logprob_increase,
     position_views_fixed,
     subhead_values,
     value_outputs,
 )
+from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.metrics import summarize_projections
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache, run_with_cache
@@ -200,7 +202,16 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(
     projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
     rank_ids = ids[0, labels]
     fast = position_views_fixed(
-        projector, bases, values, rows, 3, labels, rank_ids, 5, (3, 4), chunk=chunk
+        projector,
+        bases,
+        direct_value_logits(projector, values),
+        rows,
+        3,
+        labels,
+        rank_ids,
+        5,
+        (3, 4),
+        chunk=chunk,
     )
     slow = logprob_increase(projector, bases, subhead_values(rows, values), 3, (3, 4))
     assert (fast.contribution.increase - slow.increase).abs().max() <= ATOL
@@ -220,3 +231,25 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(
     assert torch.equal(fast.value.ranks, plain.ranks)
     assert torch.allclose(fast.value.top_values, plain.top_values, atol=ATOL)
     assert torch.allclose(fast.weighted.top_values, weighted.top_values, atol=ATOL)
+
+
+def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> None:
+    """bs of v_p W_O^h through the head's factored unembedding U_h equals the direct
+    projection of the values, for every head of a layer and any slice of them."""
+    cache, ids = capture(tiny_model)
+    g, last = tiny_model.geometry, ids.shape[1] - 1
+    layer = 1
+    weights = w_o(tiny_model, layer)
+    kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
+    values = value_outputs(cache.v[layer, 0], weights, kv)  # [H, S, D]
+    projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
+    factored = FactoredValues(
+        torch.stack([cache.v[layer, 0][:, g.kv_head(h)] for h in range(g.n_heads)]),
+        [head_unembedding(projector, weights[h]) for h in range(g.n_heads)],
+    )
+    direct = direct_value_logits(projector, values)
+    for heads, positions in [(slice(None), slice(None)), (slice(1, 3), slice(2, 7))]:
+        want = direct(heads, positions)
+        got = factored.logits(projector, heads, positions)
+        assert got.shape == want.shape
+        assert (got - want).abs().max() <= ATOL * max(1.0, float(want.abs().max()))

@@ -1,0 +1,43 @@
+"""Detailed heads' values projected through their factored OV output: fixed-mode bs of
+v_p W_O^h is s · (v_p · U_h), with U_h = W_O^h through the final norm's linear part and the
+unembedding [d_head, V] (s: the frozen final scale).
+
+U_h depends on the model alone, so it can be kept across prompts: a head detailed again costs
+S·d_head·V instead of S·D·V multiply-adds per prompt (d_head = D / n_heads), and building it
+costs d_head rows of the unembedding, about what the direct projection of S ≈ d_head values
+costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from model_worker.analysis.kernels import unembed_matmul
+from model_worker.analysis.projection import VocabProjector
+
+
+def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:
+    """U_h [d_head, V] of one head's W_O^h [d_head, D] (post-norm scale folded in, as
+    `w_out` gives it): the final norm's centring and γ, then the unembedding; no biases."""
+    return unembed_matmul(projector.norm.center(w_o_head) * projector.norm.weight, projector.w_u)
+
+
+@dataclass(frozen=True)
+class FactoredValues:
+    """K heads' values kept factored: z-space values [K, S, d_head] (v_p of each head's K/V
+    head, times the layer's frozen post-norm scale) and each head's U_h [d_head, V]."""
+
+    z: Tensor
+    unembeddings: Sequence[Tensor]
+
+    def logits(self, projector: VocabProjector, heads: slice, positions: slice) -> Tensor:
+        """Fixed-mode bs of values[heads, positions] → [b, m, V] (= projector.linear of them)."""
+        z = self.z[heads, positions] * projector.final_inv_scale
+        out = z.new_empty(*z.shape[:2], projector.vocab)
+        for i, unembedding in enumerate(self.unembeddings[heads]):
+            torch.matmul(z[i], unembedding, out=out[i])
+        return out

@@ -1,0 +1,52 @@
+"""The factored unembeddings U_h of recently detailed heads, kept per loaded model across
+prompts (`model_worker.analysis.head_unembedding`): in-context heads recur from prompt to
+prompt, so a head detailed again projects its values through U_h at a fraction of the cost."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from torch import Tensor
+
+from app.defaults import DEFAULT_HEAD_UNEMBEDDING_BYTES
+
+HeadKey = tuple[int, int]
+
+
+class HeadUnembeddings:
+    """U_h by (layer, head), least recently used out first beyond `budget_bytes`; thread-safe."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_HEAD_UNEMBEDDING_BYTES) -> None:
+        self.budget_bytes = budget_bytes
+        self._kept: OrderedDict[HeadKey, Tensor] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def holds(self, key: HeadKey) -> bool:
+        with self._lock:
+            return key in self._kept
+
+    def get(self, key: HeadKey, build: Callable[[], Tensor]) -> Tensor:
+        """U_h of head `key`, built by `build()` (and kept, within the budget) when missing."""
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        built = build()
+        size = built.numel() * built.element_size()
+        with self._lock:
+            if key not in self._kept and size <= self.budget_bytes:
+                self._kept[key] = built
+                self._bytes += size
+                while self._bytes > self.budget_bytes:
+                    _, dropped = self._kept.popitem(last=False)
+                    self._bytes -= dropped.numel() * dropped.element_size()
+        return built
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes kept now."""
+        with self._lock:
+            return self._bytes
