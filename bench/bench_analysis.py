@@ -168,9 +168,13 @@ def main() -> None:
             loaded.model(ids)
 
     def cold_analysis() -> None:
-        """An analysis whose heads' factored unembeddings are not kept yet (their first)."""
-        loaded.head_unembeddings = HeadUnembeddings()
-        analyze(loaded, prompt, top_k_heads=20)
+        """An analysis whose heads are detailed for the first time (no U_h kept or noted);
+        the other runs keep theirs."""
+        kept, loaded.head_unembeddings = loaded.head_unembeddings, HeadUnembeddings()
+        try:
+            analyze(loaded, prompt, top_k_heads=20)
+        finally:
+            loaded.head_unembeddings = kept
 
     times = interleaved(
         {

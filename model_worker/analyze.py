@@ -242,26 +242,28 @@ def real_queries(run: _Run, heads: list[tuple[int, int]], w_k: dict[int, Tensor]
 
 
 def factored_values(
-    run: _Run, heads: list[tuple[int, int]], w_o: dict[int, Tensor], scale: Tensor
+    run: _Run,
+    heads: list[tuple[int, int]],
+    values: Tensor,
+    w_o: dict[int, Tensor],
+    scale: Tensor,
 ) -> FactoredValues | None:
-    """The heads' values kept factored, each projected through its U_h (fixed mode), where
-    the loaded model keeps every U_h already or building them costs at most about twice
-    projecting the values directly (d_head ≤ 2·S rows of the unembedding against S; every
-    later prompt that details the head then costs a fraction); None: project the values as
-    they are."""
+    """The heads' values [K, S, D], those of heads detailed before projected through their
+    U_h (fixed mode, and building U_h costs at most about twice projecting the values
+    directly: d_head ≤ 2·S rows of the unembedding against S); None: all as they are."""
     g, c, kept = run.loaded.geometry, run.cache, run.loaded.head_unembeddings
-    if run.projector.mode != "fixed":
-        return None
-    if g.d_head > 2 * (run.last + 1) and not all(kept.holds(h) for h in heads):
+    if run.projector.mode != "fixed" or g.d_head > 2 * (run.last + 1):
         return None
     unembeddings = [
-        kept.get((layer, head), partial(head_unembedding, run.projector, w_o[layer][head]))
+        kept.recurring((layer, head), partial(head_unembedding, run.projector, w_o[layer][head]))
         for layer, head in heads
     ]
+    if all(u is None for u in unembeddings):
+        return None
     z = torch.stack(
         [c.v[layer, 0][:, g.kv_head(head)] * scale[layer] for layer, head in heads]
     )  # [K, S, d_head]
-    return FactoredValues(z, unembeddings)
+    return FactoredValues(values, z, unembeddings)
 
 
 def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
@@ -282,7 +284,8 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     def values_of(chosen: list[tuple[int, int]]) -> Tensor:
         return head_values(v=c.v[:, 0], w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
 
-    factored = factored_values(run, heads, w_o, scale)
+    values = values_of(heads)
+    factored = factored_values(run, heads, values, w_o, scale)
 
     offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
     rotary = all(o is not None for o in offsets) and bool(labels)
@@ -290,7 +293,7 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
     views = head_views(
         projector=run.projector,
-        values=values_of(heads) if factored is None else factored,
+        values=values if factored is None else factored,
         rows=rows,
         bases=c.resid_pre[layer_of, 0, last],
         base_logits=run.pre_logits[layer_of],

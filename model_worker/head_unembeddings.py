@@ -13,16 +13,32 @@ from torch import Tensor
 from app.defaults import DEFAULT_HEAD_UNEMBEDDING_BYTES
 
 HeadKey = tuple[int, int]
+#: Heads remembered as seen once (their U_h is built the second time): the oldest go first.
+MAX_SEEN = 4096
 
 
 class HeadUnembeddings:
-    """U_h by (layer, head), least recently used out first beyond `budget_bytes`; thread-safe."""
+    """U_h by (layer, head), least recently used out first beyond `budget_bytes`; thread-safe.
+    A head's U_h is built the second time it is detailed (`recurring`): a head detailed once
+    costs what it did without them, one that recurs costs a fraction from then on."""
 
     def __init__(self, budget_bytes: int = DEFAULT_HEAD_UNEMBEDDING_BYTES) -> None:
         self.budget_bytes = budget_bytes
         self._kept: OrderedDict[HeadKey, Tensor] = OrderedDict()
+        self._seen: OrderedDict[HeadKey, None] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+
+    def recurring(self, key: HeadKey, build: Callable[[], Tensor]) -> Tensor | None:
+        """U_h of head `key` if it was detailed before (built by `build()` and kept, within
+        the budget, when missing); None the first time (the head is noted as seen)."""
+        with self._lock:
+            first = key not in self._seen and key not in self._kept
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+            while len(self._seen) > MAX_SEEN:
+                self._seen.popitem(last=False)
+        return None if first else self.get(key, build)
 
     def holds(self, key: HeadKey) -> bool:
         with self._lock:

@@ -3,7 +3,7 @@ v_p W_O^h is s · (v_p · U_h), with U_h = W_O^h through the final norm's linear
 unembedding [d_head, V] (s: the frozen final scale).
 
 U_h depends on the model alone, so it can be kept across prompts: a head detailed again costs
-S·d_head·V instead of S·D·V multiply-adds per prompt (d_head = D / n_heads), and building it
+S·d_head·V instead of S·D·V multiply-adds per prompt (d_head = D / n_heads); building it
 costs d_head rows of the unembedding, about what the direct projection of S ≈ d_head values
 costs.
 """
@@ -28,16 +28,27 @@ def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class FactoredValues:
-    """K heads' values kept factored: z-space values [K, S, d_head] (v_p of each head's K/V
-    head, times the layer's frozen post-norm scale) and each head's U_h [d_head, V]."""
+    """K heads' values v_p W_O^h [K, S, D] and, for the heads whose U_h is at hand
+    (`unembeddings`, None for the others), their z-space values [K, S, d_head]: v_p of the
+    head's K/V head times the layer's frozen post-norm scale. Those project through U_h, the
+    others as they are."""
 
+    values: Tensor
     z: Tensor
-    unembeddings: Sequence[Tensor]
+    unembeddings: Sequence[Tensor | None]
 
     def logits(self, projector: VocabProjector, heads: slice, positions: slice) -> Tensor:
         """Fixed-mode bs of values[heads, positions] → [b, m, V] (= projector.linear of them)."""
+        chosen = range(len(self.unembeddings))[heads]
+        direct = [i for i, h in enumerate(chosen) if self.unembeddings[h] is None]
+        if len(direct) == len(chosen):
+            return projector.linear(self.values[heads, positions])
         z = self.z[heads, positions] * projector.final_inv_scale
         out = z.new_empty(*z.shape[:2], projector.vocab)
-        for i, unembedding in enumerate(self.unembeddings[heads]):
-            torch.matmul(z[i], unembedding, out=out[i])
+        if direct:
+            out[direct] = projector.linear(self.values[heads, positions][direct])
+        for i, h in enumerate(chosen):
+            unembedding = self.unembeddings[h]
+            if unembedding is not None:
+                torch.matmul(z[i], unembedding, out=out[i])
         return out

@@ -1,7 +1,10 @@
-"""Detailed heads' factored unembeddings: an analysis through them (cold, then kept across
-prompts) gives the numbers of the direct projection; the kept ones stay within their budget."""
+"""Detailed heads' factored unembeddings: analyses through them (a head's first, its second
+that builds U_h, later ones that reuse it) give the numbers of the direct projection; the
+kept ones stay within their budget."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
@@ -28,29 +31,43 @@ def numbers(result: AnalysisResult) -> dict[str, list[float]]:
     return out
 
 
-def test_factored_and_direct_analyses_agree(
+def agree(result: AnalysisResult, direct: AnalysisResult) -> None:
+    """`result` has `direct`'s numbers (to 1e-4), top tokens and label ranks."""
+    want_numbers, got_numbers = numbers(direct), numbers(result)
+    assert got_numbers.keys() == want_numbers.keys()
+    for key, want in want_numbers.items():
+        got = got_numbers[key]
+        assert len(got) == len(want), key
+        assert max((abs(a - b) for a, b in zip(got, want, strict=True)), default=0) <= ATOL
+    for name, detail in direct.head_details.items():
+        mine = result.head_details[name]
+        assert [v.label_rank for v in mine.values] == [v.label_rank for v in detail.values]
+        assert [[t.id for t in v.value] for v in mine.values] == [
+            [t.id for t in v.value] for v in detail.values
+        ]
+
+
+def test_recurring_heads_project_through_their_unembeddings(
     tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The factored path, building every U_h and then reusing them, answers as the direct
-    projection of the values does (to 1e-4; same tokens, same label ranks)."""
-    options = {"target": "foo", "top_k_heads": 4, "extra_heads": ["L0H1"]}
-    tiny_model.head_unembeddings = HeadUnembeddings()
-    cold = analyze(tiny_model, EXAMPLE_PROMPT, **options)
-    assert tiny_model.head_unembeddings.nbytes > 0  # the factored path ran and kept them
-    warm = analyze(tiny_model, EXAMPLE_PROMPT, **options)
+    """A head's first analysis projects directly; its second builds and keeps its U_h; later
+    ones reuse it, also beside a head seen for the first time; every one answers as the
+    direct projection does (to 1e-4; same tokens, same label ranks)."""
+    options: dict[str, Any] = {"target": "foo", "top_k_heads": 4}
+    kept = tiny_model.head_unembeddings = HeadUnembeddings()
+    first = analyze(tiny_model, EXAMPLE_PROMPT, **options)
+    assert kept.nbytes == 0  # seen once: nothing built
+    second = analyze(tiny_model, EXAMPLE_PROMPT, **options)
+    built = kept.nbytes
+    assert built > 0
+    new_head = next(h.name for h in first.heads if h.name not in first.head_details)
+    mixed = analyze(tiny_model, EXAMPLE_PROMPT, extra_heads=[new_head], **options)
+    assert kept.nbytes == built  # the new head is seen once: projected directly
     monkeypatch.setattr(analyze_module, "factored_values", lambda *args: None)
     direct = analyze(tiny_model, EXAMPLE_PROMPT, **options)
-    for result in (cold, warm):
-        for key, want in numbers(direct).items():
-            got = numbers(result)[key]
-            assert len(got) == len(want), key
-            assert max((abs(a - b) for a, b in zip(got, want, strict=True)), default=0) <= ATOL
-        for name, detail in direct.head_details.items():
-            mine = result.head_details[name]
-            assert [v.label_rank for v in mine.values] == [v.label_rank for v in detail.values]
-            assert [[t.id for t in v.value] for v in mine.values] == [
-                [t.id for t in v.value] for v in detail.values
-            ]
+    for result in (first, second):
+        agree(result, direct)
+    agree(mixed, analyze(tiny_model, EXAMPLE_PROMPT, extra_heads=[new_head], **options))
 
 
 def test_kept_unembeddings_stay_within_their_budget() -> None:
@@ -62,8 +79,12 @@ def test_kept_unembeddings_stay_within_their_budget() -> None:
         built.append(key)
         return one.clone()
 
-    for key in [(0, 0), (0, 1), (1, 0), (0, 0), (2, 2)]:  # (0, 0) used again: (0, 1) goes
-        kept.get(key, lambda key=key: build(key))
+    order = [(0, 0), (0, 1), (1, 0), (0, 0), (2, 2)]  # (0, 0) used again: (0, 1) goes
+    for key in dict.fromkeys(order):
+        assert kept.recurring(key, lambda key=key: build(key)) is None  # first time: noted
+    assert built == [] and kept.nbytes == 0
+    for key in order:
+        assert kept.recurring(key, lambda key=key: build(key)) is not None
     assert built == [(0, 0), (0, 1), (1, 0), (2, 2)]
     assert kept.nbytes == 3 * 128
     assert kept.holds((0, 0)) and not kept.holds((0, 1))

@@ -235,7 +235,8 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(
 
 def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> None:
     """bs of v_p W_O^h through the head's factored unembedding U_h equals the direct
-    projection of the values, for every head of a layer and any slice of them."""
+    projection of the values, for every head of a layer and any slice of them, also where
+    only some heads have their U_h."""
     cache, ids = capture(tiny_model)
     g, last = tiny_model.geometry, ids.shape[1] - 1
     layer = 1
@@ -243,13 +244,14 @@ def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> Non
     kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
     values = value_outputs(cache.v[layer, 0], weights, kv)  # [H, S, D]
     projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
-    factored = FactoredValues(
-        torch.stack([cache.v[layer, 0][:, g.kv_head(h)] for h in range(g.n_heads)]),
-        [head_unembedding(projector, weights[h]) for h in range(g.n_heads)],
-    )
+    unembeddings = [head_unembedding(projector, weights[h]) for h in range(g.n_heads)]
+    z = torch.stack([cache.v[layer, 0][:, g.kv_head(h)] for h in range(g.n_heads)])
+    factored = FactoredValues(values, z, unembeddings)
+    mixed = FactoredValues(values, z, [None if h % 2 else u for h, u in enumerate(unembeddings)])
     direct = direct_value_logits(projector, values)
     for heads, positions in [(slice(None), slice(None)), (slice(1, 3), slice(2, 7))]:
         want = direct(heads, positions)
-        got = factored.logits(projector, heads, positions)
-        assert got.shape == want.shape
-        assert (got - want).abs().max() <= ATOL * max(1.0, float(want.abs().max()))
+        for values_of in (factored, mixed):
+            got = values_of.logits(projector, heads, positions)
+            assert got.shape == want.shape
+            assert (got - want).abs().max() <= ATOL * max(1.0, float(want.abs().max()))
