@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.defaults import (
     DEFAULT_CACHE_DIR,
+    DEFAULT_HEAD_UNEMBEDDING_BYTES,
     DEFAULT_MAX_PROMPT_TOKENS,
     DEFAULT_MODEL,
     DEVICE_PATTERN,
@@ -25,6 +26,11 @@ class Settings(BaseSettings):
         "auto", pattern=DEVICE_PATTERN, description="auto, cpu, mps, cuda or cuda:N."
     )
     dtype: DType = Field("auto", description="auto, float32, bfloat16 or float16.")
+    head_unembedding_mb: int = Field(
+        DEFAULT_HEAD_UNEMBEDDING_BYTES // 2**20,
+        ge=0,
+        description="MiB of recurring heads' factored unembeddings a worker keeps (0: none).",
+    )
     max_prompt_tokens: int = Field(
         DEFAULT_MAX_PROMPT_TOKENS, ge=1, description="Longest prompt analysed, in tokens."
     )

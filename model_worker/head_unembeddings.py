@@ -31,7 +31,10 @@ class HeadUnembeddings:
 
     def recurring(self, key: HeadKey, build: Callable[[], Tensor]) -> Tensor | None:
         """U_h of head `key` if it was detailed before (built by `build()` and kept, within
-        the budget, when missing); None the first time (the head is noted as seen)."""
+        the budget, when missing); None the first time (the head is noted as seen), and always
+        with no budget."""
+        if self.budget_bytes <= 0:
+            return None
         with self._lock:
             first = key not in self._seen and key not in self._kept
             self._seen[key] = None

@@ -27,6 +27,7 @@ from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, resul
 from app.settings import Settings
 from model_worker.analyze import analyze
 from model_worker.errors import UserInputError
+from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.loading import LoadedModel, load_model
 
 #: Seconds between two progress writes to Redis (the last one is always written).
@@ -125,11 +126,13 @@ def warm_up(loaded: LoadedModel) -> None:
 
 
 def load_served_model(settings: Settings) -> LoadedModel:
-    """The model a worker serves (`ICL_MODEL`, `ICL_DEVICE`, `ICL_DTYPE`), warmed up unless
+    """The model a worker serves (`ICL_MODEL`, `ICL_DEVICE`, `ICL_DTYPE`), keeping up to
+    `ICL_HEAD_UNEMBEDDING_MB` of recurring heads' factored unembeddings, warmed up unless
     `ICL_WARM_UP` is off."""
     loaded = load_model(
         settings.model, device=settings.device, dtype=settings.dtype, cache_dir=settings.cache_dir
     )
+    loaded.head_unembeddings = HeadUnembeddings(settings.head_unembedding_mb * 2**20)
     if settings.warm_up:
         warm_up(loaded)
     return loaded

@@ -4,17 +4,20 @@ kept ones stay within their budget."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from app.contracts import AnalysisResult
+from app.settings import Settings
 from model_worker import analyze as analyze_module
 from model_worker.analyze import analyze
 from model_worker.head_unembeddings import HeadUnembeddings
+from model_worker.jobs import load_served_model
 from model_worker.loading import LoadedModel
-from tests.tiny_models import EXAMPLE_PROMPT
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 ATOL = 1e-4
 
@@ -90,3 +93,21 @@ def test_kept_unembeddings_stay_within_their_budget() -> None:
     assert kept.holds((0, 0)) and not kept.holds((0, 1))
     too_big = HeadUnembeddings(budget_bytes=64)
     assert too_big.get((0, 0), one.clone).shape == (4, 8) and not too_big.holds((0, 0))
+
+
+def test_the_worker_keeps_the_configured_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ICL_HEAD_UNEMBEDDING_MB` sizes what the served model keeps; 0 keeps none and never
+    builds one (every head projected directly)."""
+    folder = tmp_path / "model"
+    built = tiny_llama()
+    built.model.save_pretrained(folder)
+    built.tokenizer.save_pretrained(folder)
+    for mb in (3, 0):
+        settings = Settings(model=str(folder), warm_up=False, head_unembedding_mb=mb)
+        loaded = load_served_model(settings)
+        assert loaded.head_unembeddings.budget_bytes == mb * 2**20
+        for _ in range(3):
+            analyze(loaded, EXAMPLE_PROMPT, top_k_heads=2)
+        assert (loaded.head_unembeddings.nbytes > 0) == (mb > 0)
