@@ -167,7 +167,8 @@ class HeadSummary(_Frozen):
     """One head: `increase` = I(head | resid_pre); `label_increase` = I of the head restricted
     to the label positions, I(Σ_{p ∈ labels} a_p v_p W_O^h | resid_pre); `other_increase` = I of
     the remaining positions (same I, same norm mode; I is not additive, so the two need not
-    sum to `increase`)."""
+    sum to `increase`). The split is None in the per-head stage of an analysis ranked by
+    `increase`: it comes with the head details."""
 
     layer: int
     head: int
@@ -176,14 +177,16 @@ class HeadSummary(_Frozen):
     increase: Fp32
     attn_true: Fp32
     attn_false: Fp32
-    label_increase: Fp32
-    other_increase: Fp32
+    label_increase: Fp32 | None = None
+    other_increase: Fp32 | None = None
 
     @property
     def label_share(self) -> float | None:
         """label_increase / increase, for a head with a positive increase (else None): near 1
         for a head whose increase comes from reading the labels, near 0 for one that does not."""
-        return self.label_increase / self.increase if self.increase > 0 else None
+        if self.label_increase is None or self.increase <= 0:
+            return None
+        return self.label_increase / self.increase
 
 
 class TopToken(_Frozen):

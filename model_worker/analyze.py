@@ -34,7 +34,14 @@ from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import head_values, head_views
 from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
-from model_worker.analysis.heads import attention_sums, head_increases, layer_increase_table
+from model_worker.analysis.heads import (
+    LabelSplit,
+    attention_sums,
+    head_increases,
+    head_writes,
+    label_split,
+    layer_increase_table,
+)
 from model_worker.analysis.icl import IclStructure, demonstration_texts, detect_structure
 from model_worker.analysis.metrics import VocabSummary, mean_reciprocal_rank
 from model_worker.analysis.projection import FinalNorm, VocabProjector
@@ -241,6 +248,26 @@ def real_queries(run: _Run, heads: list[tuple[int, int]], w_k: dict[int, Tensor]
     return torch.stack(queries)
 
 
+def head_summaries(
+    n_heads: int, order: list[int], columns: dict[str, Tensor], split: LabelSplit | None
+) -> list[HeadSummary]:
+    """Every head's summary in rank `order` (flat indices layer · n_heads + head), its fields
+    from `columns` [L, H] each and `split` (None: the label / other split is not known yet)."""
+    if split is not None:
+        columns = {**columns, "label_increase": split.label, "other_increase": split.other}
+    flat_values = {key: value.flatten().tolist() for key, value in columns.items()}
+    return [
+        HeadSummary(
+            layer=flat // n_heads,
+            head=flat % n_heads,
+            name=head_name(flat // n_heads, flat % n_heads),
+            rank=position + 1,
+            **{key: values[flat] for key, values in flat_values.items()},
+        )
+        for position, flat in enumerate(order)
+    ]
+
+
 def factored_values(
     run: _Run,
     heads: list[tuple[int, int]],
@@ -430,9 +457,8 @@ def analyze(
     projector = final_projector(loaded, cache.resid_final[0, -1], norm)
     run = _Run(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
     c, last = cache, run.last
-    increases = head_increases(
-        projector=projector,
-        resid_pre=c.resid_pre[:, 0, last],
+    resid_pre = c.resid_pre[:, 0, last]
+    writes = head_writes(
         z=c.z[:, 0, last] * c.attn_scale[:, 0, last],
         v=c.v[:, 0],
         pattern_row=c.pattern[:, 0, :, last],
@@ -440,34 +466,35 @@ def analyze(
         w_o=[run.w_o(layer) for layer in range(g.n_layers)],
         kv_index=run.kv_index(),
         label_positions=run.label_positions,
+    )
+    increases = head_increases(
+        projector=projector,
+        resid_pre=resid_pre,
+        writes=writes,
         target=target_token,
         pre_logits=run.pre_logits,
     )
+
+    def split_by_label() -> LabelSplit:
+        return label_split(
+            projector=projector,
+            resid_pre=resid_pre,
+            writes=writes,
+            whole=increases,
+            target=target_token,
+            pre_logits=run.pre_logits,
+        )
+
+    split = split_by_label() if rank_by == "label" else None  # else after the per-head stage
     attn_true, attn_false = attention_sums(
         pattern_row=c.pattern[:, 0, :, last],
         true_positions=[p for p in run.label_positions if run.is_true(p)],
         false_positions=[p for p in run.label_positions if not run.is_true(p)],
     )
-    ranking = increases.label if rank_by == "label" else increases.total
+    ranking = increases.increase if split is None else split.label
     order = ranking.flatten().argsort(descending=True).tolist()
-    columns = {
-        "increase": increases.total,
-        "label_increase": increases.label,
-        "other_increase": increases.other,
-        "attn_true": attn_true,
-        "attn_false": attn_false,
-    }
-    flat_values = {key: value.flatten().tolist() for key, value in columns.items()}
-    summaries = [
-        HeadSummary(
-            layer=flat // g.n_heads,
-            head=flat % g.n_heads,
-            name=head_name(flat // g.n_heads, flat % g.n_heads),
-            rank=position + 1,
-            **{key: values[flat] for key, values in flat_values.items()},
-        )
-        for position, flat in enumerate(order)
-    ]
+    columns = {"increase": increases.increase, "attn_true": attn_true, "attn_false": attn_false}
+    summaries = head_summaries(g.n_heads, order, columns, split)
     top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
     margin = run.margin_ids()
     heads_stage = AnalysisResult(
@@ -509,5 +536,9 @@ def analyze(
     )
     if on_heads is not None:
         on_heads(heads_stage)
-    details = head_details(run, list(dict.fromkeys(top + extra)), increases.total)
-    return heads_stage.model_copy(update={"head_details": {d.name: d for d in details}})
+    if split is None:
+        summaries = head_summaries(g.n_heads, order, columns, split_by_label())
+    details = head_details(run, list(dict.fromkeys(top + extra)), increases.increase)
+    return heads_stage.model_copy(
+        update={"heads": summaries, "head_details": {d.name: d for d in details}}
+    )

@@ -8,6 +8,11 @@ from rich.table import Table
 from app.contracts import AnalysisResult, TopToken
 
 
+def _signed(value: float | None) -> str:
+    """+0.123, or … for a value still being computed."""
+    return "…" if value is None else f"{value:+.3f}"
+
+
 def print_result(result: AnalysisResult, console: Console | None = None, heads: int = 10) -> None:
     """Target, labels, layer increases, the top heads and the top head's token tables."""
     console = console or Console()
@@ -48,8 +53,8 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
             str(summary.rank),
             summary.name,
             f"{summary.increase:+.3f}",
-            f"{summary.label_increase:+.3f}",
-            f"{summary.other_increase:+.3f}",
+            _signed(summary.label_increase),
+            _signed(summary.other_increase),
             f"{summary.attn_true:.3f}",
             f"{summary.attn_false:.3f}",
             mrr,

@@ -39,7 +39,9 @@ def increase_grid(result: AnalysisCore, key: str = "increase") -> list[list[floa
 
 
 def _head_note(s: HeadSummary) -> str:
-    """The heatmap hover's label / other split of a head."""
+    """The heatmap hover's label / other split of a head (… while it is computed)."""
+    if s.label_increase is None or s.other_increase is None:
+        return "label … · other …"
     return f"label {signed(s.label_increase)} · other {signed(s.other_increase)}"
 
 

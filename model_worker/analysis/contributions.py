@@ -139,36 +139,78 @@ def logprob_increase(
     return Increase(increase, margin)
 
 
-def split_increase(
+#: Largest bs(whole) kept from the whole increases for the split into label / other parts
+#: (SmolLM2's 270 heads: 53 MB); beyond it the split projects the whole again.
+KEEP_LOGITS_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class WholeIncrease:
+    """I(whole | x) [B, M] and, in fixed mode when it fits KEEP_LOGITS_BYTES, bs_linear(whole)
+    [B, M, V] for `part_increases` (None: it projects the whole again)."""
+
+    increase: Tensor
+    logits: Tensor | None
+
+
+def whole_increase(
+    projector: VocabProjector,
+    bases: Tensor,
+    whole: Tensor,
+    target: int,
+    base_logits: Tensor | None = None,
+) -> WholeIncrease:
+    """I(whole | x) [B, M] for `whole` [B, M, D] on `bases` [B, D], keeping (fixed mode) its
+    linear logits so that `part_increases` projects only the parts."""
+    if base_logits is None:
+        base_logits = projector.logits(bases)
+    n_bases, n_vectors = whole.shape[:2]
+    size = n_bases * n_vectors * projector.vocab * whole.element_size()
+    if projector.mode != "fixed" or size > KEEP_LOGITS_BYTES:
+        whole_only = logprob_increase(projector, bases, whole, target, base_logits=base_logits)
+        return WholeIncrease(whole_only.increase, None)
+    base_logprob = base_logprobs(projector, base_logits, target)
+    kept = whole.new_empty(n_bases, n_vectors, projector.vocab)
+    increase = whole.new_empty(n_bases, n_vectors)
+    for b, m in _blocks(n_bases, n_vectors, block_rows(projector.vocab, whole.device)):
+        linear = projector.linear(whole[b, m])
+        kept[b, m] = linear
+        full = linear.add_(base_logits[b, None, :])  # bs(x + whole)
+        increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
+    return WholeIncrease(increase, kept)
+
+
+def part_increases(
     projector: VocabProjector,
     bases: Tensor,
     whole: Tensor,
     part: Tensor,
     target: int,
     base_logits: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """I(whole | x), I(part | x) and I(whole − part | x), [B, M] each, for `whole` and `part`
-    [B, M, D] on `bases` [B, D]. In fixed mode bs is linear, so the rest's logits are the
-    whole's minus the part's: two projections per vector instead of three."""
+    whole_logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """I(part | x) and I(whole − part | x), [B, M] each, for `whole` and `part` [B, M, D] on
+    `bases` [B, D]. In fixed mode bs is linear, so the rest's logits are the whole's (kept by
+    `whole_increase`, else projected again) minus the part's."""
     if base_logits is None:
         base_logits = projector.logits(bases)
     if projector.mode != "fixed":
-        stacked = torch.cat([whole, part, whole - part], 1)
+        stacked = torch.cat([part, whole - part], 1)
         increase = logprob_increase(projector, bases, stacked, target, base_logits=base_logits)
-        total, part_increase, rest = increase.increase.split(whole.shape[1], 1)
-        return total, part_increase, rest
+        part_increase, rest = increase.increase.split(whole.shape[1], 1)
+        return part_increase, rest
     base_logprob = base_logprobs(projector, base_logits, target)
     rows = block_rows(projector.vocab, whole.device)
-    out = [whole.new_empty(whole.shape[:2]) for _ in range(3)]
+    out = [whole.new_empty(whole.shape[:2]) for _ in range(2)]
     for b, m in _blocks(whole.shape[0], whole.shape[1], rows):
         base = base_logits[b, None, :]
-        whole_full = projector.linear(whole[b, m]).add_(base)  # bs(x + whole)
+        whole_linear = projector.linear(whole[b, m]) if whole_logits is None else whole_logits[b, m]
         part_logits = projector.linear(part[b, m])
-        rest_full = whole_full - part_logits  # bs(x + whole − part), by linearity
+        rest_full = (whole_linear - part_logits).add_(base)  # bs(x + whole − part), by linearity
         part_full = part_logits.add_(base)
-        for i, full in enumerate((whole_full, part_full, rest_full)):
+        for i, full in enumerate((part_full, rest_full)):
             out[i][b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
-    return out[0], out[1], out[2]
+    return out[0], out[1]
 
 
 #: bs of chosen values: (heads, positions) slices → their logits [b, m, V], scratch.

@@ -1,7 +1,9 @@
-"""The per-head stage of an analysis: layer, head and label increases at the analysed position.
+"""The per-head stage of an analysis: layer and head increases at the analysed position, and
+the heads' split into label positions and the rest.
 
 Pure tensor maths on captured activations (one prompt, its last position): what the layer
-chart, the heatmap and the top-heads table need (paper Fig. 2–4).
+chart, the heatmap and the top-heads table need (paper Fig. 2–4). The split costs as much as
+the head increases; it is computed with them when it ranks the heads, else after them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.contributions import (
+    WholeIncrease,
     base_logprobs,
     head_outputs,
     logprob_increase,
+    part_increases,
     positions_z,
-    split_increase,
+    whole_increase,
 )
 from model_worker.analysis.projection import VocabProjector
 
@@ -52,19 +56,16 @@ def layer_increase_table(
 
 
 @dataclass(frozen=True)
-class HeadIncreases:
-    """[L, H] each: I(head | resid_pre) (paper Fig. 3/4), and the same I of the head restricted
-    to the label positions (`label`) and to every other position (`other`)."""
+class HeadWrites:
+    """[L, H, D] each, at the analysed position: every head's write into the residual
+    (`whole`) and the part of it that its label positions write (`label`)."""
 
-    total: Tensor
+    whole: Tensor
     label: Tensor
-    other: Tensor
 
 
-def head_increases(
+def head_writes(
     *,
-    projector: VocabProjector,
-    resid_pre: Tensor,
     z: Tensor,
     v: Tensor,
     pattern_row: Tensor,
@@ -72,14 +73,12 @@ def head_increases(
     w_o: Sequence[Tensor],
     kv_index: Tensor,
     label_positions: list[int],
-    target: int,
-    pre_logits: Tensor | None = None,
-) -> HeadIncreases:
-    """Every head's increase, whole and split into its label positions and the rest.
+) -> HeadWrites:
+    """Every head's write and its label positions' part of it.
 
-    resid_pre [L, D], z [L, H*d_head] and attn_scale [L, 1] at the analysed position, v
-    [L, S, n_kv, d_head], pattern_row [L, H, S] (the analysed position's attention), w_o per
-    layer [H, d_head, D], kv_index [H] (query head → its K/V head).
+    z [L, H*d_head] and attn_scale [L, 1] at the analysed position, v [L, S, n_kv, d_head],
+    pattern_row [L, H, S] (the analysed position's attention), w_o per layer [H, d_head, D],
+    kv_index [H] (query head → its K/V head).
     """
     heads, label_parts = [], []
     for layer, layer_w_o in enumerate(w_o):
@@ -88,15 +87,51 @@ def head_increases(
         both = head_outputs(torch.stack([z[layer], z_label]), layer_w_o)  # [2, H, D]
         heads.append(both[0])
         label_parts.append(both[1])
-    total, label, other = split_increase(
+    return HeadWrites(torch.stack(heads), torch.stack(label_parts))
+
+
+@dataclass(frozen=True)
+class LabelSplit:
+    """[L, H] each: I of every head restricted to its label positions (`label`) and to every
+    other position (`other`)."""
+
+    label: Tensor
+    other: Tensor
+
+
+def head_increases(
+    *,
+    projector: VocabProjector,
+    resid_pre: Tensor,
+    writes: HeadWrites,
+    target: int,
+    pre_logits: Tensor | None = None,
+) -> WholeIncrease:
+    """I(head | resid_pre) [L, H] of every head (paper Fig. 3/4), resid_pre [L, D] at the
+    analysed position; its logits kept (fixed mode) for `label_split`."""
+    return whole_increase(projector, resid_pre, writes.whole, target, base_logits=pre_logits)
+
+
+def label_split(
+    *,
+    projector: VocabProjector,
+    resid_pre: Tensor,
+    writes: HeadWrites,
+    whole: WholeIncrease,
+    target: int,
+    pre_logits: Tensor | None = None,
+) -> LabelSplit:
+    """Every head's increase split into its label positions and the rest."""
+    label, other = part_increases(
         projector,
         resid_pre,
-        torch.stack(heads),
-        torch.stack(label_parts),
+        writes.whole,
+        writes.label,
         target,
         base_logits=pre_logits,
+        whole_logits=whole.logits,
     )
-    return HeadIncreases(total, label, other)
+    return LabelSplit(label, other)
 
 
 def attention_sums(

@@ -358,6 +358,10 @@ def test_long_polls_wait_for_each_stage(client: TestClient) -> None:
     assert client.get(f"/a/{job_id}/status?wait=31").status_code == 422
 
 
+#: The top-heads table's label / other cells.
+SPLIT_CELLS = "table.top-heads td[data-col=label], table.top-heads td[data-col=other]"
+
+
 def test_the_heatmap_comes_before_the_head_details(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -375,6 +379,10 @@ def test_the_heatmap_comes_before_the_head_details(
         assert page.select("svg[data-figure=heatmap] rect.cell")
         assert len(page.select("table.top-heads tbody tr")) == 2
         assert not [th for th in page.select("table.top-heads th") if "MRR" in th.text]
+        split = page.select(
+            "table.top-heads td[data-col=label], table.top-heads td[data-col=other]"
+        )
+        assert len(split) == 4 and {td.text for td in split} == {"…"}  # with the details
         poller = page.select_one(".details-pending")
         assert poller is not None
         assert poller["hx-get"] == f"/a/{job_id}/status?wait=10&after=heads"
@@ -383,6 +391,7 @@ def test_the_heatmap_comes_before_the_head_details(
         assert soup(client.get(f"/a/{job_id}").text).select_one("[data-status=heads]")
         api = client.get(f"/api/analyses/{job_id}").json()
         assert api["status"] == "running" and api["result"]["head_details"] == {}
+        assert {h["label_increase"] for h in api["result"]["heads"]} == {None}
         assert len(api["result"]["heads"]) == len(page.select("svg[data-figure=heatmap] rect.cell"))
         name = api["result"]["top_heads"][0]
         panel = client.get(f"/a/{job_id}/heads/{name}")
@@ -405,6 +414,8 @@ def test_the_heatmap_comes_before_the_head_details(
         assert not page.select_one("#head-panel").has_attr("hx-get")
     assert page.select_one(".details-pending") is None
     assert [th for th in page.select("table.top-heads th") if "MRR" in th.text]
+    split = page.select(SPLIT_CELLS)
+    assert len(split) == 4 and "…" not in {td.text for td in split}
     panel = client.get(f"/a/{job_id}/heads/{name}?job={job_id}")
     assert panel.status_code == 200 and "on their way" not in panel.text
     assert client.get(f"/api/analyses/{job_id}/heads/{name}").json()["status"] == "done"

@@ -178,7 +178,8 @@ def test_the_heads_stage_comes_first_and_equals_the_whole_result_less_details(
     tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`on_heads` gets everything the heatmap and the top-heads table need before any head
-    detail is computed; the whole result adds only the details."""
+    detail is computed; the whole result adds only the details and (ranked by increase) the
+    heads' label / other split; ranked by label, the split comes first."""
     stages: list[tuple[AnalysisResult, int]] = []
     calls: list[object] = []
     real = analyze_module.head_details
@@ -198,4 +199,15 @@ def test_the_heads_stage_comes_first_and_equals_the_whole_result_less_details(
     partial, details_computed = stages[0]
     assert details_computed == 0 and partial.head_details == {}
     assert len(result.head_details) == 3
-    assert partial == result.model_copy(update={"head_details": {}})
+    assert all(h.label_increase is None and h.other_increase is None for h in partial.heads)
+    assert all(h.label_increase is not None and h.other_increase is not None for h in result.heads)
+    unsplit = [
+        h.model_copy(update={"label_increase": None, "other_increase": None}) for h in result.heads
+    ]
+    assert partial == result.model_copy(update={"head_details": {}, "heads": unsplit})
+    by_label: list[AnalysisResult] = []
+    ranked = analyze(
+        tiny_model, EXAMPLE_PROMPT, top_k_heads=3, rank_by="label", on_heads=by_label.append
+    )
+    assert by_label[0] == ranked.model_copy(update={"head_details": {}})
+    assert [h.label_increase for h in by_label[0].heads] == [h.label_increase for h in ranked.heads]

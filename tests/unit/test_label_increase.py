@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from model_worker.analysis import contributions
 from model_worker.analyze import analyze, final_projector
 from model_worker.capture import run_with_cache
 from model_worker.loading import LoadedModel
@@ -38,10 +39,15 @@ def direct_increase(
     return out
 
 
+@pytest.mark.parametrize("keep", [True, False], ids=["whole-logits-kept", "projected-again"])
 @pytest.mark.parametrize("mode", ["fixed", "recompute"])
 def test_label_and_other_increase_match_a_direct_computation(
-    tiny_model: LoadedModel, mode: str
+    tiny_model: LoadedModel, mode: str, keep: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Whether the heads' logits were kept from their whole increases for the split or (too
+    big to keep) are projected again."""
+    if not keep:
+        monkeypatch.setattr(contributions, "KEEP_LOGITS_BYTES", 0)
     result = analyze(tiny_model, EXAMPLE_PROMPT, norm=mode)  # type: ignore[arg-type]
     labels = {label.position for label in result.labels}
     assert len(labels) == 4
