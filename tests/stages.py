@@ -13,7 +13,8 @@ import pytest
 @contextmanager
 def held_head_details(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """Hold every analysis' head details until the returned event is set or the block ends
-    (at the latest 30 s: then the job fails, saying the test never released them)."""
+    (at the latest 30 s: then the job fails, saying the test never released them); after the
+    block, analyses compute them at once again."""
     from model_worker import analyze as analyze_module
 
     release = threading.Event()
@@ -28,6 +29,7 @@ def held_head_details(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Eve
         yield release
     finally:
         release.set()
+        monkeypatch.setattr(analyze_module, "head_details", real)
 
 
 @contextmanager

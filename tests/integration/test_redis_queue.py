@@ -196,7 +196,7 @@ def test_the_per_head_stage_reaches_the_api_before_the_details(
     client: TestClient, worker: BurstWorker
 ) -> None:
     """The worker publishes the per-head stage in the job's meta: a running analysis already
-    answers with its heads (no details), then the whole result."""
+    answers with its heads (no details, no label / other split yet), then the whole result."""
     body = {"prompt": f"details-later {time.time()} : foo six : bar two : foo one :"}
     job_id = client.post("/api/analyses", json=body).json()["id"]
 
@@ -210,4 +210,8 @@ def test_the_per_head_stage_reaches_the_api_before_the_details(
     assert partial["message"] == "computing the head details"
     done = ended(client, job_id)
     assert done["status"] == "done" and len(done["result"]["head_details"]) >= 1
-    assert done["result"]["heads"] == partial["result"]["heads"]
+    unsplit = [
+        {**head, "label_increase": None, "other_increase": None} for head in done["result"]["heads"]
+    ]
+    assert partial["result"]["heads"] == unsplit
+    assert None not in {head["label_increase"] for head in done["result"]["heads"]}
