@@ -49,13 +49,8 @@ from model_worker.analysis.contributions import (  # noqa: E402
     subhead_values,
 )
 from model_worker.analysis.details import head_values  # noqa: E402
-from model_worker.analysis.head_unembedding import (  # noqa: E402
-    FactoredValues,
-    head_unembedding,
-)
-from model_worker.analysis.projection import VocabProjector  # noqa: E402
-from model_worker.analyze import analyze, final_projector  # noqa: E402
-from model_worker.capture import RunCache, run_with_cache  # noqa: E402
+from model_worker.analyze import analyze, factored_values, final_projector  # noqa: E402
+from model_worker.capture import run_with_cache  # noqa: E402
 from model_worker.head_unembeddings import HeadUnembeddings  # noqa: E402
 from model_worker.loading import LoadedModel  # noqa: E402
 
@@ -120,23 +115,6 @@ def explorer_same_output(
     kv_index = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
     kept = HeadUnembeddings()
 
-    def factored(
-        cache: RunCache, projector: VocabProjector, top: list[tuple[int, int]], values: Tensor
-    ) -> FactoredValues | None:
-        if not recurring:
-            return None
-        unembeddings = [
-            kept.recurring((layer, head), partial(head_unembedding, projector, w_o[layer][head]))
-            for layer, head in top
-        ]
-        if all(u is None for u in unembeddings):
-            return None
-        scale = cache.attn_scale[:, 0, -1]
-        z = torch.stack(
-            [cache.v[layer, 0][:, g.kv_head(head)] * scale[layer] for layer, head in top]
-        )
-        return FactoredValues(values, z, unembeddings)
-
     def compute(ids: Tensor, target: int) -> Output:
         cache = run_with_cache(model, adapter, g, ids, logits_to_keep=1)
         last = ids.shape[1] - 1
@@ -153,7 +131,20 @@ def explorer_same_output(
         )
         rows = torch.stack([cache.pattern[layer, 0, head, last] for layer, head in top])
         layer_of = [layer for layer, _ in top]
-        through_u = factored(cache, projector, top, values)
+        through_u = (
+            factored_values(
+                kept=kept,
+                projector=projector,
+                geometry=g,
+                heads=top,
+                values=values,
+                v=cache.v[:, 0],
+                w_o=w_o,
+                attn_scale=scale,
+            )
+            if recurring
+            else None
+        )
         if through_u is not None:
             views = position_views_fixed(
                 projector,

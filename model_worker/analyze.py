@@ -51,7 +51,9 @@ from model_worker.analysis.scores import (
     rotary_offset_queries,
     score_split,
 )
+from model_worker.architectures import HeadGeometry
 from model_worker.capture import RunCache, run_with_cache
+from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
 from model_worker.qk import LayerQk, rotate
@@ -269,26 +271,31 @@ def head_summaries(
 
 
 def factored_values(
-    run: _Run,
+    *,
+    kept: HeadUnembeddings,
+    projector: VocabProjector,
+    geometry: HeadGeometry,
     heads: list[tuple[int, int]],
     values: Tensor,
+    v: Tensor,
     w_o: dict[int, Tensor],
-    scale: Tensor,
+    attn_scale: Tensor,
 ) -> FactoredValues | None:
     """The heads' values [K, S, D], those of heads detailed before projected through their
-    U_h (fixed mode, and building U_h costs at most about twice projecting the values
-    directly: d_head ≤ 2·S rows of the unembedding against S); None: all as they are."""
-    g, c, kept = run.loaded.geometry, run.cache, run.loaded.head_unembeddings
-    if run.projector.mode != "fixed" or g.d_head > 2 * (run.last + 1):
+    U_h from `kept` (fixed mode, and building U_h costs at most about twice projecting the
+    values directly: d_head ≤ 2·S rows of the unembedding against S); None: all as they are.
+    v [L, S, n_kv, d_head], w_o per layer [H, d_head, D], attn_scale [L, 1] at the analysed
+    position."""
+    if projector.mode != "fixed" or geometry.d_head > 2 * v.shape[1]:
         return None
     unembeddings = [
-        kept.recurring((layer, head), partial(head_unembedding, run.projector, w_o[layer][head]))
+        kept.recurring((layer, head), partial(head_unembedding, projector, w_o[layer][head]))
         for layer, head in heads
     ]
     if all(u is None for u in unembeddings):
         return None
     z = torch.stack(
-        [c.v[layer, 0][:, g.kv_head(head)] * scale[layer] for layer, head in heads]
+        [v[layer][:, geometry.kv_head(head)] * attn_scale[layer] for layer, head in heads]
     )  # [K, S, d_head]
     return FactoredValues(values, z, unembeddings)
 
@@ -312,7 +319,16 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
         return head_values(v=c.v[:, 0], w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
 
     values = values_of(heads)
-    factored = factored_values(run, heads, values, w_o, scale)
+    factored = factored_values(
+        kept=run.loaded.head_unembeddings,
+        projector=run.projector,
+        geometry=g,
+        heads=heads,
+        values=values,
+        v=c.v[:, 0],
+        w_o=w_o,
+        attn_scale=scale,
+    )
 
     offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
     rotary = all(o is not None for o in offsets) and bool(labels)

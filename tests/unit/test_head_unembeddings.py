@@ -66,7 +66,7 @@ def test_recurring_heads_project_through_their_unembeddings(
     new_head = next(h.name for h in first.heads if h.name not in first.head_details)
     mixed = analyze(tiny_model, EXAMPLE_PROMPT, extra_heads=[new_head], **options)
     assert kept.nbytes == built  # the new head is seen once: projected directly
-    monkeypatch.setattr(analyze_module, "factored_values", lambda *args: None)
+    monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
     direct = analyze(tiny_model, EXAMPLE_PROMPT, **options)
     for result in (first, second):
         agree(result, direct)
