@@ -28,6 +28,39 @@ def logsumexp_(x: Tensor) -> Tensor:
     return x.sub_(peak).exp_().sum(-1).log_().add_(peak.squeeze(-1))
 
 
+#: Width of the vocabulary blocks `top_k` takes its candidates from (measured best for 49,152
+#: logits a row: ~5× faster than `Tensor.topk` over the whole row on a 2-core CPU).
+TOP_K_BLOCK = 64
+
+
+def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest of `logits` [N, V] per row, largest first, and their indices: the same
+    values as `logits.topk(k)`. Candidates are the k blocks of TOP_K_BLOCK logits with the
+    largest maxima, plus any tail: every logit outside them is at most the k-th of those maxima,
+    which are k distinct candidates, so the candidates hold the top k."""
+    n, vocab = logits.shape
+    width = TOP_K_BLOCK
+    whole = vocab // width * width
+    if whole // width <= k:
+        top = logits.topk(min(k, vocab), dim=-1)
+        return top.values, top.indices
+    blocks = logits[:, :whole].reshape(n, whole // width, width)
+    chosen = blocks.amax(-1).topk(k, dim=-1).indices  # [N, k]
+    offsets = torch.arange(width, device=logits.device)
+    index = (chosen[..., None] * width + offsets).reshape(n, k * width)
+    if whole < vocab:
+        tail = torch.arange(whole, vocab, device=logits.device).expand(n, -1)
+        index = torch.cat([index, tail], 1)
+    values, picked = logits.gather(1, index).topk(k, dim=-1)
+    return values, index.gather(1, picked)
+
+
+def rank_of(logits: Tensor, reference: Tensor) -> Tensor:
+    """1-based rank [...] of `reference` [..., 1] among `logits` [..., V]: 1 + how many logits
+    exceed it (an int32 count: ~6× faster than the default int64 sum of booleans)."""
+    return (logits > reference).sum(-1, dtype=torch.int32).long() + 1
+
+
 def mean_reciprocal_rank(ranks: list[int]) -> float:
     """Mean of 1/rank; 0.0 for no ranks."""
     return sum(1.0 / r for r in ranks) / len(ranks) if ranks else 0.0
@@ -58,14 +91,14 @@ class VocabSummary:
 
 def summarize_logits(logits: Tensor, k: int, rank_ids: Tensor) -> VocabSummary:
     """Top-k of `logits` [N, V] and the 1-based rank of `rank_ids` [N] (−1 entries: rank 0)."""
-    top = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    top_values, top_ids = top_k(logits, k)
     ranks = torch.zeros_like(rank_ids)
     wanted = (rank_ids >= 0).nonzero().squeeze(-1)
     if len(wanted):  # counting over the vocabulary only for the rows that ask for a rank
         rows = logits if len(wanted) == len(rank_ids) else logits[wanted]
         reference = rows.gather(-1, rank_ids[wanted, None])
-        ranks[wanted] = (rows > reference).sum(-1) + 1
-    return VocabSummary(top.indices, top.values, ranks)
+        ranks[wanted] = rank_of(rows, reference)
+    return VocabSummary(top_ids, top_values, ranks)
 
 
 def concat(summaries: list[VocabSummary]) -> VocabSummary:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from app.contracts import ExperimentResult, head_name
 from model_worker.analysis.baseline import random_heads
-from model_worker.analysis.metrics import mean_reciprocal_rank
+from model_worker.analysis.metrics import mean_reciprocal_rank, rank_of
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.experiments import paper
@@ -51,7 +51,7 @@ def label_ranks(loaded: LoadedModel, layers: Sequence[int]) -> Extra:
             projector = final_projector(loaded, cache.resid_final[row, item.last], "fixed")
             logits = projector.project(vectors)  # [nL, H, P, V]
             reference = logits.gather(-1, ids.expand(*logits.shape[:-1])[..., None])
-            out.append((((logits > reference).sum(-1) + 1).cpu(), ids.cpu()))
+            out.append((rank_of(logits, reference).cpu(), ids.cpu()))
         return out
 
     return extra

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,11 @@ def test_gguf_is_converted_once_then_loaded_from_the_cache(
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse_gguf)
+    gc.unfreeze()
     second = load_model(device="cpu", dtype="float32", cache_dir=tmp_path)
+    # the loaded model's objects are out of the collector's scans (an analysis's garbage
+    # collections no longer re-scan them)
+    assert gc.get_freeze_count() > 100_000
     assert second.fingerprint == first.fingerprint == smollm2.fingerprint
     ids = first.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
     with torch.inference_mode():

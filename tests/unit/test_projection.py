@@ -9,7 +9,14 @@ import torch
 
 from model_worker.analysis import kernels
 from model_worker.analysis.kernels import unembed_matmul
-from model_worker.analysis.metrics import CPU_BLOCK_BYTES, block_rows, logsumexp_
+from model_worker.analysis.metrics import (
+    CPU_BLOCK_BYTES,
+    TOP_K_BLOCK,
+    block_rows,
+    logsumexp_,
+    rank_of,
+    top_k,
+)
 
 
 @pytest.mark.parametrize("rows", [1, 7, 160])
@@ -132,3 +139,29 @@ def test_log_softmax_and_addcmul_written_over_their_input_are_exact() -> None:
     base, weight = torch.randn(3, 1, 1000), torch.rand(3, 5, 1)
     expected = torch.addcmul(base, logits, weight)
     assert torch.equal(torch.addcmul(base, logits, weight, out=logits), expected)
+
+
+@pytest.mark.parametrize(
+    "vocab", [7, TOP_K_BLOCK * 10, TOP_K_BLOCK * 10 + 5, TOP_K_BLOCK * 11 - 1, 49_152 + 7]
+)
+def test_blocked_top_k_equals_torchs_topk(vocab: int) -> None:
+    """Whole blocks and a tail, fewer blocks than k, the top k all in one block, and ties."""
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(6, vocab, generator=generator)
+    first = min(40, vocab)
+    logits[1, :first] = 100 + torch.arange(float(first))  # the top 10 inside the first block
+    logits[2] = torch.randint(0, 3, (vocab,), generator=generator).float()  # ties everywhere
+    logits[3, -3:] = 50.0  # the top three in the tail
+    for k in (1, 10, 12):
+        values, ids = top_k(logits, k)
+        expected = logits.topk(min(k, vocab), dim=-1)
+        assert torch.equal(values, expected.values)
+        assert torch.equal(logits.gather(1, ids), values)
+        assert all(len(set(row)) == len(row) for row in ids.tolist())  # no index twice
+
+
+def test_rank_counts_the_logits_above_the_reference() -> None:
+    logits = torch.tensor([[0.5, 2.0, 1.0, 2.0], [3.0, 1.0, 1.0, 0.0]])
+    reference = logits[:, 2:3]
+    assert rank_of(logits, reference).tolist() == [3, 2]
+    assert rank_of(logits, reference).dtype == torch.long
