@@ -270,6 +270,12 @@ def head_summaries(
     ]
 
 
+#: A recurring head's U_h is built where it pays for itself within this many more prompts: it
+#: costs d_head rows of the unembedding once and saves about n a prompt (n: the head's vectors
+#: projected per prompt, all positions for a detailed head, the labels for a baseline head).
+PAYBACK_PROMPTS = 4
+
+
 def factored_values(
     *,
     kept: HeadUnembeddings,
@@ -281,12 +287,11 @@ def factored_values(
     w_o: dict[int, Tensor],
     attn_scale: Tensor,
 ) -> FactoredValues | None:
-    """The heads' values [K, S, D], those of heads detailed before projected through their
-    U_h from `kept` (fixed mode, and building U_h costs at most about twice projecting the
-    values directly: d_head ≤ 2·S rows of the unembedding against S); None: all as they are.
-    v [L, S, n_kv, d_head], w_o per layer [H, d_head, D], attn_scale [L, 1] at the analysed
-    position."""
-    if projector.mode != "fixed" or geometry.d_head > 2 * v.shape[1]:
+    """The heads' values [K, n, D], those of heads detailed before projected through their
+    U_h from `kept` (fixed mode, and where d_head ≤ PAYBACK_PROMPTS · n); None: all as they
+    are. v [L, n, n_kv, d_head] at the values' positions, w_o per layer [H, d_head, D],
+    attn_scale [L, 1] at the analysed position."""
+    if projector.mode != "fixed" or geometry.d_head > PAYBACK_PROMPTS * v.shape[1]:
         return None
     unembeddings = [
         kept.recurring((layer, head), partial(head_unembedding, projector, w_o[layer][head]))
@@ -296,7 +301,7 @@ def factored_values(
         return None
     z = torch.stack(
         [v[layer][:, geometry.kv_head(head)] * attn_scale[layer] for layer, head in heads]
-    )  # [K, S, d_head]
+    )  # [K, n, d_head]
     return FactoredValues(values, z, unembeddings)
 
 
@@ -315,20 +320,26 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
     random_layers = list(randoms)
     scale = c.attn_scale[:, 0, last]  # [L, 1]
 
-    def values_of(chosen: list[tuple[int, int]]) -> Tensor:
-        return head_values(v=c.v[:, 0], w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
+    def values_of(chosen: list[tuple[int, int]], v: Tensor) -> tuple[Tensor, FactoredValues | None]:
+        """The values of `chosen` heads from v [L, n, n_kv, d_head], and them factored."""
+        values = head_values(v=v, w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
+        factored = factored_values(
+            kept=run.loaded.head_unembeddings,
+            projector=run.projector,
+            geometry=g,
+            heads=chosen,
+            values=values,
+            v=v,
+            w_o=w_o,
+            attn_scale=scale,
+        )
+        return values, factored
 
-    values = values_of(heads)
-    factored = factored_values(
-        kept=run.loaded.head_unembeddings,
-        projector=run.projector,
-        geometry=g,
-        heads=heads,
-        values=values,
-        v=c.v[:, 0],
-        w_o=w_o,
-        attn_scale=scale,
-    )
+    values, factored = values_of(heads, c.v[:, 0])
+    baseline: Tensor | FactoredValues | None = None  # the random heads' values at the labels
+    if randoms:
+        plain, baseline = values_of(list(randoms.items()), c.v[:, 0][:, labels])
+        baseline = plain if baseline is None else baseline
 
     offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
     rotary = all(o is not None for o in offsets) and bool(labels)
@@ -345,7 +356,7 @@ def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> 
         target=run.target,
         k=run.k,
         margin_ids=run.margin_ids(),
-        random_values=values_of(list(randoms.items()))[:, labels] if randoms else None,
+        random_values=baseline,
         queries=real_queries(run, heads, w_k),
         offsets=torch.stack([o for o in offsets if o is not None]) if rotary else None,
         keys=c.normalized[layers, 0][:, labels],

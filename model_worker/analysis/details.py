@@ -23,7 +23,13 @@ from model_worker.analysis.contributions import (
     value_outputs,
 )
 from model_worker.analysis.head_unembedding import FactoredValues
-from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_projections
+from model_worker.analysis.metrics import (
+    VocabSummary,
+    block_rows,
+    concat,
+    summarize_logits,
+    summarize_projections,
+)
 from model_worker.analysis.projection import VocabProjector
 
 
@@ -80,6 +86,21 @@ class ProjectionBatch:
         return out
 
 
+def summarize_factored(
+    projector: VocabProjector, values: FactoredValues, rank_ids: Tensor, k: int
+) -> VocabSummary:
+    """Top-k tokens [R, P, k] and ranks of `rank_ids` [P] of factored values [R, P, D] (fixed
+    mode), a block of heads at a time."""
+    n_heads, n_positions = values.z.shape[:2]
+    per_block = max(1, block_rows(projector.vocab, values.z.device) // max(1, n_positions))
+    parts = []
+    for start in range(0, n_heads, per_block):
+        logits = values.logits(projector, slice(start, start + per_block), slice(None))
+        ranks = rank_ids.to(logits.device).expand(logits.shape[0], -1).reshape(-1)
+        parts.append(summarize_logits(logits.reshape(-1, logits.shape[-1]), k, ranks))
+    return concat(parts).reshaped((n_heads, n_positions))
+
+
 @dataclass(frozen=True)
 class HeadViews:
     """The tensors of K detailed heads' details, at P label positions, over their nL layers.
@@ -115,7 +136,7 @@ def head_views(
     target: int,
     k: int,
     margin_ids: tuple[int, int] | None,
-    random_values: Tensor | None,
+    random_values: Tensor | FactoredValues | None,
     queries: Tensor,
     offsets: Tensor | None,
     keys: Tensor,
@@ -127,7 +148,8 @@ def head_views(
     values [K, S, D]: each head's unweighted values v_p W_O^h (or them factored, fixed mode
     only: `FactoredValues`, projected through each head's U_h); rows [K, S]: its attention from
     the analysed position; bases [K, D] and base_logits [K, V]: resid_pre of its layer there and
-    its bs; label_ids [P]: the token at each label position; random_values [R, P, D]; queries
+    its bs; label_ids [P]: the token at each label position; random_values [R, P, D] (or them
+    factored); queries
     [K, D] (W_K^⊤ q); offsets [K, P', D]; keys, prior [nL, P, D]; resid_pre [nL, D].
     """
     n_heads = rows.shape[0]
@@ -166,7 +188,10 @@ def head_views(
         )
         batch.add("value", values[:, label_positions], label_ranks)
         batch.add("weighted", rows[:, label_positions, None] * values[:, label_positions])
-    if random_values is not None:
+    factored_random = None
+    if isinstance(random_values, FactoredValues):
+        factored_random = summarize_factored(projector, random_values, label_ids, k)
+    elif random_values is not None:
         batch.add("random", random_values, label_ids.expand(random_values.shape[0], -1))
     batch.add("query", queries)
     if offsets is not None:
@@ -175,6 +200,8 @@ def head_views(
     batch.add("prior", prior)
     batch.add("resid_pre", resid_pre)
     views = batch.run(projector, k)
+    if factored_random is not None:
+        views["random"] = factored_random
     if fixed is not None:
         shape = (n_heads, len(label_positions))
         views["value"] = fixed.value.reshaped(shape)

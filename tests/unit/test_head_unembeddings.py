@@ -4,6 +4,7 @@ kept ones stay within their budget."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,17 @@ def numbers(result: AnalysisResult) -> dict[str, list[float]]:
     for name, detail in result.head_details.items():
         out[f"{name} increase"] = [p.increase for p in detail.positions]
         out[f"{name} margin"] = [p.margin for p in detail.positions if p.margin is not None]
+        out[f"{name} baseline mrr"] = [m.mrr for m in detail.random_head_mrr]
         for view in detail.values:
             out[f"{name} value {view.position}"] = [t.value for t in view.value]
             out[f"{name} weighted {view.position}"] = [t.value for t in view.weighted_value]
     return out
+
+
+def head_key(name: str) -> tuple[int, int]:
+    """(layer, head) of a name such as L1H2."""
+    layer, head = re.fullmatch(r"L(\d+)H(\d+)", name).groups()  # type: ignore[union-attr]
+    return int(layer), int(head)
 
 
 def agree(result: AnalysisResult, direct: AnalysisResult) -> None:
@@ -54,8 +62,9 @@ def test_recurring_heads_project_through_their_unembeddings(
     tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A head's first analysis projects directly; its second builds and keeps its U_h; later
-    ones reuse it, also beside a head seen for the first time; every one answers as the
-    direct projection does (to 1e-4; same tokens, same label ranks)."""
+    ones reuse it, also beside a head seen for the first time, and so do the layers' random
+    baseline heads; every one answers as the direct projection does (to 1e-4; same tokens,
+    same label ranks, same baseline MRR)."""
     options: dict[str, Any] = {"target": "foo", "top_k_heads": 4}
     kept = tiny_model.head_unembeddings = HeadUnembeddings()
     first = analyze(tiny_model, EXAMPLE_PROMPT, **options)
@@ -63,6 +72,8 @@ def test_recurring_heads_project_through_their_unembeddings(
     second = analyze(tiny_model, EXAMPLE_PROMPT, **options)
     built = kept.nbytes
     assert built > 0
+    baselines = {d.random_head for d in second.head_details.values()} - {None}
+    assert baselines and all(kept.holds(head_key(name)) for name in baselines if name)
     new_head = next(h.name for h in first.heads if h.name not in first.head_details)
     mixed = analyze(tiny_model, EXAMPLE_PROMPT, extra_heads=[new_head], **options)
     assert kept.nbytes == built  # the new head is seen once: projected directly
