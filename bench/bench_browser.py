@@ -33,7 +33,7 @@ from playwright.sync_api import Page, sync_playwright
 from app.contracts import AnalysisRequest
 from app.main import create_app
 from app.settings import Settings
-from model_worker.jobs import run_analysis
+from model_worker.jobs import run_analysis, warm_up
 from model_worker.loading import LoadedModel, load_model
 from tests.browser.live import launch, serve
 
@@ -173,6 +173,7 @@ def main() -> None:
     args = parser.parse_args()
 
     loaded = load_model(device="cpu", dtype="float32")
+    warm_up(loaded)  # as a served model is warmed (`load_served_model`)
     with ExitStack() as stack:
         app, job_stamps, what = web_app(args, loaded, stack)
         CLOCK.install(app)

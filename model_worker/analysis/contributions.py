@@ -191,7 +191,8 @@ def part_increases(
 ) -> tuple[Tensor, Tensor]:
     """I(part | x) and I(whole − part | x), [B, M] each, for `whole` and `part` [B, M, D] on
     `bases` [B, D]. In fixed mode bs is linear, so the rest's logits are the whole's (kept by
-    `whole_increase`, else projected again) minus the part's."""
+    `whole_increase`, else projected again) minus the part's: `whole_logits` is consumed
+    (overwritten as scratch)."""
     if base_logits is None:
         base_logits = projector.logits(bases)
     if projector.mode != "fixed":
@@ -206,7 +207,7 @@ def part_increases(
         base = base_logits[b, None, :]
         whole_linear = projector.linear(whole[b, m]) if whole_logits is None else whole_logits[b, m]
         part_logits = projector.linear(part[b, m])
-        rest_full = (whole_linear - part_logits).add_(base)  # bs(x + whole − part), by linearity
+        rest_full = whole_linear.sub_(part_logits).add_(base)  # bs(x + whole − part), linearity
         part_full = part_logits.add_(base)
         for i, full in enumerate((part_full, rest_full)):
             out[i][b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]

@@ -108,7 +108,7 @@ def head_increases(
     pre_logits: Tensor | None = None,
 ) -> WholeIncrease:
     """I(head | resid_pre) [L, H] of every head (paper Fig. 3/4), resid_pre [L, D] at the
-    analysed position; its logits kept (fixed mode) for `label_split`."""
+    analysed position; its logits kept (fixed mode) for one `label_split`, which consumes them."""
     return whole_increase(projector, resid_pre, writes.whole, target, base_logits=pre_logits)
 
 
