@@ -146,7 +146,8 @@ def web_app(
     replay = None
     if args.replay:
         heads_s, details_s = (float(x) for x in args.replay.split(","))
-        whole = run_analysis(loaded, AnalysisRequest(prompt=prompt_of(loaded, 64, 0)))
+        request = AnalysisRequest(prompt=prompt_of(loaded, 64, 0))
+        whole = run_analysis(loaded, request, settings=settings)
         replay = Replay(whole, heads_s, details_s)
         args.screenshot = None
     backend = timed_backend(CLOCK, replay)(settings, loader=lambda: loaded)
