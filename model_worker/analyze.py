@@ -271,8 +271,10 @@ def head_summaries(
 
 
 #: A recurring head's U_h is built where it pays for itself within this many more prompts: it
-#: costs d_head rows of the unembedding once and saves about n a prompt (n: the head's vectors
-#: projected per prompt, all positions for a detailed head, the labels for a baseline head).
+#: costs d_head rows of the unembedding once and saves n (1 − d_head / D) a prompt (n: the
+#: head's vectors projected per prompt, all positions for a detailed head, the labels for a
+#: baseline head). Where building it and projecting through it already cost less than the n
+#: direct rows (d_head ≤ n (1 − d_head / D): long prompts), it is built at first sight.
 PAYBACK_PROMPTS = 4
 
 
@@ -288,13 +290,19 @@ def factored_values(
     attn_scale: Tensor,
 ) -> FactoredValues | None:
     """The heads' values [K, n, D], those of heads detailed before projected through their
-    U_h from `kept` (fixed mode, and where d_head ≤ PAYBACK_PROMPTS · n); None: all as they
-    are. v [L, n, n_kv, d_head] at the values' positions, w_o per layer [H, d_head, D],
-    attn_scale [L, 1] at the analysed position."""
-    if projector.mode != "fixed" or geometry.d_head > PAYBACK_PROMPTS * v.shape[1]:
+    U_h from `kept` (fixed mode, and where d_head ≤ PAYBACK_PROMPTS · n; at first sight where
+    that is cheaper already); None: all as they are. v [L, n, n_kv, d_head] at the values'
+    positions, w_o per layer [H, d_head, D], attn_scale [L, 1] at the analysed position."""
+    n, d_head = v.shape[1], geometry.d_head
+    if projector.mode != "fixed" or d_head > PAYBACK_PROMPTS * n:
         return None
+    at_first_sight = d_head <= n * (1 - d_head / geometry.d_model)
     unembeddings = [
-        kept.recurring((layer, head), partial(head_unembedding, projector, w_o[layer][head]))
+        kept.recurring(
+            (layer, head),
+            partial(head_unembedding, projector, w_o[layer][head]),
+            at_first_sight=at_first_sight,
+        )
         for layer, head in heads
     ]
     if all(u is None for u in unembeddings):

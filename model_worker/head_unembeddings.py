@@ -29,10 +29,12 @@ class HeadUnembeddings:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def recurring(self, key: HeadKey, build: Callable[[], Tensor]) -> Tensor | None:
-        """U_h of head `key` if it was detailed before (built by `build()` and kept, within
-        the budget, when missing); None the first time (the head is noted as seen), and always
-        with no budget."""
+    def recurring(
+        self, key: HeadKey, build: Callable[[], Tensor], *, at_first_sight: bool = False
+    ) -> Tensor | None:
+        """U_h of head `key` if it was detailed before, or now with `at_first_sight` (built by
+        `build()` and kept, within the budget, when missing); None the first time otherwise
+        (the head is noted as seen), and always with no budget."""
         if self.budget_bytes <= 0:
             return None
         with self._lock:
@@ -41,7 +43,7 @@ class HeadUnembeddings:
             self._seen.move_to_end(key)
             while len(self._seen) > MAX_SEEN:
                 self._seen.popitem(last=False)
-        return None if first else self.get(key, build)
+        return None if first and not at_first_sight else self.get(key, build)
 
     def holds(self, key: HeadKey) -> bool:
         with self._lock:

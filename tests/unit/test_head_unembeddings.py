@@ -21,6 +21,9 @@ from model_worker.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 ATOL = 1e-4
+#: 8 tokens: too short for U_h at first sight (d_head 8 > 8 · (1 − 8 / 32)), long enough to pay
+#: back within four prompts (8 ≤ 4 · 8; the baseline heads' 2 labels: 8 ≤ 4 · 2)
+SHORT_PROMPT = "love : bar two : foo one :"
 
 
 def numbers(result: AnalysisResult) -> dict[str, list[float]]:
@@ -63,25 +66,43 @@ def test_recurring_heads_project_through_their_unembeddings(
 ) -> None:
     """A head's first analysis projects directly; its second builds and keeps its U_h; later
     ones reuse it, also beside a head seen for the first time, and so do the layers' random
-    baseline heads; every one answers as the direct projection does (to 1e-4; same tokens,
-    same label ranks, same baseline MRR)."""
+    baseline heads (a short prompt: a long one builds U_h at first sight, below); every one
+    answers as the direct projection does (to 1e-4; same tokens, same label ranks, same
+    baseline MRR)."""
     options: dict[str, Any] = {"target": "foo", "top_k_heads": 4}
     kept = tiny_model.head_unembeddings = HeadUnembeddings()
-    first = analyze(tiny_model, EXAMPLE_PROMPT, **options)
+    first = analyze(tiny_model, SHORT_PROMPT, **options)
     assert kept.nbytes == 0  # seen once: nothing built
-    second = analyze(tiny_model, EXAMPLE_PROMPT, **options)
+    second = analyze(tiny_model, SHORT_PROMPT, **options)
     built = kept.nbytes
     assert built > 0
     baselines = {d.random_head for d in second.head_details.values()} - {None}
     assert baselines and all(kept.holds(head_key(name)) for name in baselines if name)
     new_head = next(h.name for h in first.heads if h.name not in first.head_details)
-    mixed = analyze(tiny_model, EXAMPLE_PROMPT, extra_heads=[new_head], **options)
+    mixed = analyze(tiny_model, SHORT_PROMPT, extra_heads=[new_head], **options)
     assert kept.nbytes == built  # the new head is seen once: projected directly
     monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
-    direct = analyze(tiny_model, EXAMPLE_PROMPT, **options)
+    direct = analyze(tiny_model, SHORT_PROMPT, **options)
     for result in (first, second):
         agree(result, direct)
-    agree(mixed, analyze(tiny_model, EXAMPLE_PROMPT, extra_heads=[new_head], **options))
+    agree(mixed, analyze(tiny_model, SHORT_PROMPT, extra_heads=[new_head], **options))
+
+
+def test_a_long_prompt_builds_the_unembeddings_at_first_sight(
+    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where building U_h and projecting through it cost less than projecting the S values
+    directly (d_head ≤ S (1 − d_head / D): here 8 ≤ 14 · 0.75), a head's first analysis
+    already goes through it, and answers as the direct projection does."""
+    g = tiny_model.geometry
+    n_tokens = len(tiny_model.tokenizer(EXAMPLE_PROMPT).input_ids)
+    assert g.d_head <= n_tokens * (1 - g.d_head / g.d_model)
+    assert len(tiny_model.tokenizer(SHORT_PROMPT).input_ids) * (1 - g.d_head / g.d_model) < g.d_head
+    kept = tiny_model.head_unembeddings = HeadUnembeddings()
+    first = analyze(tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=4)
+    assert all(kept.holds(head_key(name)) for name in first.head_details)
+    monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
+    agree(first, analyze(tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=4))
 
 
 def test_kept_unembeddings_stay_within_their_budget() -> None:
