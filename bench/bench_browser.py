@@ -6,6 +6,7 @@ Chromium with Playwright. Prints, measured in this one run (the machine is share
   visible (the whole analysis; target ≤ 1.5 s), cache cold, for several ≤ 64-token prompts;
 - a cached analysis page: navigation → first paint / first contentful paint (target ≤ 100 ms);
 - the HTML size of a 64-token prompt's analysis page (limit 300 KB);
+- Chromium's own CPU time an analysis (it shares this machine's cores with the model);
 - the timeline of a cold analysis from the click to the heatmap and the details (median ms
   of each segment: submit, dispatch, compute, answer, parse, paint; browser_timeline.py).
 It also saves the README screenshot (the paper's prompt with its top head open).
@@ -106,6 +107,21 @@ def analyse_to_heatmap(
     return heatmap_s, details_s
 
 
+def chromium_cpu_s() -> float:
+    """CPU seconds used so far by this machine's Chromium processes (Linux /proc; live ones
+    only): what the browser takes from the worker when both share the machine."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, fields = stat.read_text().split(" (", 1)[1].split(") ", 1)
+        except (OSError, IndexError):
+            continue
+        if name.startswith("chrom"):
+            utime, stime = fields.split()[11:13]
+            total += int(utime) + int(stime)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def first_paint_ms(page: Page, url: str) -> tuple[float, float]:
     """(first paint, first contentful paint) of a fresh navigation to `url`, in ms."""
     page.goto(url, wait_until="load")
@@ -186,12 +202,14 @@ def main() -> None:
 
         cold, details, web = [], [], []
         segments: list[dict[str, float]] = []
+        browser_cpu = -chromium_cpu_s()
         for shift in range(args.repeats):
             prompt = prompt_of(loaded, 64, shift)
             heatmap_s, details_s = analyse_to_heatmap(page, base_url, prompt, segments, job_stamps)
             cold.append(heatmap_s)
             details.append(details_s)
             web.append(details_s - segments[-1]["job (both stages)"] / 1000)
+        browser_cpu += chromium_cpu_s()
         n_tokens = len(loaded.tokenizer(prompt).input_ids)
         url = page.url.split("?")[0]
         html_kb = len(urllib.request.urlopen(url).read()) / 1024
@@ -221,6 +239,11 @@ def main() -> None:
             f"{statistics.median(s['job (both stages)'] for s in segments) / 1000:.2f} s; "
             f"web + browser (submit, "
             f"polling, render): median {statistics.median(web):.2f} s"
+        )
+        print(
+            f"  Chromium's own CPU time: {browser_cpu / args.repeats * 1000:.0f} ms an analysis "
+            f"(home page, Analyse, heatmap, details; all its processes), on the {os.cpu_count()} "
+            "cores the model computes on"
         )
         print(
             f"cached analysis page first paint: median {statistics.median(fp):.0f} ms, "
