@@ -252,10 +252,14 @@ class Adapter:
         return q, k, v
 
     def attention_scaling(self, model: nn.Module, index: int) -> float:
-        """The factor the model multiplies q·k by in layer `index`."""
-        value = getattr(self.sub(model, index, self.spec.attn), self.spec.scaling_attr)
-        value = float(value.item() if isinstance(value, Tensor) else value)
-        return 1.0 / value if self.spec.scaling_is_divisor else value
+        """The factor the model multiplies q·k by in layer `index`: the attention's `scaling`,
+        or 1 / the spec's divisor attribute where the attention has that."""
+        attn = self.sub(model, index, self.spec.attn)
+        divisor = self.spec.scaling_divisor_attr
+        if divisor is not None and hasattr(attn, divisor):
+            return 1.0 / float(getattr(attn, divisor))
+        scaling: Any = attn.scaling
+        return float(scaling)
 
     def rotary_dims(self, model: nn.Module, index: int, g: HeadGeometry) -> int:
         """How many leading dims of each q/k head are rotated (partial rotary); 0 without rotary."""
@@ -281,8 +285,13 @@ class Adapter:
     def _cos_sin(self, model: nn.Module, index: int, x: Tensor, positions: Tensor) -> list[Tensor]:
         """The model's own rotary cos and sin at `positions` [B, S] → two [B, S, rotary dims]."""
         attn = self.sub(model, index, self.spec.attn)
-        if self.spec.rotary_table_attr is not None:  # GPT-J: a [sin | cos] table, pairs repeated
-            table = getattr(attn, self.spec.rotary_table_attr).to(x.device)[positions]
+        table_attr = self.spec.rotary_table_attr
+        if table_attr is not None:  # GPT-J: a [sin | cos] table, pairs repeated
+            holder = attn
+            if not hasattr(attn, table_attr):  # transformers ≥ 5.24: on the model's rotary module
+                assert self.spec.rotary_emb is not None
+                holder = model.get_submodule(self.spec.rotary_emb)
+            table = getattr(holder, table_attr).to(x.device)[positions]
             sin, cos = table.to(x.dtype).chunk(2, dim=-1)
             return [t.repeat_interleave(2, dim=-1) for t in (cos, sin)]
         assert self.spec.rotary_emb is not None

@@ -5,7 +5,7 @@ mask, the scaling and any soft-cap to an attention function looked up by name in
 `transformers.AttentionInterface`. While `recording()` is active the model's attention
 implementation is a registered recorder that keeps those tensors and then calls the family's own
 eager function (so the pattern and every output are unchanged); a forward pre-hook on each
-attention module keeps the rotary `position_embeddings` (cos, sin) it receives. Modules are
+attention module keeps the rotary `position_embeddings` it receives, as (cos, sin). Modules are
 not modified, and the model's implementation is restored on exit.
 
 The two family-dependent lookups (the eager function, the rotary function) are `_family_eager`
@@ -14,6 +14,7 @@ and `rotary_function`: both read the attention module's own modelling file.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,14 +28,41 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 RECORDER = "icl_heads_record"
 
-RotaryFn = Callable[..., tuple[Tensor, Tensor]]
+
+@dataclass(frozen=True)
+class RotaryFunction:
+    """A modelling file's `apply_rotary_pos_emb`, in either convention: Llama's (q, k, cos, sin)
+    on [B, n, S, d] with position_embeddings (cos, sin) [B, S, d_rot]; or GPT-J's (x, sin, cos)
+    on [B, S, n, d] with position_embeddings (sin, cos) [B, S, d_rot / 2], one angle per pair of
+    dims (GPT-J from transformers 5.24)."""
+
+    apply: Callable[..., Any]
+    sin_first: bool  # GPT-J's convention
+
+    def cos_sin(self, position_embeddings: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """(cos, sin) of the position_embeddings the attention received, detached fp32."""
+        first, second = (t.detach().float() for t in position_embeddings)
+        return (second, first) if self.sin_first else (first, second)
+
+    def __call__(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """x [n, P, d] with its leading dims rotated by cos, sin [P, ·] (partial rotary: Phi,
+        StableLM, GPT-J), the rest unchanged."""
+        if self.sin_first:
+            width = 2 * cos.shape[-1]
+            part = x[..., :width].transpose(0, 1)[None]  # [1, P, n, width]
+            rotated = self.apply(part, sin[None], cos[None])[0].transpose(0, 1)
+        else:
+            width = cos.shape[-1]
+            part = x[..., :width][None]  # [1, n, P, width]
+            rotated = self.apply(part, part, cos[None], sin[None])[0][0]
+        return torch.cat([rotated, x[..., width:]], -1)
 
 
 @dataclass
 class LayerQk:
     """What one layer scored with: query [B, H, S, d], key [B, n_kv, S, d] (both after rotary),
     the additive mask [B, 1|H, S, S] or None, the score scaling and soft-cap, and the rotary
-    (cos, sin) [B, S, d_rot] it received (None for learned or no positions)."""
+    (cos, sin) [B, S, ·] it received (None for learned or no positions)."""
 
     query: Tensor | None = None
     key: Tensor | None = None
@@ -42,7 +70,7 @@ class LayerQk:
     scaling: float = 1.0
     softcap: float | None = None
     rotary: tuple[Tensor, Tensor] | None = None
-    rotate: RotaryFn | None = field(default=None, repr=False)
+    rotate: RotaryFunction | None = field(default=None, repr=False)
 
 
 #: attention module → its layer's record, while a `recording()` block runs
@@ -57,9 +85,14 @@ def _family_eager(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
     return eager
 
 
-def rotary_function(module: nn.Module) -> RotaryFn | None:
-    """`apply_rotary_pos_emb(q, k, cos, sin)` of the module's modelling file, if it has one."""
-    return getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
+def rotary_function(module: nn.Module) -> RotaryFunction | None:
+    """`apply_rotary_pos_emb` of the module's modelling file, if it has one, its convention
+    read from its parameters' order."""
+    apply = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
+    if apply is None:
+        return None
+    names = list(inspect.signature(apply).parameters)
+    return RotaryFunction(apply, sin_first=names.index("sin") < names.index("cos"))
 
 
 def _record(
@@ -106,7 +139,7 @@ def recording(model: nn.Module, modules: Sequence[nn.Module]) -> Iterator[list[L
         def hook(_m: nn.Module, _args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             rotary = kwargs.get("position_embeddings")
             if isinstance(rotary, tuple) and record.rotate is not None:
-                record.rotary = (rotary[0].detach().float(), rotary[1].detach().float())
+                record.rotary = record.rotate.cos_sin(rotary)
 
         return hook
 
@@ -131,9 +164,5 @@ def rotate(record: LayerQk, x: Tensor, positions: Sequence[int], inverse: bool =
     with the family's own rotary function; x unchanged for a layer without rotary."""
     if record.rotary is None or record.rotate is None:
         return x
-    cos, sin = (t[0, list(positions)] for t in record.rotary)  # [P, d_rot]
-    sin = -sin if inverse else sin
-    width = cos.shape[-1]  # partial rotary (Phi, StableLM): only the first dims rotate
-    part = x[..., :width]
-    rotated, _ = record.rotate(part[None], part[None], cos[None], sin[None])
-    return torch.cat([rotated[0], x[..., width:]], -1)
+    cos, sin = (t[0, list(positions)] for t in record.rotary)  # [P, ·]
+    return record.rotate(x, cos, -sin if inverse else sin)

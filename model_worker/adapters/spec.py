@@ -72,9 +72,12 @@ class FamilySpec:
     rotary: RotaryStyle = "rotate_half"
     rotary_dims_attr: str | None = None  # attention attribute holding partial rotary dims
     rotary_emb: str | None = None  # the model's rotary module → (cos, sin) (rotate_half)
-    rotary_table_attr: str | None = None  # attention attribute, a [sin | cos] table (GPT-J)
-    scaling_attr: str = "scaling"  # attention attribute: scores = q·k · scaling
-    scaling_is_divisor: bool = False  # GPT-J: scores = q·k / scale_attn
+    # GPT-J: a [sin | cos] table, an attribute of the attention module (transformers < 5.24) or
+    # else of the model's `rotary_emb` module
+    rotary_table_attr: str | None = None
+    # scores = q·k · the attention's `scaling`, or q·k / this attribute where the attention has
+    # it (GPT-J's scale_attn, transformers < 5.24)
+    scaling_divisor_attr: str | None = None
     attn_softcap_key: str | None = None  # config key: scores → c·tanh(scores / c)
     final_softcap_key: str | None = None  # config key: logits → c·tanh(logits / c)
     embed_scale: Literal["none", "sqrt_d_model"] = "none"

@@ -5,6 +5,7 @@ modules (out_proj, post-norm, final norm, lm_head), not through the adapter's we
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from model_worker.capture import RunCache, run_with_cache
 from model_worker.experiments.job import run_experiment
 from model_worker.interventions import positionless_heads, zero_heads
 from model_worker.loading import LoadedModel
+from model_worker.qk import rotate
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 
 FAMILIES = sorted(REGISTRY)
@@ -211,13 +213,13 @@ def without_positions(loaded: LoadedModel) -> Iterator[None]:
 
     with torch.no_grad():
         for module in loaded.model.modules():
-            if type(module).__name__.endswith("RotaryEmbedding"):
-                handles.append(module.register_forward_hook(identity))
             table = getattr(module, "embed_positions", None)
             if isinstance(table, Tensor):
                 saved.append((table, table.clone()))
                 half = table.shape[-1] // 2
                 table[..., :half], table[..., half:] = 0.0, 1.0
+            elif type(module).__name__.endswith("RotaryEmbedding"):
+                handles.append(module.register_forward_hook(identity))
         if loaded.adapter.spec.pos_embed:
             weight = loaded.model.get_submodule(loaded.adapter.spec.pos_embed).weight
             saved.append((weight, weight.clone()))
@@ -269,6 +271,37 @@ def test_adapter_queries_and_keys_reproduce_the_models_attention(family: LoadedM
                 assert close(torch.einsum("bsd,hde->bshe", x, weights.w_k) + weights.b_k, k)
             q, k = (adapter.rotate(model, layer, g, t, positions) for t in (q, k))
             assert close(adapter.pattern(model, layer, g, q, k), cache.pattern[layer])
+
+
+def test_recorded_queries_and_keys_are_what_the_model_scores_with(family: LoadedModel) -> None:
+    """The recorded keys are the adapter's keys rotated by the recorded rotary (the modelling
+    file's own function and convention), un-rotating gives them back, and the recorded query,
+    key, scaling, soft-cap and mask give the model's pattern. An attention that bypasses the
+    recorder (no eager_attention_forward: GPT-J before transformers 5.24) records nothing."""
+    adapter, g, model = family.adapter, family.geometry, family.model
+    ids = family.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    cache = run_with_cache(model, adapter, g, ids, record_qk=True)
+    assert cache.qk is not None
+    attn = adapter.sub(model, 0, adapter.spec.attn)
+    if not hasattr(sys.modules[type(attn).__module__], "eager_attention_forward"):
+        assert all(record.key is None for record in cache.qk)
+        return
+    positions = list(range(ids.shape[1]))
+    kv = [g.kv_head(h) for h in range(g.n_heads)]
+    with torch.no_grad():
+        for layer, record in enumerate(cache.qk):
+            assert record.query is not None and record.key is not None
+            assert (record.rotary is None) == (adapter.spec.rotary == "none")
+            x = cache.normalized[layer]
+            keys = adapter.project_qkv(model, layer, g, x, x)[1][0].transpose(0, 1)  # [n, S, d]
+            assert close(rotate(record, keys, positions), record.key[0])
+            assert close(rotate(record, record.key[0], positions, inverse=True), keys)
+            scores = record.query[0] @ record.key[0, kv].transpose(-1, -2) * record.scaling
+            if record.softcap is not None:
+                scores = record.softcap * torch.tanh(scores / record.softcap)
+            if record.mask is not None:
+                scores = scores + record.mask[0]
+            assert close(scores.softmax(-1), cache.pattern[layer, 0])
 
 
 def test_the_declared_block_shape_is_the_models(family: LoadedModel) -> None:

@@ -21,8 +21,8 @@ SPEC = FamilySpec(
     norm="layer",
     parallel=True,
     rotary="interleaved",
+    rotary_emb="transformer.rotary_emb",  # the table's holder from transformers 5.24
     rotary_table_attr="embed_positions",
     rotary_dims_attr="rotary_dim",
-    scaling_attr="scale_attn",
-    scaling_is_divisor=True,
+    scaling_divisor_attr="scale_attn",
 )
