@@ -174,7 +174,7 @@ def _mrr(run: _Run, ranks: Tensor) -> list[LabelMrr]:
 
 def _layer_qk(run: _Run, layer: int) -> LayerQk | None:
     """What `layer` scored with, or None for a family whose attention does not go through
-    transformers' AttentionInterface (e.g. GPT-J): then it has no QK scores."""
+    transformers' AttentionInterface (GPT-J before transformers 5.24): then it has no QK scores."""
     assert run.cache.qk is not None, "analyze captures with record_qk=True"
     record = run.cache.qk[layer]
     return record if record.query is not None and record.key is not None else None
