@@ -92,6 +92,7 @@ class VocabSummary:
 def summarize_logits(logits: Tensor, k: int, rank_ids: Tensor) -> VocabSummary:
     """Top-k of `logits` [N, V] and the 1-based rank of `rank_ids` [N] (−1 entries: rank 0)."""
     top_values, top_ids = top_k(logits, k)
+    rank_ids = rank_ids.to(logits.device)  # label ids come from the CPU (the model's: CUDA)
     ranks = torch.zeros_like(rank_ids)
     wanted = (rank_ids >= 0).nonzero().squeeze(-1)
     if len(wanted):  # counting over the vocabulary only for the rows that ask for a rank
