@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from playwright.sync_api import Page, sync_playwright
 from app.contracts import AnalysisRequest
 from app.main import create_app
 from app.settings import Settings
-from model_worker.jobs import run_analysis, warm_up
+from model_worker.jobs import load_served_model, run_analysis
 from model_worker.loading import LoadedModel, load_model
 from tests.browser.live import launch, serve
 
@@ -74,6 +75,24 @@ def prompt_of(loaded: LoadedModel, tokens: int, shift: int) -> str:
     return best
 
 
+#: How often the page is asked whether what is awaited is there (ms): Playwright's own
+#: `locator.wait_for` re-checks every 100 ms at best, which it added to every time measured.
+POLL_MS = 10
+
+
+def painted(mark: str, page: Page) -> None:
+    """Returns once the page probe (browser_timeline.PAGE_PROBE) has seen `mark` painted (two
+    frames after it entered the DOM) or the job failed, across the navigations of a form's
+    submit; asks every POLL_MS (a cheap read: no layout forced while the page is parsed)."""
+    page.wait_for_function(
+        "mark => Boolean(window.__marks?.[mark + '_frame'])"
+        " || document.querySelector('[data-status=failed]') !== null",
+        arg=mark,
+        polling=POLL_MS,
+        timeout=300_000,
+    )
+
+
 def analyse_to_heatmap(
     page: Page,
     base_url: str,
@@ -81,8 +100,8 @@ def analyse_to_heatmap(
     segments: list[dict[str, float]] | None = None,
     job_stamps: JobStamps | None = None,
 ) -> tuple[float, float]:
-    """Seconds from clicking Analyse to the heatmap's cells being visible (the per-head stage),
-    and to the head details being there (the whole analysis body); `segments` receives the
+    """Seconds from clicking Analyse to the heatmap's cells being painted (the per-head stage),
+    and to the head details being painted (the whole analysis body); `segments` receives the
     run's timeline (browser_timeline.breakdown; `job_stamps` adds the job's own stamps when
     a worker process ran it)."""
     page.goto(base_url + "/")
@@ -90,12 +109,9 @@ def analyse_to_heatmap(
     CLOCK.clear()
     start = time.perf_counter()
     page.click("#analyse")
-    heatmap = page.locator("svg[data-figure=heatmap] rect.cell, [data-status=failed]").first
-    heatmap.wait_for(timeout=300_000)
+    painted("heatmap", page)
     heatmap_s = time.perf_counter() - start
-    page.locator(".analysis-body[data-status=done], [data-status=failed]").first.wait_for(
-        timeout=300_000
-    )
+    painted("details", page)
     details_s = time.perf_counter() - start
     if page.locator("[data-status=failed]").count():
         raise RuntimeError(page.locator("[data-status=failed]").inner_text())
@@ -140,10 +156,11 @@ def first_paint_ms(page: Page, url: str) -> tuple[float, float]:
 
 
 def web_app(
-    args: argparse.Namespace, loaded: LoadedModel, stack: ExitStack
-) -> tuple[FastAPI, JobStamps | None, str]:
+    args: argparse.Namespace, stack: ExitStack
+) -> tuple[FastAPI, LoadedModel, JobStamps | None, str]:
     """The app under test (embedded: the model in-process, or replayed; Redis: a worker
-    process), how to read a job's own stamps, and what computes (for the report)."""
+    process), SmolLM2 (for the prompts' tokens), how to read a job's own stamps, and what
+    computes (for the report)."""
     settings = Settings(data_dir=Path(tempfile.mkdtemp()))  # a fresh store: cold means cold
     if args.redis:
         from redis import Redis
@@ -158,17 +175,30 @@ def web_app(
         connection = Redis.from_url(url)
         wait_for(lambda: live_beats(connection), 600, f"the worker (log: {log})")
         app = create_app(settings.model_copy(update={"redis_url": url}))
-        return app, RqWatch(connection).stamps, "SmolLM2 on CPU, Redis + worker"
-    replay = None
+        loaded = load_model(device="cpu", dtype="float32")  # its tokenizer: the worker computes
+        return app, loaded, RqWatch(connection).stamps, "SmolLM2 on CPU, Redis + worker"
     if args.replay:
+        loaded = load_model(device="cpu", dtype="float32")
         heads_s, details_s = (float(x) for x in args.replay.split(","))
         request = AnalysisRequest(prompt=prompt_of(loaded, 64, 0))
         whole = run_analysis(loaded, request, settings=settings)
-        replay = Replay(whole, heads_s, details_s)
+        backend = timed_backend(CLOCK, Replay(whole, heads_s, details_s))
         args.screenshot = None
-    backend = timed_backend(CLOCK, replay)(settings, loader=lambda: loaded)
-    what = f"replayed: stages of {args.replay} s" if replay else "SmolLM2 on CPU, embedded"
-    return create_app(settings, backend), None, what
+        app = create_app(settings, backend(settings, loader=lambda: loaded))
+        return app, loaded, None, f"replayed: stages of {args.replay} s"
+    served: Future[LoadedModel] = Future()
+
+    def load() -> LoadedModel:
+        """Loaded and warmed up in the backend's worker thread, as `icl-heads serve` does: torch
+        used from a second thread as well (this one) would start a second OpenMP team, and
+        libgomp, then managing more threads than there are cores, stops spinning between
+        parallel regions (the per-head stage ~12% slower; measured here)."""
+        loaded = load_served_model(settings)
+        served.set_result(loaded)
+        return loaded
+
+    app = create_app(settings, timed_backend(CLOCK)(settings, loader=load))
+    return app, served.result(), None, "SmolLM2 on CPU, embedded"
 
 
 def main() -> None:
@@ -189,10 +219,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    loaded = load_model(device="cpu", dtype="float32")
-    warm_up(loaded)  # as a served model is warmed (`load_served_model`)
     with ExitStack() as stack:
-        app, job_stamps, what = web_app(args, loaded, stack)
+        app, loaded, job_stamps, what = web_app(args, stack)
         CLOCK.install(app)
         base_url = stack.enter_context(serve(app))
         browser = launch(stack.enter_context(sync_playwright()))

@@ -33,6 +33,7 @@ from model_worker.adapters import spec_for
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.errors import ModelLoadError
 from model_worker.head_unembeddings import HeadUnembeddings
+from model_worker.linear_routing import route_linear_layers
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +245,7 @@ def wrap_model(
         model.set_attn_implementation("eager")
     geometry = adapter.geometry(config)
     adapter.check(model, geometry)
+    route_linear_layers(model)
     max_positions = getattr(config, "n_positions", None) or getattr(
         config, "max_position_embeddings", None
     )

@@ -37,17 +37,19 @@ def layer_increase_table(
 ) -> tuple[Tensor, Tensor]:
     """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) [L] each, from resid_pre, attn_out
     and mlp_out [L, D] at one position; `pre_logits` [L, V], when known, spare projecting
-    resid_pre again."""
-    if projector.mode == "fixed":  # bs is linear: bs(resid_mid) = bs(resid_pre) + bs(attn_out)
+    resid_pre again.
+
+    In fixed mode bs is linear and resid_mid_l + mlp_out_l is resid_pre_{l+1} (the residual
+    bookkeeping), so an FFN's increase is log p(resid_pre_{l+1}) − log p(resid_mid_l): one
+    projection per layer for the attention, one for the last FFN, none for the others."""
+    if projector.mode == "fixed":
         if pre_logits is None:
             pre_logits = projector.logits(resid_pre)
-        mid_logits = projector.linear(attn_out).add_(pre_logits)
-        attn = base_logprobs(projector, mid_logits, target)
-        attn -= base_logprobs(projector, pre_logits, target)
-        ffn = logprob_increase(
-            projector, resid_pre + attn_out, mlp_out[:, None], target, base_logits=mid_logits
-        )
-        return attn, ffn.increase[:, 0]
+        pre = base_logprobs(projector, pre_logits, target)
+        mid = base_logprobs(projector, projector.linear(attn_out).add_(pre_logits), target)
+        last_post = projector.logits(resid_pre[-1:] + attn_out[-1:] + mlp_out[-1:])
+        post = torch.cat([pre[1:], base_logprobs(projector, last_post, target)])
+        return mid - pre, post - mid
     attn = logprob_increase(
         projector, resid_pre, attn_out[:, None], target, base_logits=pre_logits
     ).increase[:, 0]

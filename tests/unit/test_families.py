@@ -169,6 +169,28 @@ def test_head_increases_equal_a_direct_computation(family: LoadedModel, mode: st
         assert summary.increase == pytest.approx(float(after - before), rel=1e-4, abs=2e-5)
 
 
+@pytest.mark.parametrize("mode", ["fixed", "recompute"])
+def test_layer_increases_equal_a_direct_computation(family: LoadedModel, mode: str) -> None:
+    """analyze()'s I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l), by the definition
+    through the model's own final norm and lm_head (+ cap): resid_mid = resid_pre + attn_out,
+    resid_mid + mlp_out (fixed mode reads this as the next layer's resid_pre)."""
+    result = analyze(family, EXAMPLE_PROMPT, target="foo", norm=mode, top_k_heads=2)  # type: ignore[arg-type]
+    cache, ids = capture(family)
+    last, target = ids.shape[1] - 1, result.target.id
+    x_final = cache.resid_final[0, last]
+
+    def logprob(x: Tensor) -> float:
+        return float(torch.log_softmax(model_logits(family, x, x_final, mode), -1)[target])
+
+    for row in result.layers:
+        pre = cache.resid_pre[row.layer, 0, last]
+        mid = pre + cache.attn_out[row.layer, 0, last]
+        post = mid + cache.mlp_out[row.layer, 0, last]
+        attn, ffn = logprob(mid) - logprob(pre), logprob(post) - logprob(mid)
+        assert row.attn_increase == pytest.approx(attn, rel=1e-4, abs=2e-5)
+        assert row.ffn_increase == pytest.approx(ffn, rel=1e-4, abs=2e-5)
+
+
 def test_zeroing_a_head_equals_removing_its_slice(family: LoadedModel) -> None:
     """zero_heads((l, h)) gives the logits of a forward that subtracts head h's slice from the
     output projection's output, and o changes by exactly that slice."""
