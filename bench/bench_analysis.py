@@ -132,13 +132,13 @@ def interleaved(
 def kernel_rates(loaded: LoadedModel, repeats: int) -> str:
     """GFLOP/s of every candidate unembedding kernel on one real block (160 × D · W_Uᵀ),
     and the one the calibration chose."""
-    w_u = loaded.model.get_output_embeddings().weight.detach()
+    w_u = loaded.unembedding()[0]
     x = torch.randn(160, w_u.shape[1])
     flops = 2 * x.shape[0] * w_u.shape[0] * w_u.shape[1]
-    candidates = kernels(x, w_u)
+    candidates = kernels(x, w_u, kept=True)
     times = interleaved({name: (lambda k=k: k(x, w_u)) for name, k in candidates.items()}, repeats)
     rates = ", ".join(f"{name} {flops / t[0] / 1e9:.0f}" for name, t in times.items())
-    return f"{rates} GFLOP/s; chosen: {kernel_for(x, w_u).name}"
+    return f"{rates} GFLOP/s; chosen: {kernel_for(x, w_u, kept=True).name}"
 
 
 def setup(

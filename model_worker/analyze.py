@@ -63,7 +63,7 @@ def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> Voc
     """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
     adapter, device = loaded.adapter, x_final.device
     norm = adapter.final_norm(loaded.model)
-    w_u, b_u = adapter.unembedding(loaded.model)
+    w_u, b_u = loaded.unembedding()
     return VocabProjector.at(
         FinalNorm(
             norm.kind,

@@ -59,6 +59,14 @@ class LoadedModel:
     #: detailed heads' factored unembeddings, kept across prompts
     head_unembeddings: HeadUnembeddings = field(default_factory=HeadUnembeddings, repr=False)
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
+    _unembedding: tuple[torch.Tensor, torch.Tensor | None] | None = field(default=None, repr=False)
+
+    def unembedding(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_U [V, D] and b_U [V] or None, fp32, read once: the same tensors every analysis, so
+        that what a kernel keeps for W_U (a packed copy, `analysis.kernels`) stays valid."""
+        if self._unembedding is None:
+            self._unembedding = self.adapter.unembedding(self.model)
+        return self._unembedding
 
     def token_text(self, token_id: int) -> str:
         """The display string of one token (" foo"), memoised: decoding is slow per call."""

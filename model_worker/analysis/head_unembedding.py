@@ -23,7 +23,8 @@ from model_worker.analysis.projection import VocabProjector
 def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:
     """U_h [d_head, V] of one head's W_O^h [d_head, D] (post-norm scale folded in, as
     `w_out` gives it): the final norm's centring and γ, then the unembedding; no biases."""
-    return unembed_matmul(projector.norm.center(w_o_head) * projector.norm.weight, projector.w_u)
+    normed = projector.norm.center(w_o_head) * projector.norm.weight
+    return unembed_matmul(normed, projector.w_u, kept=True)
 
 
 @dataclass(frozen=True)

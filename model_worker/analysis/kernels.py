@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 Kernel = Callable[[Tensor, Tensor], Tensor]
 
 _ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+_ONEDNN_PACK = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
 #: Rows of x and of W_U that the calibration multiplies: one CPU block of logits (see
 #: metrics.block_rows) against a slice of the vocabulary, ~1.5 GFLOP for SmolLM2.
 CALIBRATION_ROWS = 160
@@ -46,9 +48,44 @@ def _onednn(x: Tensor, w: Tensor) -> Tensor:
     return _ONEDNN_LINEAR(x.contiguous(), w, None, "none", [], "")
 
 
-def kernels(x: Tensor, w: Tensor) -> dict[str, Kernel]:
+class _PackedWeights:
+    """oneDNN's blocked copy of each weight that the packed kernel has multiplied, kept while
+    that weight tensor lives (by identity, not address: a freed weight's copy goes with it)."""
+
+    def __init__(self) -> None:
+        self._copies: dict[int, tuple[weakref.ref[Tensor], Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, w: Tensor) -> Tensor:
+        key = id(w)
+        found = self._copies.get(key)
+        if found is not None and found[0]() is w:
+            return found[1]
+        assert _ONEDNN_PACK is not None
+        packed = _ONEDNN_PACK(w.contiguous(), CALIBRATION_ROWS)
+        with self._lock:
+            self._copies[key] = (weakref.ref(w, lambda _ref: self._drop(key)), packed)
+        return packed
+
+    def _drop(self, key: int) -> None:
+        with self._lock:
+            self._copies.pop(key, None)
+
+
+_PACKED = _PackedWeights()
+
+
+def _onednn_packed(x: Tensor, w: Tensor) -> Tensor:
+    """oneDNN's linear kernel on its blocked copy of `w` (made at the first product with `w`,
+    then kept while `w` lives: its size again): private ops."""
+    assert _ONEDNN_LINEAR is not None
+    return _ONEDNN_LINEAR(x.contiguous(), _PACKED.of(w), None, "none", [], "")
+
+
+def kernels(x: Tensor, w: Tensor, kept: bool = False) -> dict[str, Kernel]:
     """The fp32-exact ways of computing x · wᵀ that apply to these tensors, public APIs first
-    (a tie in the calibration goes to the first)."""
+    (a tie in the calibration goes to the first). `kept`: `w` serves many products (the
+    unembedding), so a blocked copy of it may be kept for oneDNN (`onednn_packed`)."""
     found: dict[str, Kernel] = {"matmul": _matmul, "linear": _linear}
     if (
         _ONEDNN_LINEAR is not None
@@ -57,6 +94,8 @@ def kernels(x: Tensor, w: Tensor) -> dict[str, Kernel]:
         and torch.backends.mkldnn.is_available()
     ):
         found["onednn"] = _onednn
+        if kept and _ONEDNN_PACK is not None:
+            found["onednn_packed"] = _onednn_packed
     return found
 
 
@@ -91,12 +130,14 @@ def _pick(best: dict[str, float]) -> str:
     return fastest_public
 
 
-def time_candidates(x: Tensor, w: Tensor, rounds: int = ROUNDS) -> dict[str, float]:
+def time_candidates(
+    x: Tensor, w: Tensor, candidates: dict[str, Kernel], rounds: int = ROUNDS
+) -> dict[str, float]:
     """Best seconds of every candidate kernel on CALIBRATION_ROWS random rows shaped like `x`'s
-    against CALIBRATION_VOCAB rows of `w` (one warm-up call each, then the best of `rounds`
-    interleaved calls: the machine may be busy). Empty where there is nothing to choose: a
-    single candidate, or a GPU (where oneDNN, the only candidate that differs, does not apply)."""
-    candidates = kernels(x, w)
+    against CALIBRATION_VOCAB rows of `w` (one warm-up call each, which also makes a packed
+    kernel's copy, then the best of `rounds` interleaved calls: the machine may be busy). Empty
+    where there is nothing to choose: a single candidate, or a GPU (where oneDNN, the only
+    candidate that differs, does not apply)."""
     if len(candidates) == 1 or x.device.type != "cpu":
         return {}
     probe_x = torch.randn(CALIBRATION_ROWS, x.shape[-1], dtype=x.dtype, device=x.device)
@@ -115,9 +156,9 @@ def time_candidates(x: Tensor, w: Tensor, rounds: int = ROUNDS) -> dict[str, flo
 class _Calibration:
     """The measured kernel of one weight shape, re-checked after RECHECKS products."""
 
-    def __init__(self, x: Tensor, w: Tensor) -> None:
-        self.candidates = kernels(x, w)
-        self.best = time_candidates(x, w)
+    def __init__(self, x: Tensor, w: Tensor, kept: bool) -> None:
+        self.candidates = kernels(x, w, kept)
+        self.best = time_candidates(x, w, self.candidates)
         self.flops = 2 * CALIBRATION_ROWS * min(CALIBRATION_VOCAB, w.shape[0]) * w.shape[-1]
         self.uses = 0
         self.choice = self._choose()
@@ -129,30 +170,32 @@ class _Calibration:
 
     def recheck(self, x: Tensor, w: Tensor) -> None:
         """Measure again; every candidate keeps its best time of all the measurements."""
-        again = time_candidates(x, w)
+        again = time_candidates(x, w, self.candidates)
         self.best = {n: min(t, again.get(n, t)) for n, t in self.best.items()}
         self.choice = self._choose()
 
 
-_CHOICES: dict[tuple[str, torch.dtype, tuple[int, ...]], _Calibration] = {}
+_Key = tuple[str, torch.dtype, tuple[int, ...], bool]
+_CHOICES: dict[_Key, _Calibration] = {}
 _CHOICES_LOCK = threading.Lock()
 
 
-def _log(key: tuple[str, torch.dtype, tuple[int, ...]], choice: KernelChoice) -> None:
+def _log(key: _Key, choice: KernelChoice) -> None:
     rates = ", ".join(f"{n} {g:.0f} GFLOP/s" for n, g in choice.gflops.items())
     log.info("unembedding kernel for %s: %s (%s)", key, choice.name, rates)
 
 
-def kernel_for(x: Tensor, w: Tensor) -> KernelChoice:
-    """The calibrated kernel for `w`'s device, dtype and shape: measured on the first product
-    of that kind in this process, measured again after each of RECHECKS products, cached."""
-    key = (str(w.device), w.dtype, tuple(w.shape))
+def kernel_for(x: Tensor, w: Tensor, kept: bool = False) -> KernelChoice:
+    """The calibrated kernel for `w`'s device, dtype and shape (and `kept`, see `kernels`):
+    measured on the first product of that kind in this process, measured again after each of
+    RECHECKS products, cached."""
+    key = (str(w.device), w.dtype, tuple(w.shape), kept)
     calibration = _CHOICES.get(key)
     if calibration is None:
         with _CHOICES_LOCK:
             calibration = _CHOICES.get(key)
             if calibration is None:
-                calibration = _CHOICES[key] = _Calibration(x, w)
+                calibration = _CHOICES[key] = _Calibration(x, w, kept)
                 _log(key, calibration.choice)
     calibration.uses += 1
     if calibration.uses in RECHECKS and calibration.best:
@@ -162,7 +205,8 @@ def kernel_for(x: Tensor, w: Tensor) -> KernelChoice:
     return calibration.choice
 
 
-def unembed_matmul(x: Tensor, w_u: Tensor) -> Tensor:
+def unembed_matmul(x: Tensor, w_u: Tensor, kept: bool = False) -> Tensor:
     """x [N, D] · W_Uᵀ → [N, V], fp32 for fp32 inputs, through the kernel measured fastest for
-    this weight on this machine (`kernel_for`)."""
-    return kernel_for(x, w_u).kernel(x, w_u)
+    this weight on this machine (`kernel_for`); `kept`: W_U serves many products (the model's
+    unembedding, not a product's own operand), so a packed copy of it may be kept."""
+    return kernel_for(x, w_u, kept).kernel(x, w_u)

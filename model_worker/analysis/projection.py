@@ -85,7 +85,7 @@ class VocabProjector:
     def _unembed(self, normed: Tensor, with_bias: bool) -> Tensor:
         """normed [..., D] → logits [..., V]."""
         flat = normed.reshape(-1, normed.shape[-1])
-        logits = unembed_matmul(flat, self.w_u).view(*normed.shape[:-1], -1)
+        logits = unembed_matmul(flat, self.w_u, kept=True).view(*normed.shape[:-1], -1)
         return logits.add_(self.b_u) if with_bias and self.b_u is not None else logits
 
     def linear(self, v: Tensor) -> Tensor:

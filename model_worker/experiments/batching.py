@@ -192,7 +192,9 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
         normed = norm.center(bases[:, layer]) * scale * norm.weight
         if norm.bias is not None:
             normed = normed + norm.bias
-        base = unembed_matmul(normed, w_u) + (projector.b_u if projector.b_u is not None else 0.0)
+        base = unembed_matmul(normed, w_u, kept=True) + (
+            projector.b_u if projector.b_u is not None else 0.0
+        )
         capped = projector.cap(base.clone())
         base_lp = capped.gather(1, targets[:, None])[:, 0] - torch.logsumexp(capped, -1)  # [N]
         z_layer = z[:, layer].reshape(-1, g.n_heads, g.d_head) * scale[:, :, None]

@@ -19,13 +19,14 @@ from model_worker.analysis.metrics import (
 )
 
 
+@pytest.mark.parametrize("kept", [False, True])
 @pytest.mark.parametrize("rows", [1, 7, 160])
-def test_unembed_matmul_equals_the_float64_product(rows: int) -> None:
+def test_unembed_matmul_equals_the_float64_product(rows: int, kept: bool) -> None:
     """Whichever kernel the calibration picks, the product is fp32-exact."""
     generator = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 48, generator=generator)
     w_u = torch.randn(1000, 48, generator=generator)
-    got = unembed_matmul(x, w_u)
+    got = unembed_matmul(x, w_u, kept)
     expected = x.double() @ w_u.double().T
     assert got.dtype == torch.float32 and got.shape == (rows, 1000)
     assert (got.double() - expected).abs().max() <= 1e-5 * expected.abs().max()
@@ -36,15 +37,37 @@ def test_every_candidate_kernel_is_fp32_exact() -> None:
     x = torch.randn(33, 64, generator=generator)
     w_u = torch.randn(700, 64, generator=generator)
     expected = x.double() @ w_u.double().T
-    found = kernels.kernels(x, w_u)
+    found = kernels.kernels(x, w_u, kept=True)
     assert {"matmul", "linear"} <= set(found)
-    if torch.backends.mkldnn.is_available():
-        assert "onednn" in found  # this CPU build has oneDNN: it must be a candidate
+    if torch.backends.mkldnn.is_available():  # this CPU build has oneDNN: it must be a candidate
+        assert {"onednn", "onednn_packed"} <= set(found)
+        assert "onednn_packed" not in kernels.kernels(x, w_u)  # only for a weight that is kept
     for name, kernel in found.items():
         got = kernel(x, w_u)
         assert got.dtype == torch.float32, name
         assert (got.double() - expected).abs().max() <= 1e-5 * expected.abs().max(), name
     assert set(kernels.kernels(x.double(), w_u.double())) == {"matmul", "linear"}
+
+
+@pytest.mark.skipif(
+    "onednn_packed" not in kernels.kernels(torch.zeros(1, 4), torch.zeros(4, 4), kept=True),
+    reason="this torch build has no oneDNN (nothing is packed)",
+)
+def test_a_packed_copy_lives_as_long_as_its_weight() -> None:
+    """The packed kernel keeps one copy per live weight tensor, by identity: a new weight (even
+    one at a freed weight's address) is packed afresh, a freed weight's copy is dropped."""
+    packed = kernels._PACKED
+    x = torch.randn(5, 16)
+    w_u = torch.randn(300, 16)
+    first = kernels._onednn_packed(x, w_u)
+    copy = packed.of(w_u)
+    assert packed.of(w_u) is copy and len(packed._copies) >= 1
+    before = len(packed._copies)
+    del w_u, copy
+    assert len(packed._copies) == before - 1
+    other = torch.randn(300, 16)
+    assert torch.allclose(kernels._onednn_packed(x, other), x @ other.T, atol=1e-5)
+    assert not torch.allclose(first, x @ other.T, atol=1e-3)
 
 
 def test_the_measured_fastest_kernel_serves_every_later_call(
@@ -63,7 +86,9 @@ def test_the_measured_fastest_kernel_serves_every_later_call(
         calls.append("fast")
         return x @ w.T
 
-    monkeypatch.setattr(kernels, "kernels", lambda x, w: {"onednn": slow, "matmul": fast})
+    monkeypatch.setattr(
+        kernels, "kernels", lambda x, w, kept=False: {"onednn": slow, "matmul": fast}
+    )
     monkeypatch.setattr(kernels, "_CHOICES", {})
     x, w_u = torch.randn(4, 8), torch.randn(300, 8)
     assert torch.equal(unembed_matmul(x, w_u), x @ w_u.T)
@@ -94,7 +119,9 @@ def test_a_calibration_misled_by_load_is_corrected_by_the_recheck(
         return x @ w.T
 
     monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(kernels, "kernels", lambda x, w: {"matmul": matmul, "onednn": onednn})
+    monkeypatch.setattr(
+        kernels, "kernels", lambda x, w, kept=False: {"matmul": matmul, "onednn": onednn}
+    )
     monkeypatch.setattr(kernels, "_CHOICES", {})
     monkeypatch.setattr(kernels, "RECHECKS", (3,))
     x, w_u = torch.randn(4, 8), torch.randn(300, 8)
