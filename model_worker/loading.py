@@ -30,6 +30,7 @@ from transformers import (
 
 from app.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.adapters import spec_for
+from model_worker.allocator import keep_freed_memory
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.errors import ModelLoadError
 from model_worker.head_unembeddings import HeadUnembeddings
@@ -231,6 +232,7 @@ def load_model(
     fingerprint = fingerprint or str(getattr(config, "_commit_hash", "") or "")
     loaded = wrap_model(model, tokenizer, name=name, fingerprint=fingerprint)
     freeze_loaded_objects()
+    keep_freed_memory()
     return loaded
 
 
