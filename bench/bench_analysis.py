@@ -6,7 +6,8 @@ pass (the model's linear layers on their calibrated kernel, as the explorer runs
 printed against torch's own kernels), its per-head stage (what the heatmap needs) ≤ 2×, ≥ 30×
 faster than zeroing each head in turn (L·H forward passes), and peak memory ≤ 2 GB. Also the
 GFLOP/s of each candidate unembedding kernel on one real block, and the one the calibration
-chose.
+chose, and the pages a full analysis faults in (`GLIBC_TUNABLES= …` in front: glibc's default
+allocator, for comparison).
 
     .venv/bin/python bench/bench_analysis.py [--repeats 5]
 """
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from model_worker.allocator import keep_freed_memory
 from model_worker.analysis.kernels import kernel_for, kernels
 from model_worker.analyze import analyze
 from model_worker.head_unembeddings import HeadUnembeddings
@@ -129,6 +131,19 @@ def interleaved(
     return {name: (statistics.median(walls[name]), statistics.median(cpus[name])) for name in runs}
 
 
+def page_faults(run: Callable[[], object], repeats: int = 5) -> tuple[int, float]:
+    """Median minor page faults and mean system milliseconds of `run` (memory freed by one
+    call and faulted in again by the next shows here; model_worker/allocator.py)."""
+    faults, system = [], []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        run()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        faults.append(after.ru_minflt - before.ru_minflt)
+        system.append(after.ru_stime - before.ru_stime)
+    return int(statistics.median(faults)), 1000 * statistics.mean(system)
+
+
 def kernel_rates(loaded: LoadedModel, repeats: int) -> str:
     """GFLOP/s of every candidate unembedding kernel on one real block (160 × D · W_Uᵀ),
     and the one the calibration chose."""
@@ -165,6 +180,7 @@ def setup(
 
 def main() -> None:
     args, loaded, prompt, ids = setup(__doc__.splitlines()[0], 5, baseline=True)
+    kept_freed = keep_freed_memory()  # as load_model set it (GLIBC_TUNABLES= in the env: not)
 
     def forward() -> None:
         with torch.inference_mode():
@@ -220,6 +236,11 @@ def main() -> None:
             ratio = baseline_s[index] / analysis_s[index]
             print(f"{label}: baseline = {ratio:.1f}× the analysis (target ≥ 30×)")
     print(f"unembedding kernels: {kernel_rates(loaded, args.repeats)}")
+    faults, system_ms = page_faults(lambda: analyze(loaded, prompt, top_k_heads=20))
+    print(
+        f"a full analysis page-faults {faults} pages in ({system_ms:.0f} ms of system time; "
+        f"freed memory kept: {kept_freed})"
+    )
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"peak RSS of this process {peak_gb:.2f} GB (target ≤ 2 GB)")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
