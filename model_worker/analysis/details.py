@@ -162,6 +162,7 @@ def head_views(
             if isinstance(values, FactoredValues)
             else direct_value_logits(projector, values)
         )
+        default_rows = block_rows(projector.vocab, rows.device)
         fixed = position_views_fixed(
             projector,
             bases,
@@ -172,6 +173,11 @@ def head_views(
             label_ids,
             k,
             margin_ids,
+            chunk=(
+                values.block_rows(default_rows)
+                if isinstance(values, FactoredValues)
+                else default_rows
+            ),
             base_logits=base_logits,
         )
         contribution = fixed.contribution

@@ -1,6 +1,6 @@
 """Detailed heads' values projected through their factored OV output: fixed-mode bs of
 v_p W_O^h is s · (v_p · U_h), with U_h = W_O^h through the final norm's linear part and the
-unembedding [d_head, V] (s: the frozen final scale).
+unembedding (s: the frozen final scale), kept in the unembedding's layout [V, d_head].
 
 U_h depends on the model alone, so it can be kept across prompts: a head detailed again costs
 S·d_head·V instead of S·D·V multiply-adds per prompt (d_head = D / n_heads); building it
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from model_worker.analysis.kernels import unembed_matmul
@@ -21,10 +20,11 @@ from model_worker.analysis.projection import VocabProjector
 
 
 def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:
-    """U_h [d_head, V] of one head's W_O^h [d_head, D] (post-norm scale folded in, as
-    `w_out` gives it): the final norm's centring and γ, then the unembedding; no biases."""
+    """U_h of one head's W_O^h [d_head, D] (post-norm scale folded in, as `w_out` gives it):
+    the final norm's centring and γ, then the unembedding; no biases. Laid out as the
+    unembedding is, [V, d_head], so that z · U_hᵀ goes through the calibrated kernel."""
     normed = projector.norm.center(w_o_head) * projector.norm.weight
-    return unembed_matmul(normed, projector.w_u, kept=True)
+    return unembed_matmul(projector.w_u, normed)
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,22 @@ class FactoredValues:
         if len(direct) == len(chosen):
             return projector.linear(self.values[heads, positions])
         z = self.z[heads, positions] * projector.final_inv_scale
+        if len(chosen) == 1:  # one factored head: its product is the block, no copy
+            unembedding = self.unembeddings[chosen[0]]
+            assert unembedding is not None
+            return unembed_matmul(z[0], unembedding)[None]
         out = z.new_empty(*z.shape[:2], projector.vocab)
         if direct:
             out[direct] = projector.linear(self.values[heads, positions][direct])
         for i, h in enumerate(chosen):
             unembedding = self.unembeddings[h]
             if unembedding is not None:
-                torch.matmul(z[i], unembedding, out=out[i])
+                out[i] = unembed_matmul(z[i], unembedding)
         return out
+
+    def block_rows(self, default: int) -> int:
+        """Rows per block of logits: one head's positions where every head has its U_h (each
+        block is then one product, kept as it comes), else `default`."""
+        if any(u is None for u in self.unembeddings):
+            return default
+        return max(1, self.z.shape[1])

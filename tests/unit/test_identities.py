@@ -249,7 +249,8 @@ def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> Non
     factored = FactoredValues(values, z, unembeddings)
     mixed = FactoredValues(values, z, [None if h % 2 else u for h, u in enumerate(unembeddings)])
     direct = direct_value_logits(projector, values)
-    for heads, positions in [(slice(None), slice(None)), (slice(1, 3), slice(2, 7))]:
+    blocks = [(slice(None), slice(None)), (slice(1, 3), slice(2, 7)), (slice(2, 3), slice(None))]
+    for heads, positions in blocks:  # the last: one head, its product returned as it is
         want = direct(heads, positions)
         for values_of in (factored, mixed):
             got = values_of.logits(projector, heads, positions)
