@@ -1,5 +1,5 @@
 """glibc told to keep freed memory: the next allocations reuse it instead of page-faulting it
-in afresh (each case in its own process: the setting is process-wide)."""
+in afresh (in its own process: the setting is process-wide)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,14 @@ import pytest
 
 from model_worker import allocator
 
-#: Blocks of 20 MB allocated and freed together, as an analysis's blocks of logits are; prints
-#: the minor page faults of the last five rounds.
+#: Blocks of 1 MB, 200 MB in all, allocated and freed together, as an analysis's blocks of
+#: logits are; prints the minor page faults of the last five rounds.
 ROUNDS = """
 import resource, sys, torch
 from model_worker.allocator import keep_freed_memory
-if sys.argv[1] == "keep":
-    assert keep_freed_memory()
+assert keep_freed_memory()
 def round_():
-    blocks = [torch.ones(5_000_000) for _ in range(10)]
+    blocks = [torch.ones(250_000) for _ in range(200)]
     del blocks
 round_(); round_()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -34,19 +33,17 @@ glibc = pytest.mark.skipif(
 )
 
 
-def faults(mode: str) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", ROUNDS, mode], capture_output=True, text=True, env=env, check=True
-    )
-    return int(done.stdout.split()[-1])
-
-
 @glibc
 def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
-    default, kept = faults("default"), faults("keep")
-    assert default > 5 * 5_000  # ~49,000 pages of 4 KiB: the freed 200 MB went back each round
-    assert kept * 4 < default
+    """Each round touches 200 MB, 48,828 pages of 4 KiB: glibc's defaults usually hand them
+    back to the kernel at the free and fault them in again the next round (51,241 faults in five
+    rounds, measured here; not always: a small block left above them keeps them), the setting
+    keeps them (0–244 faults)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", ROUNDS], capture_output=True, text=True, env=env, check=True
+    )
+    assert int(done.stdout.split()[-1]) < 2_500
 
 
 @glibc
