@@ -49,7 +49,6 @@ from model_worker.analysis.contributions import (  # noqa: E402
     subhead_values,
 )
 from model_worker.analysis.details import head_values  # noqa: E402
-from model_worker.analysis.metrics import block_rows  # noqa: E402
 from model_worker.analyze import analyze, factored_values, final_projector  # noqa: E402
 from model_worker.capture import run_with_cache  # noqa: E402
 from model_worker.head_unembeddings import HeadUnembeddings  # noqa: E402
@@ -156,7 +155,7 @@ def explorer_same_output(
                 [],
                 torch.empty(0, dtype=torch.long),
                 1,
-                chunk=through_u.block_rows(block_rows(projector.vocab, rows.device)),
+                chunk=through_u.block_rows(),
                 base_logits=pre_logits[layer_of],
             )
             return Output(heads.increase, top, views.contribution.increase)

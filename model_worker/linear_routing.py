@@ -24,11 +24,11 @@ ROUTED = "onednn"
 def _forward(module: nn.Linear, x: Tensor) -> Tensor:
     """`module`'s output through the kernel measured fastest for its weight, else F.linear."""
     weight, bias = module.weight, module.bias
-    if torch.is_grad_enabled() and weight.requires_grad:
-        return F.linear(x, weight, bias)  # the private op has no gradient
+    if x.dtype != weight.dtype or (torch.is_grad_enabled() and weight.requires_grad):
+        return F.linear(x, weight, bias)  # the private op: one dtype, no gradient
     flat = x.reshape(-1, x.shape[-1])
     choice = kernel_for(flat, weight)
-    if choice.name != ROUTED or flat.dtype != weight.dtype:
+    if choice.name != ROUTED:
         return F.linear(x, weight, bias)
     out = choice.kernel(flat, weight)
     if bias is not None:

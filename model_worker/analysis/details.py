@@ -162,7 +162,6 @@ def head_views(
             if isinstance(values, FactoredValues)
             else direct_value_logits(projector, values)
         )
-        default_rows = block_rows(projector.vocab, rows.device)
         fixed = position_views_fixed(
             projector,
             bases,
@@ -173,11 +172,7 @@ def head_views(
             label_ids,
             k,
             margin_ids,
-            chunk=(
-                values.block_rows(default_rows)
-                if isinstance(values, FactoredValues)
-                else default_rows
-            ),
+            chunk=values.block_rows() if isinstance(values, FactoredValues) else None,
             base_logits=base_logits,
         )
         contribution = fixed.contribution

@@ -58,9 +58,9 @@ class FactoredValues:
                 out[i] = unembed_matmul(z[i], unembedding)
         return out
 
-    def block_rows(self, default: int) -> int:
+    def block_rows(self) -> int | None:
         """Rows per block of logits: one head's positions where every head has its U_h (each
-        block is then one product, kept as it comes), else `default`."""
+        block is then one product, kept as it comes), else None (the default blocks)."""
         if any(u is None for u in self.unembeddings):
-            return default
+            return None
         return max(1, self.z.shape[1])
