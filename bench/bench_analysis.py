@@ -7,9 +7,10 @@ printed against torch's own kernels), its per-head stage (what the heatmap needs
 faster than zeroing each head in turn (L·H forward passes), and peak memory ≤ 2 GB. Also the
 GFLOP/s of each candidate unembedding kernel on one real block, and the one the calibration
 chose, and the pages a full analysis faults in (`GLIBC_TUNABLES= …` in front: glibc's default
-allocator, for comparison).
+allocator, for comparison). `--isa avx2` reruns it with every kernel capped at AVX2 (the path
+an older CPU takes; bench/machine.py).
 
-    .venv/bin/python bench/bench_analysis.py [--repeats 5]
+    .venv/bin/python bench/bench_analysis.py [--repeats 5] [--isa avx2]
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import argparse
 import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 import torch
+from machine import ISA_ENV, apply_isa, cpu_model
 
 from model_worker.allocator import keep_freed_memory
 from model_worker.analysis.kernels import kernel_for, kernels
@@ -42,15 +45,6 @@ def prompt_of(loaded: LoadedModel, tokens: int) -> str:
         words.append(demos[len(words) % len(demos)])
     prompt = " ".join([*words, "one :"])
     return prompt
-
-
-def cpu_model() -> str:
-    """The CPU's model name (every published figure names it)."""
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def median_time(run: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -159,10 +153,14 @@ def kernel_rates(loaded: LoadedModel, repeats: int) -> str:
 def setup(
     description: str, repeats: int, baseline: bool = False
 ) -> tuple[argparse.Namespace, LoadedModel, str, torch.Tensor]:
-    """Arguments (--repeats, --tokens, and --no-baseline if `baseline`), SmolLM2 on the CPU,
+    """Arguments (--repeats, --tokens, --isa, and --no-baseline if `baseline`), SmolLM2 on the CPU,
     the prompt and its ids; prints the model, prompt length, threads, CPU model and load."""
+    apply_isa(sys.argv)
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument(
+        "--isa", choices=ISA_ENV, help="cap torch's, oneDNN's and MKL's kernels at this ISA"
+    )
     parser.add_argument("--tokens", type=int, default=64)
     if baseline:
         parser.add_argument(

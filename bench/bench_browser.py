@@ -40,7 +40,6 @@ from model_worker.loading import LoadedModel, load_model
 from tests.browser.live import launch, serve
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_analysis import cpu_model  # noqa: E402
 from browser_timeline import (  # noqa: E402
     PAGE_PROBE,
     READ_PAGE,
@@ -51,6 +50,7 @@ from browser_timeline import (  # noqa: E402
     breakdown,
     timed_backend,
 )
+from machine import ISA_ENV, apply_isa, cpu_model  # noqa: E402
 
 PAPER_PROMPT = "love : bar like : bar eight : foo two : foo one :"
 WORDS = [
@@ -202,8 +202,12 @@ def web_app(
 
 
 def main() -> None:
+    apply_isa(sys.argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--isa", choices=ISA_ENV, help="cap torch's, oneDNN's and MKL's kernels at this ISA"
+    )
     parser.add_argument("--screenshot", type=Path, default=Path("docs/screenshot.png"))
     parser.add_argument(
         "--replay",
