@@ -127,7 +127,9 @@ class _Run:
     def tops(self, summary: VocabSummary, *index: int) -> list[dict[str, Any]]:
         """The top tokens of one projected vector, as TopToken fields (~16,000 per analysis:
         validated in one pass with their HeadDetail, much faster than one model each)."""
-        ids, values = summary.top_ids[index].tolist(), summary.top_values[index].tolist()
+        ids, values = summary.top_lists
+        for i in index:
+            ids, values = ids[i], values[i]
         text = self.loaded.token_text
         return [{"id": i, "token": text(i), "value": v} for i, v in zip(ids, values, strict=True)]
 

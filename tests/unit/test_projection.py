@@ -12,6 +12,7 @@ from model_worker.analysis.kernels import unembed_matmul
 from model_worker.analysis.metrics import (
     CPU_BLOCK_BYTES,
     TOP_K_BLOCK,
+    VocabSummary,
     block_rows,
     logsumexp_,
     rank_of,
@@ -192,3 +193,16 @@ def test_rank_counts_the_logits_above_the_reference() -> None:
     reference = logits[:, 2:3]
     assert rank_of(logits, reference).tolist() == [3, 2]
     assert rank_of(logits, reference).dtype == torch.long
+
+
+def test_a_summarys_top_lists_are_its_tensors_read_once() -> None:
+    """The nested lists every top-token table is read from equal indexing the tensors."""
+    logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(3))
+    values, ids = top_k(logits, 5)
+    summary = VocabSummary(ids, values, torch.zeros(6, dtype=torch.long)).reshaped((2, 3))
+    top_ids, top_values = summary.top_lists
+    assert summary.top_lists is summary.top_lists  # converted once
+    for i in range(2):
+        for j in range(3):
+            assert top_ids[i][j] == summary.top_ids[i, j].tolist()
+            assert top_values[i][j] == summary.top_values[i, j].tolist()
