@@ -4,9 +4,10 @@ An analysis allocates and frees hundreds of MB in blocks of logits (each under 3
 default glibc hands the freed top of its heaps back to the kernel (M_TRIM_THRESHOLD, adjusted
 up to 64 MiB), so the next analysis page-faults the same memory in afresh: ~20,000–36,000 minor
 faults an analysis on SmolLM2, its per-head stage and whole analysis ~15% slower (measured here;
-README, "Performance"). Keeping up to KEEP_FREED_BYTES of it costs no peak memory: the process
-simply stays at its peak between jobs. Where the user tunes malloc themselves (MALLOC_* or
-GLIBC_TUNABLES in the environment), or the C library is not glibc, nothing is changed.
+docs/performance.md, "Measurement log"). Keeping up to KEEP_FREED_BYTES of it costs no peak
+memory: the process simply stays at its peak between jobs. Where the user tunes malloc themselves
+(MALLOC_* or GLIBC_TUNABLES in the environment), or the C library is not glibc, nothing is
+changed.
 """
 
 from __future__ import annotations
