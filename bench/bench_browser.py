@@ -82,8 +82,8 @@ POLL_MS = 10
 
 def painted(mark: str, page: Page) -> None:
     """Returns once the page probe (browser_timeline.PAGE_PROBE) has seen `mark` painted (two
-    frames after it entered the DOM) or the job failed, across the navigations of a form's
-    submit; asks every POLL_MS (a cheap read: no layout forced while the page is parsed)."""
+    frames after it entered the DOM) or the job failed, across any page load; asks every
+    POLL_MS (a cheap read: no layout forced while the page is parsed)."""
     page.wait_for_function(
         "mark => Boolean(window.__marks?.[mark + '_frame'])"
         " || document.querySelector('[data-status=failed]') !== null",

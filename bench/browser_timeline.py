@@ -1,9 +1,10 @@
 """Where the time goes between clicking Analyse and the heatmap: one timeline, in one clock.
 
 The server (its HTTP requests, the embedded job's start, per-head stage and end) and the page
-(the click, the navigation, htmx's requests and swaps, the heatmap's first cell in the DOM and
-its next frame) stamp wall-clock milliseconds (`time.time()` here, `performance.timeOrigin +
-performance.now()` there: the same clock on one machine). `breakdown()` turns one run's stamps
+(the click, htmx's requests and swaps: the Analyse form is boosted, so no page load; the
+heatmap's first cell in the DOM and its next frame) stamp wall-clock milliseconds
+(`time.time()` here, `performance.timeOrigin + performance.now()` there: the same clock on one
+machine). `breakdown()` turns one run's stamps
 into the segments bench_browser.py prints as medians.
 """
 
@@ -47,22 +48,11 @@ PAGE_PROBE = """
     seen("details", ".analysis-body[data-status=done]");
     seen("status", "[data-status]");
   }).observe(document, { childList: true, subtree: true, attributes: true });
-  document.addEventListener("DOMContentLoaded", () => { marks.dom_ready = now(); });
 })();
 """
 
 READ_PAGE = """
-() => {
-  const nav = performance.getEntriesByType("navigation")[0];
-  const origin = performance.timeOrigin;
-  return {
-    click: Number(sessionStorage.getItem("t_click")),
-    nav_start: origin,
-    response_start: origin + nav.responseStart,
-    response_end: origin + nav.responseEnd,
-    marks: window.__marks,
-  };
-}
+() => ({ click: Number(sessionStorage.getItem("t_click")), marks: window.__marks })
 """
 
 
@@ -231,7 +221,6 @@ def breakdown(server: list[tuple[str, str, float]], page: dict[str, Any]) -> dic
         "job (both stages)": job_end - job_start,
         "  of which not the per-head compute": painted - click - (heads - job_start),
         "HTTP requests up to the heatmap (incl. static)": float(len(asked)),
-        "click → first page's DOM ready": marks.get("dom_ready", float("nan")) - click,
         "per-head stage → job end (details compute)": job_end - heads,
         "job end → details in DOM": marks.get("details", float("nan")) - job_end,
         "click → details in DOM": marks.get("details", float("nan")) - click,

@@ -22,6 +22,7 @@ from app.deps import (
 )
 from app.job_wait import drawable_state
 from app.panels import AnalysisView, Comparison
+from app.security.responses import NOT_IN_HISTORY
 from app.submission import AnalysisForm, CompareForm, form_problem
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render, url_path
 
@@ -90,7 +91,10 @@ async def _home(
         "form": form or {"prompt": PRESETS[0].prompt, "norm": "fixed"},
         "error": error,
     }
-    return render(request, "pages/home.html", context, status_code)
+    page = render(request, "pages/home.html", context, status_code)
+    if error is not None:  # the form again with its reason: the Analyse form's URL stays
+        page.headers.update(NOT_IN_HISTORY)
+    return page
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -24,6 +24,19 @@ def wants_json(scope: Scope) -> bool:
     return not headers.get("hx-request") and "text/html" not in headers.get("accept", "")
 
 
+#: A boosted request's refusal shows its page but stays out of the history (htmx would push the
+#: refused request's URL, e.g. POST /analyse, which a reload could not GET); other clients
+#: ignore the header.
+NOT_IN_HISTORY = {"HX-Push-Url": "false"}
+
+
+def wants_fragment(scope: Scope) -> bool:
+    """An htmx request that swaps a part of the page; a boosted one (the Analyse form, sent by
+    htmx in place of a page load: `HX-Boosted`) gets whole pages, as the page load would."""
+    headers = Headers(scope=scope)
+    return bool(headers.get("hx-request")) and not headers.get("hx-boosted")
+
+
 def status_title(status: int) -> str:
     """`Not Found` for 404; a generic title for codes http.HTTPStatus does not know."""
     try:
@@ -54,10 +67,10 @@ def error_response(
         return JSONResponse({"detail": detail}, status_code=status, headers=headers)
     message = detail if isinstance(detail, str) else None
     title = status_title(status)
-    if Headers(scope=scope).get("hx-request"):
+    if wants_fragment(scope):
         return fragment_response(status, message or "", headers)
     errors = detail if isinstance(detail, list) else []
     context = {"status": status, "title": title, "message": message, "errors": errors}
     response = render(Request(scope), "pages/error.html", context, status_code=status)
-    response.headers.update(headers or {})
+    response.headers.update({**NOT_IN_HISTORY, **(headers or {})})
     return response

@@ -8,6 +8,29 @@
     var type = (xhr && xhr.getResponseHeader("Content-Type")) || "";
     if (type.indexOf("text/html") !== 0) {
       event.detail.shouldSwap = false;
+    } else if (event.detail.boosted && xhr.status >= 400) {
+      // A boosted form (Analyse) stands for a page load: the server answers a refused one with
+      // the whole page and its reason (the form again, an error page), shown as a browser would.
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
     }
+  });
+
+  // htmx keeps each page's markup for the Back button: write what was typed into the form
+  // controls' markup first, so that going back to the form finds the prompt as it was left.
+  document.addEventListener("htmx:beforeHistorySave", function () {
+    document.querySelectorAll("textarea").forEach(function (box) {
+      box.textContent = box.value;
+    });
+    document.querySelectorAll("input:not([type=password]):not([type=hidden])").forEach(function (input) {
+      if (input.type === "checkbox" || input.type === "radio") {
+        input.toggleAttribute("checked", input.checked);
+      } else {
+        input.setAttribute("value", input.value);
+      }
+    });
+    document.querySelectorAll("select option").forEach(function (option) {
+      option.toggleAttribute("selected", option.selected);
+    });
   });
 })();

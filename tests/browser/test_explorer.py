@@ -167,3 +167,55 @@ def test_a_head_opened_while_the_finished_body_is_on_its_way_stays_open(
     expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
     expect(page.locator(".details-pending")).to_have_count(0)
     expect(page.locator("#head-panel .head[data-head-name=L1H2]")).to_be_visible(timeout=30_000)
+
+
+def test_analyse_shows_it_is_busy_then_the_permalink(
+    page: Page, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Analyse is sent by htmx (no page load): while the permalink waits for the per-head
+    stage the button is disabled and says so; then the page is the permalink's."""
+    from app.routes import pages
+    from model_worker import analyze as analyze_module
+
+    monkeypatch.setattr(pages, "PAGE_WAIT_S", 30.0)
+    stage = threading.Event()
+    real_sums = analyze_module.attention_sums
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        stage.wait(30)
+        return real_sums(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "attention_sums", held)
+    with released(stage):
+        page.goto(base_url + "/")
+        page.evaluate("window.__samePage = true")  # gone if the browser loads a new page
+        page.fill("textarea[name=prompt]", "nine : foo awful : bar three : foo one :")  # fresh
+        page.click("#analyse")
+        expect(page.locator("#analyse")).to_be_disabled()
+        expect(page.locator(".analyse-form .busy")).to_be_visible()
+        stage.set()
+        expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12, timeout=30_000)
+    assert "/a/a-" in page.url and page.evaluate("window.__samePage === true")
+
+
+def test_a_refused_analysis_shows_why_and_back_keeps_the_prompt(page: Page, base_url: str) -> None:
+    """A refused form comes back with its reason and what was typed, at the same address; after
+    an analysis, Back finds the prompt as it was typed."""
+    page.goto(base_url + "/")
+    typed = "seven : foo sad : bar four : foo one :"
+    page.fill("textarea[name=prompt]", typed)
+    page.fill("input[name=target]", "x" * 201)
+    page.click("#analyse")
+    expect(page.locator("p.error[role=alert]")).to_contain_text("target")
+    assert page.url == base_url + "/"
+    expect(page.locator("textarea[name=prompt]")).to_have_value(typed)
+    page.goto(base_url + "/")  # the preset in the box; what is typed is only in the page
+    typed = "three : foo awful : bar eight : foo one :"
+    page.fill("textarea[name=prompt]", typed)
+    page.select_option("select[name=norm]", "recompute")
+    page.click("#analyse")
+    expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12, timeout=30_000)
+    page.go_back()
+    expect(page.locator("textarea[name=prompt]")).to_have_value(typed)
+    expect(page.locator("select[name=norm]")).to_have_value("recompute")
+    assert page.url == base_url + "/"

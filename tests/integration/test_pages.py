@@ -333,6 +333,34 @@ def test_bad_input_gets_clear_answers(client: TestClient, job: str) -> None:
     )
 
 
+def test_a_boosted_analyse_gets_whole_pages_and_a_partial_gets_a_fragment(
+    client: TestClient, job: str
+) -> None:
+    """The Analyse form is sent by htmx in place of a page load (`HX-Boosted`): its answers,
+    refusals included, are whole pages; an htmx request for a part gets a fragment."""
+    boosted = {"HX-Request": "true", "HX-Boosted": "true"}
+    form = soup(client.get("/").text).select_one("form.analyse-form")
+    assert form is not None and form["hx-boost"] == "true"
+    sent = client.post("/analyse", data={"prompt": EXAMPLE_PROMPT}, headers=boosted)
+    assert sent.status_code == 200 and sent.url.path.startswith("/a/a-")
+    assert soup(sent.text).select_one("header.topbar") is not None  # the whole page
+    refused = client.post("/analyse", data={"prompt": EXAMPLE_PROMPT, "target": "x" * 201},
+                          headers=boosted, follow_redirects=False)  # fmt: skip
+    page = soup(refused.text)
+    assert refused.status_code == 400 and page.select_one("form.analyse-form") is not None
+    assert page.select_one("header.topbar") is not None and page.select_one(".error") is not None
+    assert refused.headers["hx-push-url"] == "false"  # a reload could not GET /analyse
+    assert "hx-push-url" not in sent.headers  # the permalink is pushed
+    elsewhere = {"Origin": "http://evil.example"}  # refused before the route: error_response
+    foreign = client.post("/analyse", data={"prompt": "a"}, headers=boosted | elsewhere)
+    assert foreign.status_code == 403 and soup(foreign.text).select_one("header.topbar")
+    assert foreign.headers["hx-push-url"] == "false"
+    partial = client.post(
+        "/analyse", data={"prompt": "a"}, headers={"HX-Request": "true"} | elsewhere
+    )
+    assert partial.status_code == 403 and partial.text.startswith('<div class="error-message"')
+
+
 def test_long_polls_wait_for_each_stage(client: TestClient) -> None:
     """`?wait=` holds the status request until the job reaches its next stage: the per-head
     stage (the heatmap, data-status=heads) or the end; the heatmap's own poller
