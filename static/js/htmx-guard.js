@@ -16,6 +16,15 @@
     }
   });
 
+  // A boosted form whose request never got an answer (the connection failed) is sent again as
+  // an ordinary form: the browser then loads the answer, or shows why it cannot.
+  document.addEventListener("htmx:sendError", function (event) {
+    var form = event.detail.elt;
+    if (event.detail.boosted && form && form.tagName === "FORM") {
+      form.submit();
+    }
+  });
+
   // htmx keeps each page's markup for the Back button: write what was typed into the form
   // controls' markup first, so that going back to the form finds the prompt as it was left.
   document.addEventListener("htmx:beforeHistorySave", function () {

@@ -219,3 +219,25 @@ def test_a_refused_analysis_shows_why_and_back_keeps_the_prompt(page: Page, base
     expect(page.locator("textarea[name=prompt]")).to_have_value(typed)
     expect(page.locator("select[name=norm]")).to_have_value("recompute")
     assert page.url == base_url + "/"
+
+
+def test_an_analyse_request_that_fails_on_the_way_is_sent_as_a_form(
+    page: Page, base_url: str
+) -> None:
+    """A connection that breaks under htmx's request leaves no silent page: the form is sent
+    again the ordinary way and the browser loads the permalink."""
+    failed: list[str] = []
+
+    def break_once(route: Route) -> None:
+        if not failed and route.request.headers.get("hx-request"):
+            failed.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/analyse", break_once)
+    page.goto(base_url + "/")
+    page.fill("textarea[name=prompt]", "two : foo good : bar nine : foo one :")  # fresh
+    page.click("#analyse")
+    expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12, timeout=30_000)
+    assert failed and "/a/a-" in page.url
