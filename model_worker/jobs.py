@@ -25,6 +25,7 @@ from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from app.keys import COMPUTED_KEY, heads_stage_key, result_key
 from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts
 from app.settings import Settings
+from model_worker.analysis.kernels import recheck_now
 from model_worker.analyze import analyze
 from model_worker.errors import UserInputError
 from model_worker.head_unembeddings import HeadUnembeddings
@@ -114,7 +115,8 @@ WARM_UP_PROMPT = " ".join(
 def warm_up(loaded: LoadedModel) -> None:
     """Analyse a built-in prompt twice, so that the first user's analysis runs at full speed
     (the first two of a process take ~35% longer: kernels created for new shapes, allocator
-    growth). A model that cannot take the prompt only logs why."""
+    growth), then measure the kernels' choices again (kernels.recheck_now) rather than in a
+    user's analysis. A model that cannot take the prompt only logs why."""
     started = time.monotonic()
     try:
         for _ in range(2):
@@ -122,7 +124,12 @@ def warm_up(loaded: LoadedModel) -> None:
     except Exception as exc:
         log.warning("warm-up analysis skipped: %s", exc)
         return
-    log.info("warmed up in %.1f s", time.monotonic() - started)
+    rechecked = recheck_now()
+    log.info(
+        "warmed up in %.1f s (%d kernel choices measured again)",
+        time.monotonic() - started,
+        rechecked,
+    )
 
 
 def load_served_model(settings: Settings) -> LoadedModel:

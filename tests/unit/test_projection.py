@@ -135,6 +135,44 @@ def test_a_calibration_misled_by_load_is_corrected_by_the_recheck(
     assert all(kernels.kernel_for(x, w_u).name == "onednn" for _ in range(5))
 
 
+def test_a_warm_up_runs_the_first_recheck_so_no_later_product_carries_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`recheck_now` measures every calibration that has not had its first recheck (correcting
+    a misled choice, as the recheck in a product would), and that recheck does not come again
+    in a later product; a calibration past it, or whose weight is gone, is left alone."""
+    busy, clock, timed = [True], [0.0], [0]
+
+    def onednn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        clock[0] += 0.02 if busy[0] else 0.001
+        timed[0] += 1
+        return x @ w.T
+
+    def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        clock[0] += 0.005
+        timed[0] += 1
+        return x @ w.T
+
+    monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(
+        kernels, "kernels", lambda x, w, kept=False: {"matmul": matmul, "onednn": onednn}
+    )
+    monkeypatch.setattr(kernels, "_CHOICES", {})
+    monkeypatch.setattr(kernels, "RECHECKS", (3, 50))
+    x, w_u, gone = torch.randn(4, 8), torch.randn(300, 8), torch.randn(200, 8)
+    assert kernels.kernel_for(x, w_u).name == "matmul"  # misled by the busy spell
+    kernels.kernel_for(x, gone)
+    del gone
+    busy[0] = False
+    assert kernels.recheck_now() == 1  # the freed weight's calibration is skipped
+    assert kernels.kernel_for(x, w_u).name == "onednn"
+    before = timed[0]
+    for _ in range(10):  # past RECHECKS[0] uses: no measurement inside a product
+        kernels.kernel_for(x, w_u).kernel(x, w_u)
+    assert timed[0] == before + 10
+    assert kernels.recheck_now() == 0  # done once
+
+
 def test_a_private_kernel_must_beat_the_public_ones_clearly() -> None:
     assert kernels._pick({"matmul": 1.0, "linear": 1.02, "onednn": 0.97}) == "matmul"
     assert kernels._pick({"matmul": 1.0, "linear": 0.9, "onednn": 0.5}) == "onednn"
