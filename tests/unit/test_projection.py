@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -104,26 +105,35 @@ def test_the_measured_fastest_kernel_serves_every_later_call(
     assert len(calls) == calibration + 1 + 2 + 2 * rounds + 1
 
 
+def load_dependent_kernels(
+    monkeypatch: pytest.MonkeyPatch, busy: list[bool], calls: list[int]
+) -> None:
+    """Two fake candidates on a fake clock (their times do not depend on the real load):
+    matmul takes 5 ms, oneDNN 1 ms, or 20 ms while `busy[0]`; `calls[0]` counts their calls.
+    The calibrations start afresh."""
+    clock = [0.0]
+
+    def timed(ms: Callable[[], float]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        def kernel(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            clock[0] += ms() / 1000
+            calls[0] += 1
+            return x @ w.T
+
+        return kernel
+
+    candidates = {"matmul": timed(lambda: 5.0), "onednn": timed(lambda: 20.0 if busy[0] else 1.0)}
+    monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(kernels, "kernels", lambda x, w, kept=False: candidates)
+    monkeypatch.setattr(kernels, "_CHOICES", {})
+
+
 def test_a_calibration_misled_by_load_is_corrected_by_the_recheck(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first measurement catches oneDNN in a busy spell (slow) and picks matmul; the recheck
     after RECHECKS[0] products sees oneDNN fast and switches, each keeping its best time."""
-    busy, clock = [True], [0.0]  # a fake clock: the kernels' times do not depend on the load
-
-    def onednn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        clock[0] += 0.02 if busy[0] else 0.001
-        return x @ w.T
-
-    def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        clock[0] += 0.005
-        return x @ w.T
-
-    monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(
-        kernels, "kernels", lambda x, w, kept=False: {"matmul": matmul, "onednn": onednn}
-    )
-    monkeypatch.setattr(kernels, "_CHOICES", {})
+    busy = [True]
+    load_dependent_kernels(monkeypatch, busy, [0])
     monkeypatch.setattr(kernels, "RECHECKS", (3,))
     x, w_u = torch.randn(4, 8), torch.randn(300, 8)
     assert kernels.kernel_for(x, w_u).name == "matmul"
@@ -141,23 +151,8 @@ def test_a_warm_up_runs_the_first_recheck_so_no_later_product_carries_it(
     """`recheck_now` measures every calibration that has not had its first recheck (correcting
     a misled choice, as the recheck in a product would), and that recheck does not come again
     in a later product; a calibration past it, or whose weight is gone, is left alone."""
-    busy, clock, timed = [True], [0.0], [0]
-
-    def onednn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        clock[0] += 0.02 if busy[0] else 0.001
-        timed[0] += 1
-        return x @ w.T
-
-    def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        clock[0] += 0.005
-        timed[0] += 1
-        return x @ w.T
-
-    monkeypatch.setattr(kernels.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(
-        kernels, "kernels", lambda x, w, kept=False: {"matmul": matmul, "onednn": onednn}
-    )
-    monkeypatch.setattr(kernels, "_CHOICES", {})
+    busy, timed = [True], [0]
+    load_dependent_kernels(monkeypatch, busy, timed)
     monkeypatch.setattr(kernels, "RECHECKS", (3, 50))
     x, w_u, gone = torch.randn(4, 8), torch.randn(300, 8), torch.randn(200, 8)
     assert kernels.kernel_for(x, w_u).name == "matmul"  # misled by the busy spell
