@@ -19,7 +19,8 @@ peers' (`explorer_same_output`). The explorer's whole analysis (`analyze()`, als
 layer increases, every top-token table, rank, MRR and QK score: about twice the projections)
 is timed alongside for reference, not for the targets (explorer ≥ 2× faster than the
 straightforward peers, ≥ 1.5× than the batched ones). Every version, the explorer's included,
-must agree with `analyze()` to 1e-5 before it is timed. Runs alternate (explorer, peer 1,
+must agree with `analyze()` to 1e-5 before it is timed, and prints how far it is from the same
+output computed in float64 (the fp32 rounding of each). Runs alternate (explorer, peer 1,
 peer 2, …) and the medians and ratios come from this one run. Needs the optional extra `peers`
 (transformer-lens, nnsight), in its own venv:
 
@@ -30,10 +31,11 @@ peer 2, …) and the medians and ratios come from this one run. Needs the option
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -191,7 +193,7 @@ def straightforward(c: Captured, w: Weights, target: int) -> Output:
     """Per layer for the heads, per top head for its positions."""
     n_layers, n_heads = c.z.shape[:2]
     group = n_heads // c.v.shape[2]
-    heads = torch.zeros(n_layers, n_heads)
+    heads = c.z.new_zeros(n_layers, n_heads)
     bases = []
     for layer in range(n_layers):
         outputs = torch.einsum("hd,hdm->hm", c.z[layer], w.w_o[layer])  # [H, D]
@@ -315,13 +317,32 @@ def nnsight_peer(loaded: LoadedModel) -> tuple[Callable[[Tensor], Captured], Wei
     return capture, Weights(w_o, norm.weight.detach(), loaded.model.lm_head.weight.detach().T)
 
 
-def check(name: str, got: Output, expected: Output) -> None:
-    """Stop unless `got` is the explorer's output to TOLERANCE."""
-    heads = float((got.heads - expected.heads).abs().max())
-    positions = float((got.positions - expected.positions).abs().max())
+def float64_reference(loaded: LoadedModel, ids: Tensor, target: int) -> Output:
+    """The output in float64 (a float64 copy of the model, nnsight's capture, the straightforward
+    formula): how far each fp32 version is from the exact numbers, not only from the explorer."""
+    model = copy.deepcopy(loaded.model).double()
+    capture, weights = nnsight_peer(replace(loaded, model=model))
+    with torch.inference_mode():
+        return straightforward(capture(ids), weights, target)
+
+
+def _distance(got: Output, expected: Output) -> tuple[float, float]:
+    """Max |Δ| of the head increases and of the per-position increases."""
+    return (
+        float((got.heads.double() - expected.heads.double()).abs().max()),
+        float((got.positions.double() - expected.positions.double()).abs().max()),
+    )
+
+
+def check(name: str, got: Output, expected: Output, exact: Output) -> None:
+    """Stop unless `got` is the explorer's output to TOLERANCE; also prints its distance from
+    the float64 output `exact`."""
+    heads, positions = _distance(got, expected)
+    exact_heads, exact_positions = _distance(got, exact)
     same_top = got.top == expected.top
     print(
-        f"  {name:<28} max |Δ| heads {heads:.1e}, positions {positions:.1e}, same top-20 {same_top}"
+        f"  {name:<28} max |Δ| heads {heads:.1e}, positions {positions:.1e}, same top-20 "
+        f"{same_top}; from float64 {exact_heads:.1e}, {exact_positions:.1e}"
     )
     if not (same_top and heads <= TOLERANCE and positions <= TOLERANCE):
         raise SystemExit(f"{name} disagrees with the explorer: not timed")
@@ -347,10 +368,12 @@ def main() -> None:
         "explorer, recurring heads": same_output_recurring,
         "explorer, whole analysis": lambda: analyze(loaded, prompt, top_k_heads=TOP_K),
     }
-    print("agreement with the explorer's analyze():")
-    check("explorer (same output)", same_output(), expected)
+    exact = float64_reference(loaded, ids, target)
+    print("agreement with the explorer's analyze() (and distance from the float64 output):")
+    check("explorer (same output)", same_output(), expected, exact)
     for time_ in ("first", "second (builds U_h)", "third (reuses U_h)"):
-        check(f"explorer, recurring heads, {time_} call", same_output_recurring(), expected)
+        call = f"explorer, recurring heads, {time_} call"
+        check(call, same_output_recurring(), expected, exact)
     for peer, make in (("TransformerLens", lens_peer), ("nnsight", nnsight_peer)):
         capture, weights = make(loaded)
         for version, compute in (("straightforward", straightforward), ("batched", batched)):
@@ -360,7 +383,7 @@ def main() -> None:
                 with torch.inference_mode():
                     return compute(capture(ids), weights, target)
 
-            check(name, run(), expected)
+            check(name, run(), expected, exact)
             runs[name] = run
     times = interleaved(runs, args.repeats)
     wall_0, cpu_0 = times["explorer"]

@@ -6,6 +6,7 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 from model_worker.loading import LoadedModel
 from tests.tiny_models import tiny_gpt2, tiny_llama
@@ -15,6 +16,10 @@ os.environ["ICL_DATA_DIR"] = tempfile.mkdtemp(prefix="icl-test-data-")
 # Starlette's TestClient sends `Host: testserver`; the Host allow-list lets it in (and only it)
 # beyond the default names. Tests of the allow-list itself send other hosts.
 os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')
+# No time limit per generated example: on a loaded 2-core machine an example can take longer
+# than Hypothesis's default 200 ms, and speed is the benchmarks' business, not the tests'.
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")
 
 
 @pytest.fixture(scope="session", params=["gpt2", "llama"])

@@ -9,12 +9,15 @@ from model_worker.analysis.contributions import (
     direct_value_logits,
     head_outputs,
     logprob_increase,
+    part_increases,
     position_views_fixed,
     subhead_values,
     value_outputs,
+    whole_increase,
 )
 from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.metrics import summarize_projections
+from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
@@ -256,3 +259,43 @@ def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> Non
             got = values_of.logits(projector, heads, positions)
             assert got.shape == want.shape
             assert (got - want).abs().max() <= ATOL * max(1.0, float(want.abs().max()))
+
+
+def _wide_projector(mode: str) -> VocabProjector:
+    """A projector over a real-sized vocabulary (49,152 tokens, like SmolLM2's), logits ~N(0, 4)."""
+    generator = torch.Generator().manual_seed(0)
+    d_model = 32
+    norm = FinalNorm("rms", 1 + 0.1 * torch.randn(d_model, generator=generator), None, 1e-5)
+    w_u = 0.7 * torch.randn(49_152, d_model, generator=generator)
+    return VocabProjector(norm, w_u, None, mode, torch.tensor(0.5))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["fixed", "recompute"])
+def test_a_zero_write_raises_the_log_probability_by_exactly_zero(mode: str) -> None:
+    """I(0 | x) = 0 exactly, on a real-sized vocabulary: both log-probabilities of an increase go
+    through one log-softmax kernel, so their fp32 sums of 49,152 exponentials round alike (with
+    two kernels they differed by up to ~8e-6, and every increase carried that)."""
+    projector = _wide_projector(mode)
+    generator = torch.Generator().manual_seed(1)
+    bases = 1.6 * torch.randn(4, projector.w_u.shape[1], generator=generator)
+    zeros = bases.new_zeros(4, 3, bases.shape[1])
+    for target in (0, 777, 49_151):
+        assert logprob_increase(projector, bases, zeros, target).increase.abs().max() == 0
+        if mode == "fixed":
+            whole = whole_increase(projector, bases, zeros, target)
+            assert whole.increase.abs().max() == 0
+            part, rest = part_increases(projector, bases, zeros, zeros, target)
+            assert part.abs().max() == 0 and rest.abs().max() == 0
+            values = bases.new_ones(4, 5, bases.shape[1])
+            silent = bases.new_zeros(4, 5)  # no attention: every a_p · v_p W_O^h is zero
+            views = position_views_fixed(
+                projector,
+                bases,
+                direct_value_logits(projector, values),
+                silent,
+                target,
+                [],
+                torch.empty(0, dtype=torch.long),
+                1,
+            )
+            assert views.contribution.increase.abs().max() == 0
