@@ -315,6 +315,28 @@ def factored_values(
     return FactoredValues(values, z, unembeddings)
 
 
+def unembedding_builder(loaded: LoadedModel) -> Callable[[tuple[int, int]], Tensor] | None:
+    """Builds the U_h of a head (layer, head) of `loaded` from its weights alone, as
+    `factored_values` does in an analysis: for `HeadUnembeddings.build_seen` between jobs.
+    None where the weights span several devices (an analysis builds U_h on its capture's)."""
+    devices = {p.device for p in loaded.model.parameters()}
+    if len(devices) != 1:
+        return None
+    (device,) = devices
+    g = loaded.geometry
+    # U_h does not involve the frozen final scale: any final residual serves
+    projector = final_projector(loaded, torch.ones(g.d_model, device=device), "fixed")
+    w_o: dict[int, Tensor] = {}
+
+    def build(key: tuple[int, int]) -> Tensor:
+        layer, head = key
+        if layer not in w_o:
+            w_o[layer] = loaded.adapter.w_out(loaded.model, layer, g).to(device)
+        return head_unembedding(projector, w_o[layer][head])
+
+    return build
+
+
 def head_details(run: _Run, heads: list[tuple[int, int]], increases: Tensor) -> list[HeadDetail]:
     """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
     if not heads:

@@ -27,6 +27,7 @@ class HeadUnembeddings:
         self._kept: OrderedDict[HeadKey, Tensor] = OrderedDict()
         self._seen: OrderedDict[HeadKey, None] = OrderedDict()
         self._bytes = 0
+        self._unit: int | None = None  # bytes of one U_h, once one was built
         self._lock = threading.Lock()
 
     def recurring(
@@ -58,12 +59,39 @@ class HeadUnembeddings:
         built = build()
         size = built.numel() * built.element_size()
         with self._lock:
+            self._unit = size
             if key not in self._kept and size <= self.budget_bytes:
                 self._kept[key] = built
                 self._bytes += size
                 while self._bytes > self.budget_bytes:
                     _, dropped = self._kept.popitem(last=False)
                     self._bytes -= dropped.numel() * dropped.element_size()
+        return built
+
+    def build_seen(
+        self, build: Callable[[HeadKey], Tensor], should_stop: Callable[[], bool]
+    ) -> list[HeadKey]:
+        """Build the U_h of heads seen once and not kept, the most recently seen first, while
+        `should_stop()` is false and the budget has free room (nothing kept goes for them, and
+        they are the first to go later): a served worker calls this when idle, so that a head's
+        second sighting already projects through U_h. Returns the heads built."""
+        built: list[HeadKey] = []
+        while self.budget_bytes > 0 and not should_stop():
+            with self._lock:
+                room = self.budget_bytes - self._bytes
+                key = next((k for k in reversed(self._seen) if k not in self._kept), None)
+            if key is None or (self._unit is not None and self._unit > room):
+                break
+            unembedding = build(key)
+            size = unembedding.numel() * unembedding.element_size()
+            with self._lock:
+                self._unit = size
+                if key in self._kept or self._bytes + size > self.budget_bytes:
+                    break
+                self._kept[key] = unembedding
+                self._kept.move_to_end(key, last=False)
+                self._bytes += size
+            built.append(key)
         return built
 
     @property

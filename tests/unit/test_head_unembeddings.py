@@ -16,7 +16,7 @@ from app.settings import Settings
 from model_worker import analyze as analyze_module
 from model_worker.analyze import analyze
 from model_worker.head_unembeddings import HeadUnembeddings
-from model_worker.jobs import load_served_model
+from model_worker.jobs import build_seen_heads, load_served_model
 from model_worker.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
@@ -125,6 +125,54 @@ def test_kept_unembeddings_stay_within_their_budget() -> None:
     assert kept.holds((0, 0)) and not kept.holds((0, 1))
     too_big = HeadUnembeddings(budget_bytes=64)
     assert too_big.get((0, 0), one.clone).shape == (4, 8) and not too_big.holds((0, 0))
+
+
+def test_idle_builds_take_heads_seen_once_into_free_room_only() -> None:
+    """Between jobs, the heads seen once are built newest first until the budget is full
+    (nothing kept is pushed out for them, no U_h is built in vain); they are the first to go
+    when an analysis needs room; the build stops when asked, between two heads."""
+    one = torch.zeros(4, 8)  # 128 bytes
+    kept = HeadUnembeddings(budget_bytes=3 * 128)
+    calls: list[tuple[int, int]] = []
+
+    def build(key: tuple[int, int]) -> torch.Tensor:
+        calls.append(key)
+        return one.clone()
+
+    for key in [(0, 0), (0, 1), (1, 0), (2, 2)]:
+        assert kept.recurring(key, one.clone) is None  # seen once: noted
+    assert kept.build_seen(build, lambda: False) == [(2, 2), (1, 0), (0, 1)]
+    assert calls == [(2, 2), (1, 0), (0, 1)] and kept.nbytes == 3 * 128
+    assert kept.build_seen(build, lambda: False) == []  # full
+    assert kept.recurring((0, 0), one.clone) is not None  # seen again: built, (0, 1) goes
+    assert kept.holds((0, 0)) and not kept.holds((0, 1)) and kept.holds((2, 2))
+
+    later = HeadUnembeddings(budget_bytes=10 * 128)
+    for key in [(0, 0), (0, 1), (1, 0)]:
+        later.recurring(key, one.clone)
+    asked = iter([False, True])
+    assert later.build_seen(build, lambda: next(asked)) == [(1, 0)]
+    assert HeadUnembeddings(budget_bytes=0).build_seen(build, lambda: False) == []
+
+
+def test_unembeddings_built_between_jobs_give_the_direct_numbers(
+    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After one analysis and the idle build (`jobs.build_seen_heads`), a second analysis of
+    the same heads builds nothing more (every detailed and baseline head is kept) and answers
+    as the direct projection does."""
+    options: dict[str, Any] = {"target": "foo", "top_k_heads": 4}
+    kept = tiny_model.head_unembeddings = HeadUnembeddings()
+    first = analyze(tiny_model, SHORT_PROMPT, **options)
+    assert kept.nbytes == 0
+    assert build_seen_heads(tiny_model, lambda: False) > 0
+    idle_built = kept.nbytes
+    heads = set(first.head_details) | {d.random_head for d in first.head_details.values()}
+    assert all(kept.holds(head_key(name)) for name in heads if name)
+    second = analyze(tiny_model, SHORT_PROMPT, **options)
+    assert kept.nbytes == idle_built
+    monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
+    agree(second, analyze(tiny_model, SHORT_PROMPT, **options))
 
 
 def test_the_worker_keeps_the_configured_budget(
