@@ -247,13 +247,13 @@ class EmbeddedBackend(PartsReader):
 
     def _run_next(self) -> None:
         """Run the job at the head of the queue (one call per enqueued job); then, while no
-        other waits, build the U_h of heads detailed once (`jobs.build_seen_heads`)."""
-        from model_worker.jobs import build_seen_heads
+        other waits, the worker's idle work (`jobs.idle_work`)."""
+        from model_worker.jobs import idle_work
 
         job_id = self._pending.pop_next()
         self._run(job_id, self._works.pop(job_id))
         if self._model.done() and self._model.exception() is None:
-            build_seen_heads(self._model.result(), lambda: len(self._pending) > 0)
+            idle_work(self._model.result(), lambda: len(self._pending) > 0)
 
     def _run(self, job_id: str, work: Work) -> None:
         from model_worker.jobs import failure_message

@@ -186,22 +186,50 @@ def _log(key: _Key, choice: KernelChoice) -> None:
     log.info("unembedding kernel for %s: %s (%s)", key, choice.name, rates)
 
 
-def recheck_now() -> int:
-    """Run the first recheck (RECHECKS[0]) of every calibration that has not had it yet, now
-    rather than inside some later product: a served worker calls this at the end of its
-    warm-up, so that a user's early analysis does not carry the measurement (~0.25 s for
-    SmolLM2's unembedding). Returns how many were re-measured (weights since freed are skipped)."""
+def _recheck_where(due: Callable[[int], int | None]) -> int:
+    """Measure again now every calibration for which `due(uses)` names a recheck (of
+    RECHECKS), which then counts as done: a product no longer carries it. Returns how many
+    were re-measured (weights since freed are skipped)."""
     done = 0
     with _CHOICES_LOCK:
         for key, calibration in _CHOICES.items():
             w = calibration.weight()
-            if w is None or not calibration.best or calibration.uses >= RECHECKS[0]:
+            recheck = due(calibration.uses)
+            if w is None or not calibration.best or recheck is None:
                 continue
             calibration.recheck(w[:1], w)
-            calibration.uses = RECHECKS[0]  # that recheck is done: the later ones still come
+            calibration.uses = recheck  # the later rechecks still come
             _log(key, calibration.choice)
             done += 1
     return done
+
+
+def recheck_now() -> int:
+    """Run the first recheck (RECHECKS[0]) of every calibration that has not had it yet, now
+    rather than inside some later product: a served worker calls this at the end of its
+    warm-up, so that a user's early analysis does not carry the measurement (~0.25 s for
+    SmolLM2's unembedding). Returns how many were re-measured."""
+    return _recheck_where(lambda uses: RECHECKS[0] if uses < RECHECKS[0] else None)
+
+
+#: Between jobs (`recheck_due`), a calibration at least this share of the way from its last
+#: recheck to its next one has that recheck then.
+DUE_SHARE = 0.5
+
+
+def recheck_due(share: float = DUE_SHARE) -> int:
+    """Between jobs: run the next recheck of every calibration at least `share` of the way to
+    it from the one before (or from its first measurement), so that no user's product carries
+    it. Returns how many were re-measured."""
+
+    def due(uses: int) -> int | None:
+        following = [r for r in RECHECKS if r > uses]
+        previous = max((r for r in RECHECKS if r <= uses), default=0)
+        if following and uses - previous >= share * (following[0] - previous):
+            return following[0]
+        return None
+
+    return _recheck_where(due)
 
 
 def kernel_for(x: Tensor, w: Tensor, kept: bool = False) -> KernelChoice:

@@ -14,6 +14,7 @@ import torch
 from app.contracts import AnalysisResult
 from app.settings import Settings
 from model_worker import analyze as analyze_module
+from model_worker import jobs
 from model_worker.analyze import analyze
 from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.jobs import build_seen_heads, load_served_model
@@ -173,6 +174,21 @@ def test_unembeddings_built_between_jobs_give_the_direct_numbers(
     assert kept.nbytes == idle_built
     monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
     agree(second, analyze(tiny_model, SHORT_PROMPT, **options))
+
+
+def test_idle_work_rechecks_due_kernels_then_builds_unless_a_job_waits(
+    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(jobs, "recheck_due", lambda: calls.append("recheck") or 0)
+    monkeypatch.setattr(jobs, "build_seen_heads", lambda *_: calls.append("build") or 0)
+    jobs.idle_work(tiny_model, lambda: True)
+    assert calls == []  # a job waits: nothing
+    jobs.idle_work(tiny_model, lambda: False)
+    assert calls == ["recheck", "build"]
+    monkeypatch.setattr(jobs, "recheck_due", lambda: 1 // 0)
+    jobs.idle_work(tiny_model, lambda: False)  # a failing recheck is logged; the build still runs
+    assert calls == ["recheck", "build", "build"]
 
 
 def test_the_worker_keeps_the_configured_budget(

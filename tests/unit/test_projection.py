@@ -168,6 +168,37 @@ def test_a_warm_up_runs_the_first_recheck_so_no_later_product_carries_it(
     assert kernels.recheck_now() == 0  # done once
 
 
+def test_between_jobs_a_recheck_due_soon_runs_so_no_product_carries_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`recheck_due` measures again every calibration at least half-way from its last recheck
+    to its next (correcting a misled choice), and that recheck then does not come inside a
+    product; one less far on, or past every recheck, is left alone."""
+    busy, timed = [True], [0]
+    load_dependent_kernels(monkeypatch, busy, timed)
+    monkeypatch.setattr(kernels, "RECHECKS", (4, 20))
+    x, w_u, other = torch.randn(4, 8), torch.randn(300, 8), torch.randn(200, 8)
+    for _ in range(2):  # 2 of the 4 products before the first recheck: half-way
+        assert kernels.kernel_for(x, w_u).name == "matmul"  # misled by the busy spell
+    kernels.kernel_for(x, other)  # 1 of 4: not yet
+    busy[0] = False
+    assert kernels.recheck_due() == 1
+    assert kernels.kernel_for(x, w_u).name == "onednn"
+
+    def products(n: int) -> int:
+        """Measurements made inside `n` products with w_u."""
+        before = timed[0]
+        for _ in range(n):
+            kernels.kernel_for(x, w_u).kernel(x, w_u)
+        return timed[0] - before - n
+
+    assert products(3) == 0  # past the 4th product: that recheck was done between jobs
+    assert kernels.recheck_due() == 0  # 8 products: a quarter of the way from 4 to 20
+    assert products(4) == 0
+    assert kernels.recheck_due() == 1  # 12: half-way
+    assert products(10) == 0 and kernels.recheck_due() == 0  # past every recheck
+
+
 def test_a_private_kernel_must_beat_the_public_ones_clearly() -> None:
     assert kernels._pick({"matmul": 1.0, "linear": 1.02, "onednn": 0.97}) == "matmul"
     assert kernels._pick({"matmul": 1.0, "linear": 0.9, "onednn": 0.5}) == "onednn"
