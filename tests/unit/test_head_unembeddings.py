@@ -5,6 +5,7 @@ kept ones stay within their budget."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +107,25 @@ def test_a_long_prompt_builds_the_unembeddings_at_first_sight(
     agree(first, analyze(tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=4))
 
 
-def test_kept_unembeddings_stay_within_their_budget() -> None:
-    one = torch.zeros(4, 8)  # 128 bytes
-    kept = HeadUnembeddings(budget_bytes=3 * 128)
+#: One fake U_h of 128 bytes.
+ONE = torch.zeros(4, 8)
+
+
+def recording_builder() -> tuple[Callable[[tuple[int, int]], torch.Tensor], list[tuple[int, int]]]:
+    """A fake U_h builder (a copy of ONE per head) and the list of the heads it built."""
     built: list[tuple[int, int]] = []
 
     def build(key: tuple[int, int]) -> torch.Tensor:
         built.append(key)
-        return one.clone()
+        return ONE.clone()
 
+    return build, built
+
+
+def test_kept_unembeddings_stay_within_their_budget() -> None:
+    one = ONE
+    kept = HeadUnembeddings(budget_bytes=3 * 128)
+    build, built = recording_builder()
     order = [(0, 0), (0, 1), (1, 0), (0, 0), (2, 2)]  # (0, 0) used again: (0, 1) goes
     for key in dict.fromkeys(order):
         assert kept.recurring(key, lambda key=key: build(key)) is None  # first time: noted
@@ -132,14 +143,9 @@ def test_idle_builds_take_heads_seen_once_into_free_room_only() -> None:
     """Between jobs, the heads seen once are built newest first until the budget is full
     (nothing kept is pushed out for them, no U_h is built in vain); they are the first to go
     when an analysis needs room; the build stops when asked, between two heads."""
-    one = torch.zeros(4, 8)  # 128 bytes
+    one = ONE
     kept = HeadUnembeddings(budget_bytes=3 * 128)
-    calls: list[tuple[int, int]] = []
-
-    def build(key: tuple[int, int]) -> torch.Tensor:
-        calls.append(key)
-        return one.clone()
-
+    build, calls = recording_builder()
     for key in [(0, 0), (0, 1), (1, 0), (2, 2)]:
         assert kept.recurring(key, one.clone) is None  # seen once: noted
     assert kept.build_seen(build, lambda: False) == [(2, 2), (1, 0), (0, 1)]
