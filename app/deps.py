@@ -8,11 +8,12 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 
-from app.backend import Backend, JobState, JobStatus
-from app.contracts import AnalysisCore, AnalysisSummary, parse_head_name
-from app.keys import JOB_ID_PATTERN, is_experiment
+from app.queue.interface import Backend
 from app.security.auth import client_address
-from app.settings import Settings
+from model_worker.contracts import AnalysisCore, AnalysisSummary, parse_head_name
+from model_worker.queue.keys import JOB_ID_PATTERN, is_experiment
+from model_worker.queue.states import JobState, JobStatus
+from model_worker.settings import Settings
 
 
 async def get_backend(request: Request) -> Backend:

@@ -3,7 +3,7 @@
 The contracts inherit these mixins. Their HTML comes from the views installed with
 `use_html_views` (the notebook library, `icl_heads`, installs the dashboard's; until then a
 result shows its plain repr), so the kernel never imports the views that draw it. Tables import
-`app.frames` on first use, so pandas stays optional.
+`app.views.frames` on first use, so pandas stays optional.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, cast
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from app.contracts import AnalysisResult, ExperimentResult, Head
+    from model_worker.contracts import AnalysisResult, ExperimentResult, Head
 
 TableFormat = Literal["csv", "parquet"]
 
@@ -49,20 +49,20 @@ class AnalysisDisplay:
 
     def heads_frame(self) -> DataFrame:
         """One row per head (layer, head, name, rank, increase, attn_true, attn_false), by rank."""
-        from app.frames import heads_frame
+        from app.views.frames import heads_frame
 
         return heads_frame(cast("AnalysisResult", self))
 
     def layers_frame(self) -> DataFrame:
         """One row per layer: attn_increase and ffn_increase."""
-        from app.frames import layers_frame
+        from app.views.frames import layers_frame
 
         return layers_frame(cast("AnalysisResult", self))
 
     def positions_frame(self, head: str | None = None) -> DataFrame:
         """One row per (detailed head, source position): attention, increase, margin, token,
         label kind; only `head`'s rows when given."""
-        from app.frames import positions_frame
+        from app.views.frames import positions_frame
 
         return positions_frame(cast("AnalysisResult", self), head)
 
@@ -77,7 +77,7 @@ class HeadDisplay:
 
     def positions_frame(self) -> DataFrame:
         """One row per source position of this head (KeyError if the head is not detailed)."""
-        from app.frames import positions_frame
+        from app.views.frames import positions_frame
 
         head = cast("Head", self)
         if head.detail is None:
@@ -95,12 +95,12 @@ class ExperimentDisplay:
 
     def frames(self) -> dict[str, DataFrame]:
         """Every table of the experiment as a DataFrame, by table name."""
-        from app.frames import experiment_frames
+        from app.views.frames import experiment_frames
 
         return experiment_frames(cast("ExperimentResult", self))
 
     def save_tables(self, folder: str | Path, format: TableFormat = "csv") -> list[Path]:
         """Write each table to `folder/<table>.csv` (or `.parquet`); the paths written."""
-        from app.frames import save_tables
+        from app.views.frames import save_tables
 
         return save_tables(cast("ExperimentResult", self), Path(folder), format)

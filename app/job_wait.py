@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from app.backend import Backend, JobState, JobStatus
 from app.deps import job_state
-from app.result_parts import DETAILS_MESSAGE
+from app.queue.interface import Backend
+from model_worker.queue.result_parts import DETAILS_MESSAGE
+from model_worker.queue.states import JobState, JobStatus
 
 
 async def next_state(

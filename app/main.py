@@ -14,11 +14,11 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from app import security
-from app.backend import Backend, BackendError
-from app.log_safety import redact
+from app.queue.interface import Backend, BackendError
 from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
 from app.security.responses import error_response
-from app.settings import Settings, get_settings
+from model_worker.log_safety import redact
+from model_worker.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 #: Seconds between two passes of the backend's upkeep (durable store, lost jobs).
@@ -39,10 +39,10 @@ async def maintain_forever(backend: Backend) -> None:
 def default_backend(settings: Settings) -> Backend:
     """Redis + workers when ICL_REDIS_URL is set, else the embedded single-process backend."""
     if settings.redis_url:
-        from app.queue.backend import RedisBackend
+        from app.queue.redis_backend import RedisBackend
 
         return RedisBackend(settings)
-    from app.embedded import EmbeddedBackend
+    from app.queue.embedded import EmbeddedBackend
 
     return EmbeddedBackend(settings)
 

@@ -3,9 +3,10 @@
 Redis is the queue and the hot cache (results expire after `ICL_RESULT_TTL_S`; a restart without
 persistence loses everything); this store keeps what a permalink needs for good: the request of
 each accepted job (so a lost job is enqueued again, an evicted result recomputed on demand), its
-failure reason, and the finished result's parts (app.result_parts). SQLite in `ICL_DATA_DIR` by
-default (stdlib sqlite3); PostgreSQL (psycopg 3) when `ICL_DATABASE_URL` is set, for several web
-replicas. Plain SQL both understand; calls are blocking (the backends run them in a thread).
+failure reason, and the finished result's parts (model_worker.queue.result_parts). SQLite in
+`ICL_DATA_DIR` by default (stdlib sqlite3); PostgreSQL (psycopg 3) when `ICL_DATABASE_URL` is
+set, for several web replicas. Plain SQL both understand; calls are blocking (the backends run
+them in a thread).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from app.contracts import AnalysisRequest, ExperimentRequest
-from app.result_parts import Parts
-from app.settings import Settings
+from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.queue.result_parts import Parts
+from model_worker.settings import Settings
 
 SQLITE_FILE = "results.sqlite3"
 PENDING, DONE, FAILED = "pending", "done", "failed"

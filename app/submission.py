@@ -9,7 +9,8 @@ from typing import Any
 from fastapi import Response, status
 from pydantic import BaseModel, ValidationError
 
-from app.backend import Backend, JobState, JobStatus
+from app.queue.interface import Backend
+from model_worker.queue.states import JobState, JobStatus
 
 
 class AnalysisForm(BaseModel):

@@ -1,6 +1,6 @@
 """Pages rendered in a request: the view preferences every page renders with, and URLs built
 from route names (`url_path` in routes, `url(...)` in templates); the environment itself is
-`app.jinja_env`."""
+`app.views.jinja_env`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from jinja2 import pass_context
 from jinja2.runtime import Context
 from starlette.applications import Starlette
 
-from app.jinja_env import ENV
+from app.views.jinja_env import ENV
 
 PRESENT_COOKIE = "icl_present"
 THEME_COOKIE = "icl_theme"

@@ -17,7 +17,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.settings import Settings
+from model_worker.settings import Settings
 
 
 class DeadlineProtocol(HttpToolsProtocol):

@@ -25,10 +25,10 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.contracts import AnalysisRequest  # noqa: E402
-from app.keys import analysis_job_id  # noqa: E402
-from app.result_parts import result_parts  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from model_worker.contracts import AnalysisRequest  # noqa: E402
+from model_worker.queue.keys import analysis_job_id  # noqa: E402
+from model_worker.queue.result_parts import result_parts  # noqa: E402
+from model_worker.settings import Settings  # noqa: E402
 from tests.integration.redis_support import OwnRedis, free_port, wait_for  # noqa: E402
 from tests.tiny_models import EXAMPLE_PROMPT  # noqa: E402
 
@@ -121,7 +121,7 @@ def main() -> None:
             "ICL_DATA_DIR": str(Path(tmp) / "data"),
         }
         server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "icl_heads.cli", "serve", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

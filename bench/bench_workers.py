@@ -26,8 +26,8 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.keys import COMPUTED_KEY  # noqa: E402
-from app.queue.heartbeats import live_beats  # noqa: E402
+from model_worker.queue.heartbeats import live_beats  # noqa: E402
+from model_worker.queue.keys import COMPUTED_KEY  # noqa: E402
 from tests.integration.redis_support import (  # noqa: E402
     OwnRedis,
     free_port,
@@ -132,7 +132,7 @@ def main() -> None:
 
 def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     """`icl-heads worker` (the real one, no test hooks) configured by `env`."""
-    args = [sys.executable, "-m", "app.cli", "worker", "--device", "cpu"]
+    args = [sys.executable, "-m", "icl_heads.cli", "worker", "--device", "cpu"]
     out = subprocess.DEVNULL
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)
 

@@ -17,11 +17,17 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 
-from app.backend import JobState, JobStatus
-from app.contracts import AnalysisResult
-from app.embedded import EmbeddedBackend
-from app.keys import heads_stage_key, result_key
-from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts
+from app.queue.embedded import EmbeddedBackend
+from model_worker.contracts import AnalysisResult
+from model_worker.queue.keys import heads_stage_key, result_key
+from model_worker.queue.result_parts import (
+    CORE,
+    DETAILS_MESSAGE,
+    Parts,
+    analysis_parts,
+    result_parts,
+)
+from model_worker.queue.states import JobState, JobStatus
 
 #: Injected before the page's own scripts (a DevTools init script: CSP does not apply).
 PAGE_PROBE = """

@@ -25,32 +25,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from app.display import use_html_views
-from app.notebook_views import NOTEBOOK_VIEWS
+from app.views.notebook import NOTEBOOK_VIEWS
 
 use_html_views(NOTEBOOK_VIEWS)
 
 if TYPE_CHECKING:
-    from app.contracts import (
-        AnalysisRequest as AnalysisRequest,
-    )
-    from app.contracts import (
-        AnalysisResult as AnalysisResult,
-    )
-    from app.contracts import (
-        ExperimentRequest as ExperimentRequest,
-    )
-    from app.contracts import (
-        ExperimentResult as ExperimentResult,
-    )
-    from app.contracts import (
-        Head as Head,
-    )
-    from app.contracts import (
-        HeadDetail as HeadDetail,
-    )
-    from app.contracts import (
-        HeadSummary as HeadSummary,
-    )
     from icl_heads.client import (
         AuthError as AuthError,
     )
@@ -73,6 +52,27 @@ if TYPE_CHECKING:
         ServerUnavailable as ServerUnavailable,
     )
     from model_worker.analyze import analyze as analyze
+    from model_worker.contracts import (
+        AnalysisRequest as AnalysisRequest,
+    )
+    from model_worker.contracts import (
+        AnalysisResult as AnalysisResult,
+    )
+    from model_worker.contracts import (
+        ExperimentRequest as ExperimentRequest,
+    )
+    from model_worker.contracts import (
+        ExperimentResult as ExperimentResult,
+    )
+    from model_worker.contracts import (
+        Head as Head,
+    )
+    from model_worker.contracts import (
+        HeadDetail as HeadDetail,
+    )
+    from model_worker.contracts import (
+        HeadSummary as HeadSummary,
+    )
     from model_worker.experiments.job import run_experiment as run_experiment
     from model_worker.loading import LoadedModel as LoadedModel
     from model_worker.loading import load_model as load_model
@@ -83,13 +83,13 @@ _EXPORTS = {
     "LoadedModel": "model_worker.loading",
     "analyze": "model_worker.analyze",
     "run_experiment": "model_worker.experiments.job",
-    "AnalysisRequest": "app.contracts",
-    "AnalysisResult": "app.contracts",
-    "ExperimentRequest": "app.contracts",
-    "ExperimentResult": "app.contracts",
-    "Head": "app.contracts",
-    "HeadDetail": "app.contracts",
-    "HeadSummary": "app.contracts",
+    "AnalysisRequest": "model_worker.contracts",
+    "AnalysisResult": "model_worker.contracts",
+    "ExperimentRequest": "model_worker.contracts",
+    "ExperimentResult": "model_worker.contracts",
+    "Head": "model_worker.contracts",
+    "HeadDetail": "model_worker.contracts",
+    "HeadSummary": "model_worker.contracts",
     "Client": "icl_heads.client",
     "ClientError": "icl_heads.client",
     "AuthError": "icl_heads.client",

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from app.backend import JobState, JobStatus, ModelInfo
-from app.contracts import (
+from model_worker.contracts import (
     AnalysisRequest,
     AnalysisResult,
     ExperimentRequest,
     ExperimentResult,
 )
+from model_worker.queue.states import JobState, JobStatus, ModelInfo
 
 R = TypeVar("R", AnalysisResult, ExperimentResult)
 RETRIED = (429, 503)

@@ -15,21 +15,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.contracts import (
-    AnalysisResult,
-    HeadDetail,
-    HeadSummary,
-    LabelInfo,
-    LabelMrr,
-    LayerFlow,
-    LayerIncrease,
-    NormMode,
-    RankBy,
-    Target,
-    TokenInfo,
-    head_name,
-)
-from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import head_values, head_views
 from model_worker.analysis.flow import FLOWS, information_flow
@@ -53,6 +38,21 @@ from model_worker.analysis.scores import (
 )
 from model_worker.architectures import HeadGeometry
 from model_worker.capture import RunCache, run_with_cache
+from model_worker.contracts import (
+    AnalysisResult,
+    HeadDetail,
+    HeadSummary,
+    LabelInfo,
+    LabelMrr,
+    LayerFlow,
+    LayerIncrease,
+    NormMode,
+    RankBy,
+    Target,
+    TokenInfo,
+    head_name,
+)
+from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from app.defaults import DEFAULT_HEAD_UNEMBEDDING_BYTES
+from model_worker.defaults import DEFAULT_HEAD_UNEMBEDDING_BYTES
 
 HeadKey = tuple[int, int]
 #: Heads remembered as seen once (their U_h is built the second time): the oldest go first.

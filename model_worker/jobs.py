@@ -20,17 +20,23 @@ from redis.exceptions import RedisError
 from rq import get_current_job
 from rq.job import Job
 
-from app.budget import BudgetError, check_analysis, check_experiment
-from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
-from app.keys import COMPUTED_KEY, heads_stage_key, result_key
-from app.queue.reaper import rq_queue
-from app.result_parts import CORE, DETAILS_MESSAGE, Parts, analysis_parts, result_parts
-from app.settings import Settings
 from model_worker.analysis.kernels import recheck_due, recheck_now
 from model_worker.analyze import analyze, unembedding_builder
+from model_worker.budget import BudgetError, check_analysis, check_experiment
+from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from model_worker.errors import UserInputError
 from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.loading import LoadedModel, load_model
+from model_worker.queue.keys import COMPUTED_KEY, heads_stage_key, result_key
+from model_worker.queue.reaper import rq_queue
+from model_worker.queue.result_parts import (
+    CORE,
+    DETAILS_MESSAGE,
+    Parts,
+    analysis_parts,
+    result_parts,
+)
+from model_worker.settings import Settings
 
 #: Seconds between two progress writes to Redis (the last one is always written).
 PROGRESS_EVERY_S = 0.25

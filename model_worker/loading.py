@@ -28,10 +28,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from app.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.adapters import spec_for
 from model_worker.allocator import keep_freed_memory
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
+from model_worker.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.errors import ModelLoadError
 from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.linear_routing import route_linear_layers

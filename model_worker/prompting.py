@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from app.contracts import model_head
-from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.contracts import model_head
+from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.errors import LabelError, PromptError
 from model_worker.loading import LoadedModel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from app.contracts import AnalysisResult, TopToken
+from model_worker.contracts import AnalysisResult, TopToken
 
 
 def _signed(value: float | None) -> str:

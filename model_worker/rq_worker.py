@@ -76,7 +76,7 @@ class RqWorker(SimpleWorker):
     ) -> None:
         """RQ's bookkeeping of a finished job; when Redis lost the job's data meanwhile (a
         restart, a flush) there is nothing left to record, and the job must not be failed for
-        it: its stored request is enqueued again (app.queue.backend) or its result kept."""
+        it: its stored request is enqueued again (app.queue.redis_backend) or its result kept."""
         try:
             super().handle_job_success(
                 job=job, queue=queue, started_job_registry=started_job_registry, execution=execution

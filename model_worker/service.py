@@ -28,14 +28,14 @@ from redis.exceptions import RedisError
 from rq.exceptions import NoSuchJobError, StopRequested
 from rq.job import Job, JobStatus
 
-from app.keys import queue_name, result_key, tokenizer_key
-from app.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
-from app.queue.reaper import fetch_job, reap_abandoned, rq_queue
-from app.settings import Settings
 from model_worker.jobs import STATE, serve_model
 from model_worker.loading import LoadedModel
 from model_worker.prompting import token_limit
+from model_worker.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
+from model_worker.queue.keys import queue_name, result_key, tokenizer_key
+from model_worker.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from model_worker.rq_worker import RqWorker, no_retry_after_exception
+from model_worker.settings import Settings
 
 log = logging.getLogger(__name__)
 #: Longest pause between two attempts to reach Redis again.

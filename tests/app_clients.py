@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
 from model_worker.loading import LoadedModel
+from model_worker.settings import Settings
 from tests.tiny_models import tiny_llama
 
 

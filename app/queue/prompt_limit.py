@@ -10,9 +10,9 @@ from __future__ import annotations
 from redis import Redis
 from tokenizers import Tokenizer
 
-from app.backend import BackendError
-from app.keys import tokenizer_key
-from app.queue.heartbeats import WorkerBeat
+from app.queue.interface import BackendError
+from model_worker.queue.heartbeats import WorkerBeat
+from model_worker.queue.keys import tokenizer_key
 
 
 class PromptLimit:

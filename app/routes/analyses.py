@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 
-from app.backend import JobState, JobStatus, ModelInfo
-from app.contracts import AnalysisRequest
 from app.deps import BackendDep, ClientDep, JobId, job_state
 from app.submission import submit_responses, submitted
+from model_worker.contracts import AnalysisRequest
+from model_worker.queue.states import JobState, JobStatus, ModelInfo
 
 router = APIRouter(prefix="/api", tags=["analyses"])
 

@@ -9,16 +9,17 @@ from fastapi import APIRouter, File, Form, HTTPException, Request, Response, Upl
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
-from app.backend import Backend, BackendError, JobState, JobStatus
-from app.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from app.deps import BackendDep, ClientDep, ExperimentStateDep
-from app.export_text import csv_text
-from app.figure_kit.export import MEDIA_TYPES, png_bytes, svg_file
-from app.figures.registry import EXPERIMENT_FORMATS
-from app.panels import ExperimentPanel
+from app.queue.interface import Backend, BackendError
 from app.submission import ExperimentForm, form_problem, submit_responses, submitted
 from app.templating import render, url_path
+from app.views.figure_kit.export import MEDIA_TYPES, png_bytes, svg_file
+from app.views.figures.registry import EXPERIMENT_FORMATS
+from app.views.panels import ExperimentPanel
+from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
+from model_worker.export_text import csv_text
+from model_worker.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["experiments"])
 

@@ -1,14 +1,14 @@
-"""Figure downloads: every registered figure (app.figures.registry) in each of its formats."""
+"""Figure downloads: every registered figure (app.views.figures.registry) in each of its formats."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response, status
 
 from app.deps import BackendDep, JobId, check_head, done_summary
-from app.figure_kit.export import MEDIA_TYPES, Format, export
-from app.figure_kit.figure import Figure
-from app.figures.analysis import comparable
-from app.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
+from app.views.figure_kit.export import MEDIA_TYPES, Format, export
+from app.views.figure_kit.figure import Figure
+from app.views.figures.analysis import comparable
+from app.views.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
 
 router = APIRouter(prefix="/figures", tags=["figures"])
 

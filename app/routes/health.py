@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from app.backend import BackendError
 from app.deps import BackendDep
-from app.log_safety import redact
+from app.queue.interface import BackendError
+from model_worker.log_safety import redact
 
 router = APIRouter(tags=["health"])
 

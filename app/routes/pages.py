@@ -9,8 +9,6 @@ from fastapi import APIRouter, Form, HTTPException, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
-from app.backend import Backend, BackendError, JobStatus
-from app.contracts import AnalysisRequest
 from app.deps import (
     BackendDep,
     ClientDep,
@@ -21,10 +19,13 @@ from app.deps import (
     heads_stage,
 )
 from app.job_wait import drawable_state
-from app.panels import AnalysisView, Comparison
+from app.queue.interface import Backend, BackendError
 from app.security.responses import NOT_IN_HISTORY
 from app.submission import AnalysisForm, CompareForm, form_problem
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render, url_path
+from app.views.panels import AnalysisView, Comparison
+from model_worker.contracts import AnalysisRequest
+from model_worker.queue.states import JobStatus
 
 router = APIRouter(tags=["pages"])
 #: How long the permalink of a running analysis (or one next in the queue) waits for its

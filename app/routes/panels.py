@@ -9,8 +9,6 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
 
-from app.backend import Backend, JobState, JobStatus
-from app.contracts import AnalysisCore, AnalysisRequest, AnalysisSummary, HeadDetail
 from app.deps import (
     BackendDep,
     ClientDep,
@@ -24,8 +22,11 @@ from app.deps import (
     job_state,
 )
 from app.job_wait import next_state
-from app.panels import ANALYSIS_PANELS, AnalysisView, HeadPanel, HeadPending, Panel
+from app.queue.interface import Backend
 from app.templating import render, url_path
+from app.views.panels import ANALYSIS_PANELS, AnalysisView, HeadPanel, HeadPending, Panel
+from model_worker.contracts import AnalysisCore, AnalysisRequest, AnalysisSummary, HeadDetail
+from model_worker.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["panels"])
 

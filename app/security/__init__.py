@@ -3,14 +3,13 @@
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
 headers, 500 page), Host check, body limit, rate limit, same-origin check, authentication
 (sessions, login guessing limits), HTML-only answers to htmx. It also makes every log line of
-the process safe (app.log_safety).
+the process safe (model_worker.log_safety).
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from app.log_safety import install_log_hygiene
 from app.security.auth import AuthMiddleware
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.errors import install_error_handlers
@@ -22,7 +21,8 @@ from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
 from app.security.sessions import session_store
-from app.settings import Settings
+from model_worker.log_safety import install_log_hygiene
+from model_worker.settings import Settings
 
 
 def install(app: FastAPI, settings: Settings) -> None:

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.security.login_limit import LoginLimiter, too_many_failures
 from app.security.responses import error_response, wants_json
 from app.security.sessions import SessionStore, SessionsUnavailable
-from app.settings import Settings
+from model_worker.settings import Settings
 
 COOKIE_NAME = "icl_session"
 PUBLIC_PATHS = frozenset({"/login", "/logout", "/healthz", "/favicon.ico"})

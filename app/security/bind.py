@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 
-from app.settings import Settings
+from model_worker.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 MIN_TOKEN_LENGTH = 16

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.contracts import NormKind
+from model_worker.contracts import NormKind
 
 #: How W_Q, W_K, W_V are stored: three modules; one module with blocks [q | k | v] (GPT-2,
 #: Phi-3); one module interleaved per head [q_0 k_0 v_0 | q_1 k_1 v_1 | …] (GPT-NeoX).

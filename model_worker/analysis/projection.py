@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from app.contracts import NormKind, NormMode
 from model_worker.analysis.kernels import unembed_matmul
+from model_worker.contracts import NormKind, NormMode
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from app.contracts import ExperimentResult, head_name
+from model_worker.contracts import ExperimentResult, head_name
 from model_worker.experiments import paper
 from model_worker.experiments.batching import accuracy, run_prompts, vocab_accuracy
 from model_worker.experiments.context import Context, Row

@@ -8,7 +8,7 @@ argmax over the whole vocabulary is reported beside it.
 
 from __future__ import annotations
 
-from app.contracts import ExperimentResult
+from model_worker.contracts import ExperimentResult
 from model_worker.experiments import paper
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.batching import vocab_accuracy as vocab_acc

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from app.contracts import ExperimentResult, head_name
 from model_worker.analysis.contributions import logprob_increase
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
+from model_worker.contracts import ExperimentResult, head_name
 from model_worker.experiments import paper
 from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row

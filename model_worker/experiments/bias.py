@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.contracts import ExperimentResult
 from model_worker.capture import RunCache
+from model_worker.contracts import ExperimentResult
 from model_worker.experiments import paper
 from model_worker.experiments.batching import (
     Batch,

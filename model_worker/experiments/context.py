@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.contracts import ExperimentRequest, ExperimentResult
+from model_worker.contracts import ExperimentRequest, ExperimentResult
 from model_worker.datasets import Dataset, IclPrompt
 from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
 from model_worker.experiments.data import prompts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import permutations
 from pathlib import Path
 
-from app.contracts import ExperimentRequest
+from model_worker.contracts import ExperimentRequest
 from model_worker.datasets import (
     BUILTIN_DATASETS,
     Dataset,

@@ -13,11 +13,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from app.contracts import ExperimentResult
-from app.figure_kit.colors import FLOW_SERIES, PALETTE
-from app.figure_kit.lines import Line, line_chart
+from app.views.figure_kit.colors import FLOW_SERIES, PALETTE
+from app.views.figure_kit.lines import Line, line_chart
 from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.capture import RunCache
+from model_worker.contracts import ExperimentResult
 from model_worker.experiments.batching import Batch
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.report import comparison, header, table

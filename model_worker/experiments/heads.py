@@ -12,10 +12,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from app.contracts import ExperimentResult, head_name
-from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
-from app.export_text import markdown_text
+from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import Dataset, load_builtin
+from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments import paper
 from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
@@ -24,6 +23,7 @@ from model_worker.experiments.locate import ranked
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.experiments.svg import bar_chart, heatmap
+from model_worker.export_text import markdown_text
 from model_worker.loading import LoadedModel
 
 TOP = 20

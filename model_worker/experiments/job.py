@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from app.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
-from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
 from model_worker.experiments.progress import ProgressFn, no_progress

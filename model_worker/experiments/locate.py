@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from app.contracts import RankBy, head_name
-from app.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.contracts import RankBy, head_name
 from model_worker.datasets import LABELS, IclPrompt
+from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import location_prompts

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from app.contracts import ExperimentResult, head_name
 from model_worker.analysis.baseline import random_heads
 from model_worker.capture import RunCache
+from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.experiments.batching import Batch, Extra, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row

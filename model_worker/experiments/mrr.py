@@ -17,11 +17,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from app.contracts import ExperimentResult, head_name
 from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.metrics import mean_reciprocal_rank, rank_of
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
+from model_worker.contracts import ExperimentResult, head_name
 from model_worker.experiments import paper
 from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row

@@ -1,16 +1,16 @@
-"""The experiments' charts, drawn with the dashboard's figure kit (app.figure_kit): series named
-in a mapping get the kit's colours in order (true / false labels the dashboard's label colours);
-the SVG is themed like the dashboard's figures."""
+"""The experiments' charts, drawn with the dashboard's figure kit (app.views.figure_kit): series
+named in a mapping get the kit's colours in order (true / false labels the dashboard's label
+colours); the SVG is themed like the dashboard's figures."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from app.figure_kit.bars import Series
-from app.figure_kit.bars import bar_chart as kit_bar_chart
-from app.figure_kit.colors import LABEL_SERIES, PALETTE
-from app.figure_kit.heatmap import heatmap_svg
-from app.figure_kit.scatter import Points, scatter_chart
+from app.views.figure_kit.bars import Series
+from app.views.figure_kit.bars import bar_chart as kit_bar_chart
+from app.views.figure_kit.colors import LABEL_SERIES, PALETTE
+from app.views.figure_kit.heatmap import heatmap_svg
+from app.views.figure_kit.scatter import Points, scatter_chart
 
 
 def _colour(index: int, name: str) -> str:

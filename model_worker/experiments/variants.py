@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from app.contracts import ExperimentResult, head_name
+from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import Variant
 from model_worker.experiments import paper
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts

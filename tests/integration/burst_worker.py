@@ -16,10 +16,10 @@ from typing import TypeVar
 import pytest
 from redis import Redis
 
-from app.settings import Settings
 from model_worker import jobs
 from model_worker.loading import load_model
 from model_worker.service import ModelWorker
+from model_worker.settings import Settings
 from tests.integration.worker_entry import fake_experiment_module, hooked_run_analysis
 
 T = TypeVar("T")

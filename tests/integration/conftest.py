@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from app.keys import queue_name
-from app.queue.backend import RedisBackend
-from app.queue.heartbeats import WorkerBeat, write_beat
+from app.queue.redis_backend import RedisBackend
+from model_worker.queue.heartbeats import WorkerBeat, write_beat
+from model_worker.queue.keys import queue_name
 from tests.integration.redis_support import private_db, web_settings
 
 MODEL = "tiny-model"

@@ -20,8 +20,8 @@ from typing import Any
 
 from redis import Redis
 
-from app.queue.heartbeats import WorkerBeat, live_beats
-from app.settings import Settings
+from model_worker.queue.heartbeats import WorkerBeat, live_beats
+from model_worker.settings import Settings
 
 SHARED = "redis://127.0.0.1:6379"
 CLAIM = "icl-test:claim"
@@ -112,7 +112,7 @@ def start_server(
 ) -> subprocess.Popen[bytes]:
     """`icl-heads serve` on 127.0.0.1:`port` in a subprocess, configured by `env` (its whole
     environment); its output goes to `log` (else nowhere)."""
-    args = [sys.executable, "-m", "app.cli", "serve", "--port", str(port)]
+    args = [sys.executable, "-m", "icl_heads.cli", "serve", "--port", str(port)]
     if log is None:
         out = subprocess.DEVNULL
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)

@@ -21,10 +21,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.cli import uvicorn_options
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
+from icl_heads.cli.serve import uvicorn_options
+from model_worker.settings import Settings
 from tests.app_clients import embedded_client
 from tests.browser.live import free_port
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
@@ -111,7 +111,7 @@ def test_the_worker_command_never_prints_the_redis_password() -> None:
         f"redis://127.0.0.1:{port}/0?password={secret}",
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "model_worker.cli", "worker", "--redis-url", url],
+            [sys.executable, "-m", "icl_heads.cli", "worker", "--redis-url", url],
             capture_output=True,
             text=True,
             cwd=root,

@@ -25,9 +25,9 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.webhook import Webhook
 
-from app.keys import queue_name
 from app.main import create_app
-from app.queue.reaper import rq_queue
+from model_worker.queue.keys import queue_name
+from model_worker.queue.reaper import rq_queue
 from tests.integration.redis_support import (
     OwnRedis,
     redis_with_workers,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from model_worker.cli import app
+from icl_heads.cli import app
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
 
 runner = CliRunner()
@@ -106,7 +106,7 @@ def test_unknown_hub_id_offline() -> None:
     command = [
         sys.executable,
         "-m",
-        "model_worker.cli",
+        "icl_heads.cli",
         "analyze",
         "-m",
         "no-org/no-model",

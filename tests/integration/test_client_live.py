@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.contracts import AnalysisResult, ExperimentResult
 from icl_heads.client import CACHE, AuthError, Client, InvalidRequest, NotFound, ServerUnavailable
+from model_worker.contracts import AnalysisResult, ExperimentResult
 from tests.integration.redis_support import (
     ROOT,
     OwnRedis,
@@ -148,7 +148,7 @@ def test_bad_input_is_422_with_the_servers_reason(lab: Lab) -> None:
 
 
 def test_cli_server_option(lab: Lab, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "model_worker.cli", "analyze", "--server", lab.url]
+    command = [sys.executable, "-m", "icl_heads.cli", "analyze", "--server", lab.url]
     command += ["-p", "cat : foo dog : bar cow :", "--top-k", "2", "--json"]
     done = subprocess.run(command, cwd=ROOT, env=lab.env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -159,7 +159,7 @@ def test_cli_server_option(lab: Lab, tmp_path: Path) -> None:
     )
     assert wrong.returncode == 2
     assert wrong.stderr.startswith("error: 401") and wrong.stderr.count("\n") == 1
-    experiment = [sys.executable, "-m", "model_worker.cli", "experiment", "heads"]
+    experiment = [sys.executable, "-m", "icl_heads.cli", "experiment", "heads"]
     experiment += ["--server", lab.url, "--n", "3", "--out", str(tmp_path / "out")]
     done = subprocess.run(experiment, cwd=ROOT, env=lab.env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -167,7 +167,7 @@ def test_cli_server_option(lab: Lab, tmp_path: Path) -> None:
 
 
 def test_cli_unreachable_server_is_one_line_error() -> None:
-    command = [sys.executable, "-m", "model_worker.cli", "analyze", "-p", "a : b c :"]
+    command = [sys.executable, "-m", "icl_heads.cli", "analyze", "-p", "a : b c :"]
     command += ["--server", f"http://127.0.0.1:{free_port()}"]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from app.keys import COMPUTED_KEY, result_key
 from app.main import create_app
+from model_worker.queue.keys import COMPUTED_KEY, result_key
 from tests.integration.db_support import fresh_postgres
 from tests.integration.redis_support import (
     OwnRedis,

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
+from model_worker.settings import Settings
 from tests.integration.test_api_embedded import wait_done
 from tests.integration.worker_entry import install_fake_experiment
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama

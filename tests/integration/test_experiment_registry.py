@@ -1,5 +1,5 @@
-"""One registry of experiment names (app.contracts.EXPERIMENTS): the CLI's choices, the API's
-accepted names, the experiments page's options and the job runner's table are the same set."""
+"""One registry of experiment names (model_worker.contracts.EXPERIMENTS): the CLI's choices, the
+API's accepted names, the experiments page's options and the job runner's table are the same set."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from app.contracts import EXPERIMENTS, NORM_MODES, RANKINGS, AnalysisRequest, RankBy
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
-from model_worker.cli import app as cli
+from app.queue.embedded import EmbeddedBackend
+from icl_heads.cli import app as cli
+from model_worker.contracts import EXPERIMENTS, NORM_MODES, RANKINGS, AnalysisRequest, RankBy
+from model_worker.settings import Settings
 from tests.tiny_models import tiny_gpt2
 
 NAMES = set(EXPERIMENTS)

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import app.routes.experiments as experiment_routes
-from app.panels import ExperimentPanel
-from app.settings import Settings
+from app.views.panels import ExperimentPanel
+from model_worker.settings import Settings
 from tests.app_clients import embedded_client, rendered_contexts
 from tests.tiny_models import tiny_gpt2
 

@@ -13,12 +13,12 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
+from icl_heads.cli import app
 from model_worker.adapters import DECLARED_FAMILY_KEY, REGISTRY, spec_for
-from model_worker.cli import app
 from model_worker.errors import UnsupportedModelError
+from model_worker.settings import Settings
 from tests.integration.test_cli_analyze import _error
 from tests.tiny_models import tiny_family, tiny_llama
 

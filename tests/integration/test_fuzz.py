@@ -18,9 +18,9 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
+from model_worker.settings import Settings
 from tests.tiny_models import tiny_llama
 
 TOKEN = "fuzz-token-0123456789abcdef"

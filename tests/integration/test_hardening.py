@@ -11,12 +11,12 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.types import Message
 
-from app.contracts import AnalysisRequest
-from app.embedded import EmbeddedBackend
 from app.main import create_app
+from app.queue.embedded import EmbeddedBackend
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.guard import CSP, GuardMiddleware
-from app.settings import Settings
+from model_worker.contracts import AnalysisRequest
+from model_worker.settings import Settings
 from tests.app_clients import embedded_client
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
 from model_worker import jobs
+from model_worker.settings import Settings
 from tests.integration.redis_support import (
     private_db,
     save_tiny_model,

@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 import app.routes.pages as page_routes
 import app.routes.panels as panel_routes
-from app.embedded import EmbeddedBackend
-from app.figures.registry import figure_entry
 from app.main import create_app
-from app.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
+from app.views.figures.registry import figure_entry
+from app.views.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
+from model_worker.settings import Settings
 from tests.app_clients import rendered_contexts
 from tests.stages import held_head_details
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama

@@ -8,10 +8,10 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
 from model_worker.loading import LoadedModel
+from model_worker.settings import Settings
 
 pytestmark = pytest.mark.slow
 DEMOS = ["love : bar", "eight : foo", "hate : bar", "two : foo", "happy : bar", "six : foo"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.backend import BackendError, JobStatus
-from app.contracts import AnalysisRequest, ExperimentRequest
-from app.keys import queue_name, result_key, tokenizer_key
-from app.queue.backend import RedisBackend
-from app.queue.reaper import rq_queue
+from app.queue.interface import BackendError
+from app.queue.redis_backend import RedisBackend
+from model_worker.contracts import AnalysisRequest, ExperimentRequest
 from model_worker.loading import LoadedModel
+from model_worker.queue.keys import queue_name, result_key, tokenizer_key
+from model_worker.queue.reaper import rq_queue
+from model_worker.queue.states import JobStatus
 from tests.integration.conftest import MODEL
 
 pytestmark = pytest.mark.redis

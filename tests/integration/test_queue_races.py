@@ -11,16 +11,17 @@ from rq import Queue
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.backend import BackendError, JobStatus
-from app.contracts import AnalysisRequest
-from app.keys import claim_key, result_key
 from app.queue import backend as backend_module
-from app.queue.backend import RedisBackend
-from app.result_parts import result_parts
+from app.queue.interface import BackendError
+from app.queue.redis_backend import RedisBackend
 from app.routes.analyses import get_analysis
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisRequest
 from model_worker.jobs import store_parts
 from model_worker.loading import LoadedModel
+from model_worker.queue.keys import claim_key, result_key
+from model_worker.queue.result_parts import result_parts
+from model_worker.queue.states import JobStatus
 
 pytestmark = pytest.mark.redis
 

@@ -12,10 +12,10 @@ import httpx
 import pytest
 import uvicorn
 
-from app.embedded import EmbeddedBackend
 from app.main import create_app
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
 from app.timeouts import server_config
+from model_worker.settings import Settings
 from tests.integration.redis_support import free_port, wait_for
 from tests.tiny_models import tiny_llama
 

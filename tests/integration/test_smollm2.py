@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.contracts import AnalysisResult
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult
 from model_worker.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
 from app.store import DONE, FAILED, PENDING, ResultStore, StoreError, open_store
+from model_worker.settings import Settings
 from tests.integration.db_support import fresh_postgres
 
 

@@ -11,8 +11,8 @@ import pytest
 from bs4 import BeautifulSoup
 from nbclient import NotebookClient
 
-from app.contracts import AnalysisResult
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult
 from model_worker.loading import LoadedModel
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.contracts import ExperimentRequest
 from model_worker.analyze import analyze
+from model_worker.contracts import ExperimentRequest
 from model_worker.experiments.job import run_experiment
 from model_worker.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT

@@ -17,9 +17,14 @@ import time
 import types
 from collections.abc import Callable
 
-from app.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest, ExperimentResult
-from app.settings import Settings
+from model_worker.contracts import (
+    AnalysisRequest,
+    AnalysisResult,
+    ExperimentRequest,
+    ExperimentResult,
+)
 from model_worker.loading import LoadedModel
+from model_worker.settings import Settings
 
 FAKE_STEPS = 5
 RunAnalysis = Callable[..., AnalysisResult]
@@ -103,6 +108,6 @@ def _install_hooks() -> None:
 
 if __name__ == "__main__":
     _install_hooks()
-    from model_worker.cli import app
+    from icl_heads.cli import app
 
     app(prog_name="icl-heads")

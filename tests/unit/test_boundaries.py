@@ -19,30 +19,27 @@ from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _contract(name_start: str) -> dict[str, list[str]]:
+def test_the_contracts_are_layers_without_exemptions() -> None:
+    """The import rules are a layers contract (library/CLI, web tier and views, engine) plus
+    forbidden rules, with no `ignore_imports` exemptions and no hand-kept module lists."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
-    return next(c for c in contracts if c["name"].startswith(name_start))
+    layers = [c for c in contracts if c["type"] == "layers"]
+    assert [c["layers"] for c in layers] == [["icl_heads", "app", "model_worker"]]
+    assert not [c["name"] for c in contracts if c.get("ignore_imports")]
 
 
-def test_every_app_module_is_kernel_view_or_web_layer() -> None:
-    """A new module of app/ must be named in the kernel contract, the views contract or the web
-    layer that the notebook library's contract forbids: in exactly one of them."""
-    web = _contract("The notebook library")["forbidden_modules"]
-    parts = {
-        "kernel": set(_contract("The shared kernel")["source_modules"]),
-        "views": set(_contract("The views")["source_modules"]),
-        "web layer": {m for m in web if m.startswith("app.")},
-    }
-    graph = grimp.build_graph("app")
-    packages = {"app", "app.queue"}  # split between kernel and web layer: their modules count
-    for module in sorted(graph.modules - packages):
-        named = [
-            part
-            for part, prefixes in parts.items()
-            if any(module == p or module.startswith(p + ".") for p in prefixes)
-        ]
-        assert len(named) == 1, f"{module}: named in {named or 'none'}; name it in one part"
+def test_the_engine_never_imports_the_web_tier() -> None:
+    """No module of model_worker/ imports app/, at any depth (grimp's graph, as lint-imports)."""
+    graph = grimp.build_graph("model_worker", "app")
+    edges = [
+        (m, i)
+        for m in graph.modules
+        if m.startswith("model_worker")
+        for i in graph.find_modules_directly_imported_by(m)
+        if i == "app" or i.startswith("app.")
+    ]
+    assert edges == []
 
 
 def test_results_draw_themselves_with_the_installed_views() -> None:
@@ -50,7 +47,7 @@ def test_results_draw_themselves_with_the_installed_views() -> None:
     repr in a notebook); `import icl_heads` installs the dashboard's."""
     import icl_heads  # noqa: F401  (installs the notebook views)
     from app.display import use_html_views
-    from app.notebook_views import NOTEBOOK_VIEWS
+    from app.views.notebook import NOTEBOOK_VIEWS
 
     result = analyze(tiny_gpt2(), EXAMPLE_PROMPT, top_k_heads=1)
     assert "<svg" in (result._repr_html_() or "")
@@ -77,7 +74,7 @@ def test_notebook_calls_ignore_icl_variables_and_dotenv(
 ) -> None:
     """load_model, encode_prompt and analyze behave the same with ICL_* variables set and a
     `.env` in the current folder: only the CLI, the worker and the web app read settings."""
-    from app.settings import get_settings
+    from model_worker.settings import get_settings
 
     folder = tmp_path / "model"
     built = tiny_gpt2()

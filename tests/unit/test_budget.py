@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.budget import BudgetError, analysis_cost, check_analysis, check_experiment
-from app.contracts import AnalysisRequest, ExperimentRequest
-from app.settings import Settings
+from model_worker.budget import BudgetError, analysis_cost, check_analysis, check_experiment
+from model_worker.contracts import AnalysisRequest, ExperimentRequest
 from model_worker.errors import UserInputError
 from model_worker.jobs import run_analysis
 from model_worker.loading import LoadedModel
+from model_worker.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.contracts import AnalysisResult
 from icl_heads.client import (
     CACHE,
     AuthError,
@@ -25,6 +24,7 @@ from icl_heads.client import (
     ServerUnavailable,
 )
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 Handler = Callable[[httpx.Request], httpx.Response]

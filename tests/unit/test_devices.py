@@ -17,11 +17,11 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from app.contracts import EXPERIMENT_NAMES, AnalysisResult, ExperimentRequest
 from model_worker.adapters import REGISTRY
 from model_worker.analysis.contributions import head_outputs
 from model_worker.analyze import analyze, final_projector
 from model_worker.capture import RunCache, run_with_cache
+from model_worker.contracts import EXPERIMENT_NAMES, AnalysisResult, ExperimentRequest
 from model_worker.experiments.job import run_experiment
 from model_worker.interventions import zero_heads
 from model_worker.loading import LoadedModel

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.contracts import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.analysis.baseline import random_heads
 from model_worker.analyze import analyze
+from model_worker.contracts import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.datasets import Dataset, Example, build_prompts
 from model_worker.errors import PromptError
 from model_worker.experiments import mrr
@@ -195,7 +195,7 @@ def test_bad_upload_is_a_clear_input_error(tmp_path: Path) -> None:
 def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from model_worker.cli import app
+    from icl_heads.cli import app
 
     wrong = tmp_path / "wrong.csv"
     wrong.write_text("sentence,kind\nhello,a\n", encoding="utf-8")

@@ -9,12 +9,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from app.contracts import AnalysisResult
-from app.figure_kit.bars import Series, bar_chart
-from app.figure_kit.colors import diverging
-from app.figure_kit.export import export, json_file, png_bytes
-from app.figure_kit.svg import visible
-from app.figures.analysis import (
+from app.views.figure_kit.bars import Series, bar_chart
+from app.views.figure_kit.colors import diverging
+from app.views.figure_kit.export import export, json_file, png_bytes
+from app.views.figure_kit.svg import visible
+from app.views.figures.analysis import (
     attention_figure,
     diff_figure,
     heatmap_figure,
@@ -22,6 +21,7 @@ from app.figures.analysis import (
     margin_figure,
 )
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 NS = "{http://www.w3.org/2000/svg}"

@@ -1,4 +1,5 @@
-"""Head names: one pattern, one parser and one formatter (app.contracts), used everywhere."""
+"""Head names: one pattern, one parser and one formatter (model_worker.contracts),
+used everywhere."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from app.contracts import AnalysisRequest, head_name, model_head, parse_head_name
-from app.settings import Settings
+from model_worker.contracts import AnalysisRequest, head_name, model_head, parse_head_name
 from model_worker.errors import LabelError
 from model_worker.jobs import failure_message, run_analysis
 from model_worker.prompting import parse_head_names
+from model_worker.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from app.contracts import AnalysisResult
-from app.settings import Settings
 from model_worker import analyze as analyze_module
 from model_worker import jobs
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult
 from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.jobs import build_seen_heads, load_served_model
 from model_worker.loading import LoadedModel
+from model_worker.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 ATOL = 1e-4

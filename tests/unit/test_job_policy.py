@@ -5,7 +5,7 @@ from __future__ import annotations
 from rq import Callback, Queue
 from rq.serializers import JSONSerializer
 
-from app.queue.backend import ANALYSIS_FUNC, EXPERIMENT_FUNC
+from app.queue.redis_backend import ANALYSIS_FUNC, EXPERIMENT_FUNC
 from model_worker.job_policy import ALLOWED_JOBS, refusal
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.contracts import AnalysisRequest, ExperimentRequest
-from app.keys import (
+from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.queue.keys import (
     analysis_job_id,
     experiment_job_id,
     is_experiment,

@@ -8,13 +8,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.backend import JobState, JobStatus
-from app.embedded import EmbeddedBackend
 from app.job_news import JobNews
 from app.job_wait import drawable_state, next_state
-from app.result_parts import DETAILS_MESSAGE, SUMMARY_PARTS, Parts, analysis_parts, head_part
-from app.settings import Settings
+from app.queue.embedded import EmbeddedBackend
 from model_worker.analyze import analyze
+from model_worker.queue.result_parts import (
+    DETAILS_MESSAGE,
+    SUMMARY_PARTS,
+    Parts,
+    analysis_parts,
+    head_part,
+)
+from model_worker.queue.states import JobState, JobStatus
+from model_worker.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 
@@ -141,8 +147,8 @@ def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> Non
     and the API body carries it as the result with `head_details` empty."""
     import json
 
-    from app.contracts import AnalysisResult
-    from app.result_parts import CORE, DETAILS_MESSAGE
+    from model_worker.contracts import AnalysisResult
+    from model_worker.queue.result_parts import CORE, DETAILS_MESSAGE
 
     loaded = tiny_llama()
     whole = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)

@@ -11,9 +11,9 @@ import pytest
 from bs4 import BeautifulSoup
 
 import icl_heads
-from app.contracts import AnalysisResult, ExperimentResult, Head
-from app.figures.analysis import heatmap_figure
+from app.views.figures.analysis import heatmap_figure
 from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult, ExperimentResult, Head
 from model_worker.experiments.job import run_experiment
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
 from tests.unit.test_experiments import request as experiment_request

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from app.contracts import AnalysisResult, ExperimentResult
-from app.result_parts import (
+from model_worker.analyze import analyze
+from model_worker.contracts import AnalysisResult, ExperimentResult
+from model_worker.loading import LoadedModel
+from model_worker.queue.result_parts import (
     CORE,
     MRR,
     SUMMARY_PARTS,
@@ -16,8 +18,6 @@ from app.result_parts import (
     size,
     summary,
 )
-from model_worker.analyze import analyze
-from model_worker.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT
 
 

@@ -1,0 +1,363 @@
+"""The embedded default: one process, an in-process worker thread, results in memory.
+
+Same Backend interface as the Redis workers, for a laptop or a talk. The model loads in the
+worker thread at start-up; requests submitted meanwhile wait for it. Experiments run in the same
+thread (one forward pass at a time), reporting progress into their JobState. The queue is capped
+(`ICL_QUEUE_CAP`, and a share per client); finished results stay in a memory bounded in bytes
+(`ICL_RESULT_MEMORY_BYTES`) in front of the durable store (app.store), which also keeps every
+accepted request: a job the process lost (a restart) is computed again when it is polled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from app.job_news import JobNews
+from app.pending import PendingJobs
+from app.queue.interface import BackendError, PartsReader, client_limit
+from app.store import DONE, FAILED, PENDING, ResultStore, StoredJob, StoreError, open_store
+from model_worker.budget import BudgetError, check_analysis, check_experiment
+from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.queue.keys import analysis_job_id, experiment_job_id, is_experiment
+from model_worker.queue.result_parts import (
+    CORE,
+    DETAILS_MESSAGE,
+    Parts,
+    analysis_parts,
+    result_parts,
+    size,
+)
+from model_worker.queue.states import JobState, JobStatus, ModelInfo
+from model_worker.settings import Settings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from model_worker.loading import LoadedModel
+
+log = logging.getLogger(__name__)
+MAX_JOBS = 2_000
+Progress = Callable[[float, str], None]
+Work = Callable[[Progress], Parts]
+
+
+class PartsMemory:
+    """Finished results' parts, least recently used first out, bounded in bytes (an evicted
+    result is read again from the durable store)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes, self._bytes = max_bytes, 0
+        self._items: OrderedDict[str, Parts] = OrderedDict()
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def get(self, job_id: str) -> Parts | None:
+        parts = self._items.get(job_id)
+        if parts is not None:
+            self._items.move_to_end(job_id)
+        return parts
+
+    def put(self, job_id: str, parts: Parts) -> None:
+        if job_id in self._items or size(parts) > self._max_bytes:
+            return
+        self._items[job_id] = parts
+        self._bytes += size(parts)
+        while self._bytes > self._max_bytes:
+            _, dropped = self._items.popitem(last=False)
+            self._bytes -= size(dropped)
+
+
+def _load_from_settings(settings: Settings) -> Callable[[], LoadedModel]:
+    def load() -> LoadedModel:
+        from model_worker.jobs import load_served_model
+
+        return load_served_model(settings)
+
+    return load
+
+
+class EmbeddedBackend(PartsReader):
+    """In-process worker (one thread: forward passes are serialised), results in a bounded
+    memory in front of the durable store."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        loader: Callable[[], LoadedModel] | None = None,
+        store: ResultStore | None = None,
+    ) -> None:
+        self.default_model = settings.model
+        self._settings = settings
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icl-worker")
+        self._model: Future[LoadedModel] = self._executor.submit(
+            loader or _load_from_settings(settings)
+        )
+        self._store = store or open_store(settings)
+        self._jobs: OrderedDict[str, JobState] = OrderedDict()  # queued, running, failed
+        self._memory = PartsMemory(settings.result_memory_bytes)
+        self._pending = PendingJobs()  # placed in the event loop, taken in the worker thread
+        self._works: dict[str, Work] = {}  # what each queued job runs
+        self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
+        self._heads: dict[str, bytes] = {}  # running analysis -> its per-head stage's core
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+        self._news = JobNews()  # wakes the long polls of a job when it changes
+
+    async def _loaded(self) -> LoadedModel:
+        try:
+            return await asyncio.wrap_future(self._model)
+        except Exception as exc:
+            raise BackendError(f"the model {self.default_model!r} failed to load: {exc}") from exc
+
+    async def _stored(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A durable-store call in a thread; an unreachable store answers 503."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except StoreError as exc:
+            raise BackendError(str(exc), status=503, retry_after=5) from exc
+
+    def _set(self, state: JobState) -> None:
+        self._jobs[state.id] = state
+        self._jobs.move_to_end(state.id)
+        while len(self._jobs) > MAX_JOBS:
+            self._jobs.popitem(last=False)
+        self._news.publish(state.id)
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        await self._news.wait(job_id, at_most_s)
+
+    async def _model_for(self, requested: str | None) -> tuple[str, LoadedModel]:
+        model_name = requested or self.default_model
+        if model_name != self.default_model:
+            raise BackendError(
+                f"no worker serves model {model_name!r}; this server runs {self.default_model!r}",
+                status=404,
+            )
+        return model_name, await self._loaded()
+
+    async def submit(self, request: AnalysisRequest, client: str = "") -> JobState:
+        model_name, loaded = await self._model_for(request.model)
+        self._check_cost(loaded, request)
+        job_id = analysis_job_id(model_name, loaded.fingerprint, request)
+        return await self._enqueue(job_id, request, loaded, client)
+
+    def _check_cost(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
+        """422 at once, with the numbers, for a prompt longer than the limit, a head the model
+        does not have or a request over the budget (the worker thread has its own tokenizer:
+        fast tokenizers must not be shared across threads)."""
+        from model_worker.errors import LabelError, PromptError
+        from model_worker.prompting import check_length, parse_head_names, token_limit
+
+        if self._tokenizer is None:
+            self._tokenizer = copy.deepcopy(loaded.tokenizer)
+        n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
+        try:
+            parse_head_names(request.extra_heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
+            check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
+            check_analysis(n_tokens, request, self._settings.max_analysis_cost)
+        except (LabelError, PromptError, BudgetError) as exc:
+            raise BackendError(str(exc), status=422) from exc
+
+    async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
+        try:
+            check_experiment(request, self._settings.max_experiment_n)
+        except BudgetError as exc:
+            raise BackendError(str(exc), status=422) from exc
+        model_name, loaded = await self._model_for(request.model)
+        job_id = experiment_job_id(model_name, loaded.fingerprint, request)
+        return await self._enqueue(job_id, request, loaded, client)
+
+    def _work(
+        self, job_id: str, loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest
+    ) -> Work:
+        """What the worker thread runs for `request`: the result's parts (an analysis keeps its
+        per-head stage's core part meanwhile, for the page to draw the heatmap first)."""
+
+        def work(progress: Progress) -> Parts:
+            if isinstance(request, ExperimentRequest):
+                from model_worker.experiments.job import run_experiment
+
+                max_tokens = self._settings.max_prompt_tokens
+                return result_parts(
+                    run_experiment(loaded, request, progress, max_tokens=max_tokens)
+                )
+            from model_worker.jobs import run_analysis
+
+            def heads_stage(partial: AnalysisResult) -> None:
+                self._heads[job_id] = analysis_parts(partial)[CORE]
+                self._set(JobState(id=job_id, status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
+
+            return result_parts(run_analysis(loaded, request, heads_stage, settings=self._settings))
+
+        return work
+
+    def _check_room(self, job_id: str, client: str) -> None:
+        """429 when the queue is full, or when `client` has its share of it already."""
+        queued = len(self._pending)
+        if queued >= self._settings.queue_cap:
+            raise BackendError(
+                f"the queue is full ({queued} jobs, ICL_QUEUE_CAP); try again later",
+                status=429,
+                retry_after=5,
+            )
+        experiment = is_experiment(job_id)
+        active = sum(
+            1
+            for other, owner in list(self._owners.items())  # copied: the worker thread pops
+            if owner == client and is_experiment(other) == experiment
+        )
+        limit = (
+            self._settings.client_experiments if experiment else self._settings.client_queued_jobs
+        )
+        refusal = client_limit(experiment, active, limit)
+        if refusal is not None:
+            raise refusal
+
+    async def _enqueue(
+        self,
+        job_id: str,
+        request: AnalysisRequest | ExperimentRequest,
+        loaded: LoadedModel,
+        client: str | None,
+    ) -> JobState:
+        """Queue `request` as `job_id` unless it is done or in flight; `client` None: a
+        recomputation of a stored request (no per-client limit)."""
+        known = await self.status(job_id, recover=False)
+        if known is not None and known.status != JobStatus.FAILED:
+            return known
+        if client is not None:
+            self._check_room(job_id, client)
+            kind = "experiment" if is_experiment(job_id) else "analysis"
+            await self._stored(
+                self._store.remember,
+                job_id,
+                kind,
+                loaded.name,
+                loaded.fingerprint,
+                request.model_dump_json(),
+            )
+        ahead = client is not None and client not in list(self._owners.values())
+        if client is not None:
+            self._owners[job_id] = client
+        state = JobState(id=job_id, status=JobStatus.QUEUED)
+        self._set(state)
+        position = self._pending.place(job_id, ahead)
+        self._works[job_id] = self._work(job_id, loaded, request)
+        self._executor.submit(self._run_next)
+        return state.model_copy(update={"position_in_queue": position})
+
+    def _run_next(self) -> None:
+        """Run the job at the head of the queue (one call per enqueued job); then, while no
+        other waits, the worker's idle work (`jobs.idle_work`)."""
+        from model_worker.jobs import idle_work
+
+        job_id = self._pending.pop_next()
+        self._run(job_id, self._works.pop(job_id))
+        if self._model.done() and self._model.exception() is None:
+            idle_work(self._model.result(), lambda: len(self._pending) > 0)
+
+    def _run(self, job_id: str, work: Work) -> None:
+        from model_worker.jobs import failure_message
+
+        self._set(JobState(id=job_id, status=JobStatus.RUNNING))
+
+        def progress(fraction: float, message: str) -> None:
+            self._set(
+                JobState(id=job_id, status=JobStatus.RUNNING, progress=fraction, message=message)
+            )
+
+        try:
+            parts = work(progress)
+            self._memory.put(job_id, parts)
+            self._news.publish(job_id)  # done: read from the memory while the store saves it
+            self._store.save(job_id, parts)
+            self._jobs.pop(job_id, None)  # done: read from the memory or the store from now on
+        except Exception as exc:  # one failing job must not stop the worker
+            log.warning("job %s failed: %s", job_id, exc, exc_info=True)
+            error = failure_message(exc)
+            self._set(JobState(id=job_id, status=JobStatus.FAILED, error=error))
+            try:
+                self._store.fail(job_id, error)
+            except StoreError as store_exc:
+                log.error("could not record the failure of %s: %s", job_id, store_exc)
+        finally:
+            self._owners.pop(job_id, None)
+            self._heads.pop(job_id, None)
+
+    async def status(self, job_id: str, recover: bool = True) -> JobState | None:
+        if self._memory.get(job_id) is not None:  # done, also while the store saves it
+            return JobState(id=job_id, status=JobStatus.DONE)
+        state = self._jobs.get(job_id)
+        if state is not None:
+            position = self._pending.position(job_id) if state.status == JobStatus.QUEUED else None
+            if position is not None:
+                return state.model_copy(update={"position_in_queue": position})
+            return state
+        stored = await self._stored(self._store.job, job_id)
+        if stored is None:
+            has_result = await self._stored(self._store.has_result, job_id)
+            return JobState(id=job_id, status=JobStatus.DONE) if has_result else None
+        if stored.state == DONE:
+            return JobState(id=job_id, status=JobStatus.DONE)
+        if stored.state == FAILED:
+            return JobState(id=job_id, status=JobStatus.FAILED, error=stored.error)
+        if stored.state == PENDING and recover:  # accepted by an earlier process: run it again
+            return await self._recompute(stored)
+        return None
+
+    async def _recompute(self, stored: StoredJob) -> JobState:
+        """Queue a stored request again under its id (its result was lost or never made)."""
+        loaded = await self._loaded()
+        if stored.fingerprint != loaded.fingerprint:
+            return JobState(
+                id=stored.id,
+                status=JobStatus.FAILED,
+                error=f"this job was accepted for other weights of {self.default_model!r} "
+                f"(fingerprint {stored.fingerprint}, now {loaded.fingerprint}); submit it again",
+            )
+        log.info("recomputing %s from its stored request", stored.id)
+        return await self._enqueue(stored.id, stored.parsed_request(), loaded, None)
+
+    async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+        parts = self._memory.get(job_id)
+        if parts is None:
+            parts = await self._stored(self._store.parts, job_id, names)
+            if parts is not None and names is None:
+                self._memory.put(job_id, parts)
+            return parts
+        return parts if names is None else {name: parts[name] for name in names if name in parts}
+
+    async def read_heads_stage(self, job_id: str) -> bytes | None:
+        return self._heads.get(job_id)
+
+    async def models(self) -> list[ModelInfo]:
+        ready = self._model.done() and self._model.exception() is None
+        fingerprint = self._model.result().fingerprint if ready else ""
+        return [ModelInfo(name=self.default_model, fingerprint=fingerprint, workers=1, ready=ready)]
+
+    async def health(self) -> dict[str, Any]:
+        if self._model.done() and self._model.exception() is not None:
+            model_state = f"failed: {self._model.exception()}"
+        else:
+            model_state = "ready" if self._model.done() else "loading"
+        return {
+            "mode": "embedded",
+            "redis": None,
+            "model": self.default_model,
+            "model_state": model_state,
+            "queued": len(self._pending),
+        }
+
+    async def maintain(self) -> None:
+        """Nothing to do: the worker thread stores each result itself."""
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._store.close()

@@ -1,0 +1,180 @@
+"""The interface between HTTP routes and whatever computes analyses (embedded or Redis workers)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from model_worker.contracts import (
+    AnalysisRequest,
+    AnalysisSummary,
+    ExperimentRequest,
+    ExperimentResult,
+    HeadDetail,
+)
+from model_worker.queue.keys import is_experiment
+from model_worker.queue.result_parts import (
+    BODY,
+    SUMMARY_PARTS,
+    Parts,
+    head_part,
+    heads_stage_parts,
+    result_json,
+    summary,
+)
+from model_worker.queue.states import JobState, ModelInfo, done_body
+
+
+class BackendError(Exception):
+    """A request the backend cannot take now; `status` is the HTTP code to answer with."""
+
+    def __init__(self, message: str, status: int = 503, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class PartsReader:
+    """The reads of finished results, over a backend's `read_parts`
+    (model_worker.queue.result_parts)."""
+
+    async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+        """The finished result's parts (all, or those of `names` it has); None if not done."""
+        raise NotImplementedError
+
+    async def read_heads_stage(self, job_id: str) -> bytes | None:
+        """The core part of a running analysis' per-head stage (None before it is done, and
+        once the whole result is stored)."""
+        raise NotImplementedError
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        """Return when `job_id` may have changed: after `at_most_s` here (the long poll reads
+        its state again); a backend that hears of each change returns at that change."""
+        await asyncio.sleep(at_most_s)
+
+    async def heads_stage(self, job_id: str) -> AnalysisSummary | None:
+        """A running analysis' per-head stage: tokens, layers, heads, top heads, no details."""
+        core = None if is_experiment(job_id) else await self.read_heads_stage(job_id)
+        return None if core is None else summary(heads_stage_parts(core))
+
+    async def running_body(self, state: JobState) -> bytes | None:
+        """The JSON of a running analysis' JobState with its per-head stage as the result
+        (`head_details` empty), joined without parsing; None before that stage."""
+        core = None if is_experiment(state.id) else await self.read_heads_stage(state.id)
+        if core is None:
+            return None
+        head = state.model_dump_json(exclude={"result"}).encode()
+        result = result_json(state.id, heads_stage_parts(core))
+        return head[:-1] + b',"result":' + result + b"}"
+
+    async def summary(self, job_id: str) -> AnalysisSummary | None:
+        """A done analysis without its head details (None if not done)."""
+        if is_experiment(job_id):
+            return None
+        parts = await self.read_parts(job_id, SUMMARY_PARTS)
+        return None if parts is None else summary(parts)
+
+    async def head_detail(self, job_id: str, name: str) -> HeadDetail | None:
+        """One head's detail of a done analysis, if it holds that head."""
+        parts = await self.read_parts(job_id, [head_part(name)])
+        raw = None if parts is None else parts.get(head_part(name))
+        return None if raw is None else HeadDetail.model_validate_json(raw)
+
+    async def experiment(self, job_id: str) -> ExperimentResult | None:
+        if not is_experiment(job_id):
+            return None
+        parts = await self.read_parts(job_id, [BODY])
+        return None if parts is None else ExperimentResult.model_validate_json(parts[BODY])
+
+    async def done_body(self, job_id: str) -> bytes | None:
+        """The JSON of a finished job's JobState, joined from its parts without parsing them,
+        or None when the job is not done."""
+        parts = await self.read_parts(job_id)
+        return None if parts is None else done_body(job_id, result_json(job_id, parts))
+
+
+class Backend(Protocol):
+    """Submits analyses and reports on them. Implementations: embedded, Redis + RQ workers.
+
+    `client` names who submits (its address): each client may have only so many jobs queued
+    or running (`ICL_CLIENT_QUEUED_JOBS`, `ICL_CLIENT_EXPERIMENTS`), so one cannot fill the queue.
+    """
+
+    default_model: str
+
+    async def submit(self, request: AnalysisRequest, client: str = "") -> JobState:
+        """Start (or find cached / in flight) the analysis of `request`."""
+        ...
+
+    async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
+        """Start (or find cached / in flight) a dataset experiment; it reports progress."""
+        ...
+
+    async def status(self, job_id: str) -> JobState | None:
+        """The state of a job (analysis or experiment), or None if unknown. Never loads the
+        result. A job accepted earlier whose queue entry was lost is enqueued again from its
+        stored request (QUEUED), so an accepted job always ends done or failed."""
+        ...
+
+    async def done_body(self, job_id: str) -> bytes | None:
+        """The JSON of a finished job's JobState (the API's answer), or None if not done."""
+        ...
+
+    async def summary(self, job_id: str) -> AnalysisSummary | None:
+        """A done analysis without its head details (None if not done)."""
+        ...
+
+    async def head_detail(self, job_id: str, name: str) -> HeadDetail | None:
+        """One head's detail of a done analysis, if it holds that head."""
+        ...
+
+    async def heads_stage(self, job_id: str) -> AnalysisSummary | None:
+        """A running analysis' per-head stage (no head details), once that stage is done."""
+        ...
+
+    async def running_body(self, state: JobState) -> bytes | None:
+        """The JSON of a running analysis' state with its per-head stage as the result."""
+        ...
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        """Return at the job's next change, or after `at_most_s` (between long-poll reads)."""
+        ...
+
+    async def experiment(self, job_id: str) -> ExperimentResult | None:
+        """A done experiment's result (None if not done)."""
+        ...
+
+    async def models(self) -> list[ModelInfo]:
+        """Models with a live worker."""
+        ...
+
+    async def maintain(self) -> None:
+        """Periodic upkeep (every MAINTAIN_EVERY_S): finished results into the durable store,
+        jobs a queue lost enqueued again."""
+        ...
+
+    async def health(self) -> dict[str, Any]:
+        """A JSON-able health report."""
+        ...
+
+    async def close(self) -> None:
+        """Release threads and connections."""
+        ...
+
+
+def client_limit(experiment: bool, active: int, settings_limit: int) -> BackendError | None:
+    """429 when a client already has `settings_limit` jobs of this kind queued or running."""
+    if active < settings_limit:
+        return None
+    what, knob = (
+        ("experiments", "ICL_CLIENT_EXPERIMENTS")
+        if experiment
+        else ("analyses", "ICL_CLIENT_QUEUED_JOBS")
+    )
+    return BackendError(
+        f"you already have {active} {what} queued or running (the limit per client is "
+        f"{settings_limit}, {knob}); wait for one to finish, then submit again",
+        status=429,
+        retry_after=10 if experiment else 2,
+    )

@@ -1,0 +1,577 @@
+"""The Backend over Redis: RQ queues (one per model id) to the workers, results cached in Redis.
+
+The web tier never loads a model: it reads the workers' heartbeats to know which models are live
+and with which weights, hashes each request into a job id, and serves finished results from
+Redis (a hash of parts, model_worker.queue.result_parts). Redis calls run with short
+timeouts, so an unreachable Redis answers 503 at once. Redis is the queue and the hot cache;
+the durable store (app.store) keeps each accepted request and, once seen done, the result: a
+result that expired or was lost is read from the store, a job Redis lost is enqueued again
+from its stored request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, ResponseError
+from redis.retry import Retry
+from rq import Retry as JobRetry
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
+from rq.job import JobStatus as RqStatus
+
+from app.queue.body_cache import BodyCache
+from app.queue.fair import place_ahead
+from app.queue.interface import BackendError, PartsReader, client_limit
+from app.queue.prompt_limit import PromptLimit
+from app.store import FAILED, ResultStore, StoredJob, StoreError, open_store
+from model_worker.budget import BudgetError, check_analysis, check_experiment
+from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.log_safety import redact
+from model_worker.queue.heartbeats import WorkerBeat, live_beats
+from model_worker.queue.keys import (
+    analysis_job_id,
+    claim_key,
+    client_jobs_key,
+    experiment_job_id,
+    heads_stage_key,
+    is_experiment,
+    queue_name,
+    result_key,
+)
+from model_worker.queue.reaper import fetch_job, reap_abandoned, rq_queue
+from model_worker.queue.result_parts import Parts, result_json, result_parts
+from model_worker.queue.states import JobState, JobStatus, ModelInfo, done_body
+from model_worker.settings import Settings
+
+T = TypeVar("T")
+ANALYSIS_FUNC = "model_worker.jobs.analysis_job"
+EXPERIMENT_FUNC = "model_worker.jobs.experiment_job"
+FAILED_TTL_S = 24 * 3600
+CLAIM_TTL_S = 10
+#: How long a submit waits for a twin request that holds the claim to finish enqueuing.
+TWIN_WAIT_S = 5.0
+QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
+#: A client's list of jobs is forgotten after this long without a new submission.
+CLIENT_JOBS_TTL_S = 24 * 3600
+#: Pending jobs of the durable store looked at by one `maintain()` pass.
+SWEEP_BATCH = 200
+log = logging.getLogger(__name__)
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _byte_keys(parts: dict[Any, Any]) -> Parts:
+    """A Redis hash's fields (bytes) as parts (str names)."""
+    return {_text(name): _bytes(value) for name, value in parts.items()}
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "the job failed"
+
+
+class RedisBackend(PartsReader):
+    """Jobs through RQ, results and heartbeats in Redis, results and requests kept in the
+    durable store; safe to run in several web processes (with a shared PostgreSQL store)."""
+
+    def __init__(self, settings: Settings, store: ResultStore | None = None) -> None:
+        if not settings.redis_url:
+            raise ValueError("RedisBackend needs settings.redis_url")
+        self.default_model = settings.model
+        self._settings = settings
+        self._url = settings.redis_url
+        self._prompt_limit = PromptLimit()
+        self._bodies = BodyCache()
+        options: dict[str, Any] = {
+            "socket_timeout": settings.redis_timeout_s,
+            "socket_connect_timeout": settings.redis_timeout_s,
+            "retry": Retry(NoBackoff(), 1),
+            "health_check_interval": 30,
+        }
+        self._redis = Redis.from_url(self._url, **options)
+        self._aredis = AsyncRedis.from_url(self._url, **options)
+        self._store = store or open_store(settings)
+        self._persisted: set[str] = set()  # jobs whose end this process put in the store
+
+    def _unreachable(self, exc: Exception) -> BackendError:
+        return BackendError(
+            redact(f"the job queue (Redis at {self._url}) is unreachable: {exc}; ")
+            + "retry in a few seconds",
+            status=503,
+            retry_after=5,
+        )
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking Redis/RQ/store function in a thread; their errors become 503."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except RedisError as exc:
+            raise self._unreachable(exc) from exc
+        except StoreError as exc:
+            raise BackendError(str(exc), status=503, retry_after=5) from exc
+
+    # --- submitting -------------------------------------------------------------------------
+
+    async def submit(self, request: AnalysisRequest, client: str = "") -> JobState:
+        return await self._call(self._submit, request, client)
+
+    async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
+        return await self._call(self._submit, request, client)
+
+    def _live_for(self, model: str) -> list[WorkerBeat]:
+        beats = live_beats(self._redis)
+        serving = [beat for beat in beats if beat.model == model]
+        if not serving:
+            live = sorted({beat.model for beat in beats})
+            offer = f"live models: {', '.join(live)}" if live else "no worker is running"
+            raise BackendError(f"no live worker serves model {model!r} ({offer})", status=404)
+        return serving
+
+    def _submit(self, request: AnalysisRequest | ExperimentRequest, client: str = "") -> JobState:
+        model = request.model or self.default_model
+        beats = self._live_for(model)
+        fingerprint = min(beat.fingerprint for beat in beats)
+        try:
+            if isinstance(request, ExperimentRequest):
+                check_experiment(request, self._settings.max_experiment_n)
+                job_id = experiment_job_id(model, fingerprint, request)
+            else:
+                n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
+                if n_tokens is not None:  # else the worker checks the budget
+                    check_analysis(n_tokens, request, self._settings.max_analysis_cost)
+                job_id = analysis_job_id(model, fingerprint, request)
+        except BudgetError as exc:
+            raise BackendError(str(exc), status=422) from exc
+        return self._enqueue(job_id, request, model, fingerprint, beats, client)
+
+    def _enqueue(
+        self,
+        job_id: str,
+        request: AnalysisRequest | ExperimentRequest,
+        model: str,
+        fingerprint: str,
+        beats: list[WorkerBeat],
+        client: str | None,
+    ) -> JobState:
+        """Queue `request` as `job_id` unless it is done (in Redis or the store) or in flight;
+        `client` None: a stored request enqueued again (no per-client limit)."""
+        experiment = isinstance(request, ExperimentRequest)
+        known = self._stored_status(job_id)
+        if known is not None and known.status != JobStatus.FAILED:
+            return known
+        if known is None and self._store.has_result(job_id):
+            return JobState(id=job_id, status=JobStatus.DONE)
+        if not self._claim(job_id):
+            return self._twin(job_id)
+        try:
+            queue = rq_queue(queue_name(model), self._redis)
+            queued = queue.count
+            if queued >= self._settings.queue_cap:
+                raise BackendError(
+                    f"the queue for model {model!r} is full ({queued} jobs); try again later",
+                    status=429,
+                    retry_after=self._retry_after(queued, beats),
+                )
+            ahead = False  # a client with nothing else queued or running goes first
+            if client is not None:
+                limit = (
+                    self._settings.client_experiments
+                    if experiment
+                    else self._settings.client_queued_jobs
+                )
+                active = self._active(client)
+                refusal = client_limit(experiment, active[experiment], limit)
+                if refusal is not None:
+                    raise refusal
+                ahead = not any(active.values())
+            kind = "experiment" if experiment else "analysis"
+            self._store.remember(job_id, kind, model, fingerprint, request.model_dump_json())
+            if known is not None:  # a failed earlier attempt: start afresh
+                fetch_job(job_id, self._redis).delete()
+            timeout = (
+                self._settings.experiment_timeout_s if experiment else self._settings.job_timeout_s
+            )
+            job = queue.enqueue(
+                EXPERIMENT_FUNC if experiment else ANALYSIS_FUNC,
+                request.model_dump_json(),
+                self._settings.result_ttl_s,
+                job_id=job_id,
+                job_timeout=timeout,
+                result_ttl=0,
+                failure_ttl=FAILED_TTL_S,
+                retry=JobRetry(max=1),
+                meta={"model": model},
+                description=f"{'experiment' if experiment else 'analysis'} on {model}",
+            )
+            position = place_ahead(self._redis, queue, job_id) if ahead else job.get_position()
+            if client is not None:
+                with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.zadd(client_jobs_key(client), {job_id: time.time()})
+                    pipe.expire(client_jobs_key(client), CLIENT_JOBS_TTL_S)
+                    pipe.execute()
+        finally:
+            self._redis.delete(claim_key(job_id))
+        return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=position)
+
+    def _active(self, client: str) -> dict[bool, int]:
+        """How many of `client`'s jobs are queued or running, by kind (True: experiments);
+        forgets the rest."""
+        key = client_jobs_key(client)
+        ids = [_text(member) for member in self._redis.zrange(key, 0, -1)]
+        if not ids:
+            return {True: 0, False: 0}
+        with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(Job.key_for(job_id), "status")
+                pipe.exists(result_key(job_id))
+            replies = pipe.execute()
+        waiting = {RqStatus.STARTED.value, *(s.value for s in QUEUED)}
+        ended = [  # a stored result ends a job before RQ's own bookkeeping does
+            job_id
+            for job_id, status, done in zip(ids, replies[::2], replies[1::2], strict=True)
+            if done or _text(status) not in waiting
+        ]
+        if ended:
+            self._redis.zrem(key, *ended)
+        waiting_ids = [i for i in ids if i not in ended]
+        experiments = sum(1 for i in waiting_ids if is_experiment(i))
+        return {True: experiments, False: len(waiting_ids) - experiments}
+
+    def _claim(self, job_id: str) -> bool:
+        """Take the enqueue lock of `job_id`. Its value is a token of ours: when redis-py retries
+        a SET whose first reply was lost (a timeout under load), the retry finds the key set and
+        answers "not set", yet the claim is ours and the job must still be enqueued."""
+        token = uuid.uuid4().hex
+        key = claim_key(job_id)
+        if self._redis.set(key, token, nx=True, ex=CLAIM_TTL_S):
+            return True
+        held = self._redis.get(key)
+        return held is not None and _bytes(held) == token.encode()
+
+    def _twin(self, job_id: str) -> JobState:
+        """A twin request is enqueuing `job_id`: its state once it exists (never a 202 for a job
+        that may never be enqueued); 503 if the twin does not finish in time."""
+        deadline = time.monotonic() + TWIN_WAIT_S
+        while time.monotonic() < deadline:
+            known = self._stored_status(job_id)
+            if known is not None:
+                return known
+            if not self._redis.exists(claim_key(job_id)):  # the twin gave up (429, error)
+                break
+            time.sleep(0.05)
+        raise BackendError(
+            "an identical request is being submitted right now; retry in a second",
+            status=503,
+            retry_after=1,
+        )
+
+    @staticmethod
+    def _retry_after(queued: int, beats: list[WorkerBeat]) -> int:
+        """Seconds until the queue has room, from the workers' mean job time (5 s if unknown)."""
+        means = [beat.mean_job_s for beat in beats if beat.mean_job_s]
+        if not means:
+            return 5
+        return max(1, min(600, math.ceil(queued * (sum(means) / len(means)) / len(beats))))
+
+    # --- reading ------------------------------------------------------------------------------
+
+    async def status(self, job_id: str) -> JobState | None:
+        try:
+            return await self._call(self._status, job_id)
+        except BackendError as exc:  # Redis away: a finished job is still done
+            if exc.status == 503 and await self._call(self._store.has_result, job_id):
+                return self._done(job_id)
+            raise
+
+    async def done_body(self, job_id: str) -> bytes | None:
+        body = self._bodies.get(job_id)
+        if body is not None:
+            return body
+        try:
+            async with self._aredis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(result_key(job_id))
+                pipe.pttl(result_key(job_id))
+                parts, ttl_ms = await pipe.execute()
+        except ResponseError:  # a result written by an older version (one JSON string)
+            parts, ttl_ms = await self._call(self._legacy_parts, job_id), 0
+        except RedisError as exc:  # Redis away: a finished result is still in the store
+            parts, ttl_ms = await self._call(self._store.parts, job_id), 0
+            if parts is None:
+                raise self._unreachable(exc) from exc
+        if not parts:
+            parts = await self._call(self._store.parts, job_id)
+            if parts is None:
+                return None
+            ttl_ms = 0
+        elif job_id not in self._persisted:
+            await self._call(self._save, job_id, _byte_keys(parts))
+        body = done_body(job_id, result_json(job_id, _byte_keys(parts)))
+        self._bodies.put(job_id, body, ttl_s=ttl_ms / 1000 if ttl_ms > 0 else None)
+        return body
+
+    async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
+        return await self._call(self._read_parts, job_id, names)
+
+    async def read_heads_stage(self, job_id: str) -> bytes | None:
+        """The per-head stage the worker published (model_worker.jobs.heads_publisher)."""
+        try:
+            core = await self._aredis.get(heads_stage_key(job_id))
+        except RedisError as exc:
+            raise self._unreachable(exc) from exc
+        return None if core is None else _bytes(core)
+
+    def _read_parts(self, job_id: str, names: Sequence[str] | None) -> Parts | None:
+        """From Redis (the hot cache), else (or while Redis is away) from the durable store."""
+        try:
+            if names is None:
+                parts: Parts | None = _byte_keys(self._redis.hgetall(result_key(job_id)))
+            else:
+                with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.exists(result_key(job_id))
+                    pipe.hmget(result_key(job_id), list(names))
+                    exists, values = pipe.execute()
+                found = {n: _bytes(v) for n, v in zip(names, values, strict=True) if v is not None}
+                parts = found if exists else None
+        except ResponseError:  # an older version's result: one JSON string
+            parts = self._legacy_parts(job_id)
+            if parts is not None and names is not None:
+                parts = {name: parts[name] for name in names if name in parts}
+        except RedisError:
+            stored = self._store.parts(job_id, names)
+            if stored is None:
+                raise
+            return stored
+        if parts:
+            return parts
+        return self._store.parts(job_id, names)
+
+    def _legacy_parts(self, job_id: str) -> Parts | None:
+        raw = self._redis.get(result_key(job_id))
+        if raw is None:
+            return None
+        from model_worker.contracts import ExperimentResult
+
+        model = ExperimentResult if is_experiment(job_id) else AnalysisResult
+        return result_parts(model.model_validate_json(raw))
+
+    def _status(self, job_id: str) -> JobState | None:
+        """The job's state, never its result. QUEUED while a submit holds the claim between
+        deleting a failed attempt and enqueuing it afresh (neither the result nor the job
+        exists then). A result seen done is copied into the durable store, a failure's reason
+        recorded there; a job Redis does not know is answered from the store: done, failed, or
+        (accepted but lost, e.g. Redis restarted without persistence) enqueued again."""
+        state = self._stored_status(job_id)
+        if state is None and self._redis.exists(claim_key(job_id)):
+            return JobState(id=job_id, status=JobStatus.QUEUED)
+        if state is None:
+            return self._recover(job_id)
+        if state.status == JobStatus.DONE:
+            self._persist(job_id)
+        elif state.status == JobStatus.FAILED and state.error and job_id not in self._persisted:
+            self._store.fail(job_id, state.error)
+            self._remember_persisted(job_id)
+        return state
+
+    def _persist(self, job_id: str) -> None:
+        """Copy a result from Redis into the durable store, once."""
+        if job_id in self._persisted:
+            return
+        if self._store.has_result(job_id):
+            self._remember_persisted(job_id)
+            return
+        parts = self._read_parts(job_id, None)
+        if parts:
+            self._save(job_id, parts)
+
+    def _save(self, job_id: str, parts: Parts) -> None:
+        self._store.save(job_id, parts)
+        self._remember_persisted(job_id)
+
+    def _remember_persisted(self, job_id: str) -> None:
+        if len(self._persisted) > 100_000:
+            self._persisted.clear()
+        self._persisted.add(job_id)
+
+    def _recover(self, job_id: str) -> JobState | None:
+        """The state of a job Redis does not know, from the durable store."""
+        if self._store.has_result(job_id):
+            return JobState(id=job_id, status=JobStatus.DONE)
+        stored = self._store.job(job_id)
+        if stored is None:
+            return None
+        if stored.state == FAILED:
+            return JobState(id=job_id, status=JobStatus.FAILED, error=stored.error)
+        return self._requeue(stored)
+
+    def _requeue(self, stored: StoredJob) -> JobState:
+        """Enqueue a stored request again under its id, on a worker with the same weights."""
+        beats = [beat for beat in live_beats(self._redis) if beat.model == stored.model]
+        same = [beat for beat in beats if beat.fingerprint == stored.fingerprint]
+        if not same:
+            why = (
+                f"its workers now load other weights (fingerprint {stored.fingerprint}, now "
+                f"{min(beat.fingerprint for beat in beats)}); submit it again"
+                if beats
+                else "no live worker serves that model now; open this page again once one runs"
+            )
+            return JobState(
+                id=stored.id,
+                status=JobStatus.FAILED,
+                error=f"this job of model {stored.model!r} was lost by the queue and {why}",
+            )
+        log.warning("job %s was lost by the queue: enqueued again", stored.id)
+        request = stored.parsed_request()
+        return self._enqueue(stored.id, request, stored.model, stored.fingerprint, same, None)
+
+    async def maintain(self) -> None:
+        """One pass over the store's pending jobs: results copied, failures recorded, lost
+        jobs enqueued again (so nothing depends on a client polling)."""
+        await self._call(self._maintain)
+
+    def _maintain(self) -> None:
+        since = time.time() - self._settings.result_ttl_s  # older ones wait for a poll
+        for stored in self._store.pending(SWEEP_BATCH, since):
+            try:
+                self._status(stored.id)
+            except BackendError:  # e.g. a twin enqueuing it right now: next pass
+                continue
+
+    def _done(self, job_id: str) -> JobState:
+        return JobState(id=job_id, status=JobStatus.DONE)
+
+    def _stored_status(self, job_id: str) -> JobState | None:
+        if self._redis.exists(result_key(job_id)):
+            return self._done(job_id)
+        try:
+            return self._job_status(fetch_job(job_id, self._redis))
+        except (NoSuchJobError, InvalidJobOperation):
+            # the job finished (and RQ dropped it) or changed while we looked: read again
+            if self._redis.exists(result_key(job_id)):
+                return self._done(job_id)
+            return self._raw_status(job_id)
+
+    def _raw_status(self, job_id: str) -> JobState | None:
+        """The state straight from the job's hash, for when RQ's Job object could not be read:
+        never "unknown" (404) for a job that exists."""
+        raw = self._redis.hget(Job.key_for(job_id), "status")
+        status = raw.decode() if isinstance(raw, bytes) else raw
+        if status is None:
+            return None
+        if status == RqStatus.STARTED.value:
+            return JobState(id=job_id, status=JobStatus.RUNNING)
+        if status == RqStatus.FINISHED.value:  # its result is being stored or has expired
+            return self._done(job_id) if self._redis.exists(result_key(job_id)) else None
+        if status in {s.value for s in QUEUED}:
+            return JobState(id=job_id, status=JobStatus.QUEUED)
+        try:  # failed, stopped or canceled: its reason lives in the job's meta
+            return self._job_status(fetch_job(job_id, self._redis))
+        except (NoSuchJobError, InvalidJobOperation):
+            return JobState(id=job_id, status=JobStatus.FAILED, error=f"the job {status}")
+
+    def _job_status(self, job: Job) -> JobState | None:
+        job_id = job.id
+        status: RqStatus | None = job.get_status()
+        if status == RqStatus.STARTED or status in QUEUED:
+            status = self._check_workers(job, status)
+        if status == RqStatus.STARTED:
+            return JobState(
+                id=job_id,
+                status=JobStatus.RUNNING,
+                progress=job.meta.get("progress"),
+                message=job.meta.get("message"),
+            )
+        if status in QUEUED:
+            position = job.get_position()
+            return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=position)
+        if status == RqStatus.FINISHED:  # finished, but its result expired or was never written
+            return self._done(job_id) if self._redis.exists(result_key(job_id)) else None
+        return JobState(id=job_id, status=JobStatus.FAILED, error=_failure_reason(job))
+
+    def _check_workers(self, job: Job, status: RqStatus | None) -> RqStatus | None:
+        """Hand back a job whose worker died; fail a queued job no live worker can take."""
+        beats = live_beats(self._redis)
+        queue = rq_queue(job.origin, self._redis)
+        if status == RqStatus.STARTED:
+            reap_abandoned(queue, {beat.name for beat in beats})
+            status = job.get_status(refresh=True)
+            job.refresh()
+        if status in QUEUED and not any(beat.queue == job.origin for beat in beats):
+            model = job.meta.get("model", "?")
+            job.meta["error"] = f"no live worker serves model {model!r} any more"
+            job.save_meta()
+            job.cancel()
+            status = RqStatus.CANCELED
+        return status
+
+    async def models(self) -> list[ModelInfo]:
+        beats = await self._call(live_beats, self._redis)
+        by_model: dict[str, list[WorkerBeat]] = {}
+        for beat in beats:
+            by_model.setdefault(beat.model, []).append(beat)
+        return [
+            ModelInfo(
+                name=model,
+                fingerprint=min(beat.fingerprint for beat in group),
+                workers=len(group),
+                ready=True,
+            )
+            for model, group in sorted(by_model.items())
+        ]
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call(self._health)
+
+    def _health(self) -> dict[str, Any]:
+        self._redis.ping()
+        beats = live_beats(self._redis)
+        queues = {beat.model: rq_queue(beat.queue, self._redis).count for beat in beats}
+        warnings = []
+        for model in queues:
+            prints = {beat.fingerprint for beat in beats if beat.model == model}
+            if len(prints) > 1:
+                warnings.append(
+                    f"workers for {model!r} load different weights ({', '.join(sorted(prints))})"
+                )
+        return {
+            "mode": "redis",
+            "redis": "ok",
+            "redis_url": redact(self._url),
+            "workers": [_beat_summary(beat) for beat in beats],
+            "queued": queues,
+            "warnings": warnings,
+        }
+
+    async def close(self) -> None:
+        await self._aredis.aclose()
+        self._redis.close()
+        self._store.close()
+
+
+def _failure_reason(job: Job) -> str:
+    """The message the job recorded, else the last line of RQ's traceback."""
+    if job.meta.get("error"):
+        return str(job.meta["error"])
+    if job.get_status() == RqStatus.CANCELED:
+        return "the job was cancelled"
+    latest = job.latest_result()
+    return _last_line(latest.exc_string if latest is not None else None)
+
+
+def _beat_summary(beat: WorkerBeat) -> dict[str, Any]:
+    return beat.model_dump(include={"name", "model", "device", "host", "jobs_done", "current_job"})

@@ -1,0 +1,34 @@
+"""The Jinja2 environment every template renders in (autoescape on), with the filters and
+globals the dashboard's pages and the notebook views share; no web framework."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from app.views.figure_kit.svg import signed, visible
+from app.views.figures.registry import EXPERIMENT_FORMATS, download_formats
+from model_worker.contracts import NORM_MODES, RANKINGS
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+
+ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES_DIR),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters["signed"] = signed
+ENV.filters["visible"] = visible
+ENV.globals["norm_modes"] = NORM_MODES
+ENV.globals["rankings"] = RANKINGS
+# download menus are generated from the figure registry
+ENV.globals["figure_formats"] = download_formats
+ENV.globals["experiment_figure_formats"] = EXPERIMENT_FORMATS
+
+
+def render_text(name: str, context: dict[str, Any]) -> str:
+    """`name` rendered to a string outside any request (the notebook views)."""
+    return ENV.get_template(name).render(context)

@@ -1,0 +1,68 @@
+"""What every `icl-heads` command shares: the group that turns bad input into one `error: …`
+line with exit code 2, quiet model loading, the common options, settings with overrides.
+
+Imports no other CLI module (icl_heads.cli and icl_heads.cli compose the commands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypeVar
+
+import typer
+from typer.core import TyperGroup
+
+from model_worker.defaults import DType
+from model_worker.errors import UserInputError
+from model_worker.settings import Settings, get_settings
+
+T = TypeVar("T")
+
+
+class OneLineErrors(TyperGroup):
+    """The `icl-heads` group: an option value typer refuses (a choice, a range, a number) is one
+    `error: …` line on stderr and exit code 2, like every other input error."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            message = exc.format_message().replace(": Value error, ", ": ")
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(2) from None
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn a UserInputError into `error: …` on stderr and exit code 2."""
+    try:
+        yield
+    except UserInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def quietly(load: Callable[[], T]) -> T:
+    """Run `load` with transformers' progress bars and warnings silenced."""
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    hub_logging.set_verbosity_error()
+    return load()
+
+
+def settings_with(**overrides: object) -> Settings:
+    """The environment's settings with the command-line options that were given."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return get_settings().model_copy(update=given)
+
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="HF id, local folder or .gguf (default SmolLM2)."),
+]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:0 …")]
+DTypeOption = Annotated[DType, typer.Option(help="Weight dtype.")]

@@ -1,0 +1,153 @@
+"""`icl-heads experiment NAME`: run one of the paper's dataset experiments from the shell.
+
+A progress bar goes to stderr; `--json` prints the ExperimentResult on stdout; `--out DIR`
+writes report.md, result.json, one CSV per table and an SVG and a PNG per figure.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.views.figure_kit.export import png_bytes, svg_file
+from icl_heads.cli import remote as cli_remote
+from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
+from model_worker.contracts import (
+    EXPERIMENT_NAMES,
+    ExperimentName,
+    ExperimentRequest,
+    ExperimentResult,
+    RankBy,
+)
+from model_worker.errors import UserInputError
+from model_worker.export_text import csv_text
+from model_worker.settings import get_settings
+
+
+def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
+    """Write report.md, result.json, `<table>.csv` and `<figure>.svg`/`.png` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "report.md", out / "result.json"]
+    written[0].write_text(result.report_markdown + "\n", encoding="utf-8")
+    written[1].write_text(result.model_dump_json(indent=1), encoding="utf-8")
+    for name, rows in result.tables.items():
+        written.append(out / f"{name}.csv")
+        written[-1].write_text(csv_text(rows), encoding="utf-8")
+    for name, svg in result.figures.items():
+        written.append(out / f"{name}.svg")
+        written[-1].write_text(svg_file(svg, declaration=False), encoding="utf-8")
+        written.append(out / f"{name}.png")
+        written[-1].write_bytes(png_bytes(svg))
+    return written
+
+
+def experiment(
+    name: Annotated[ExperimentName, typer.Argument(help=f"One of: {', '.join(EXPERIMENT_NAMES)}.")],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset", "-d", help="sentiment-number, animal-country, or a CSV/JSONL file."
+        ),
+    ] = "sentiment-number",
+    model: ModelOption = None,
+    n: Annotated[
+        int, typer.Option("--n", min=1, max=1000, help="Prompts per prompt set (1–1000).")
+    ] = 200,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write report, JSON, CSVs, SVGs here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the prompt sets.")] = 0,
+    locate_by: Annotated[
+        RankBy,
+        typer.Option("--locate-by", help="Locate in-context heads by: increase, or label."),
+    ] = "increase",
+    correct_only: Annotated[
+        bool,
+        typer.Option("--correct-only", help="MRR and attention: correctly answered prompts only."),
+    ] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per pass.")] = 16,
+    device: DeviceOption = "auto",
+    dtype: DTypeOption = "auto",
+    server: cli_remote.ServerOption = None,
+) -> None:
+    """Run one of the paper's dataset experiments over N prompts."""
+    from pydantic import ValidationError
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from model_worker.experiments.job import run_experiment
+    from model_worker.loading import load_model
+
+    settings = get_settings()
+    cache_dir = settings.cache_dir
+    with user_errors():
+        try:
+            request = ExperimentRequest.model_validate(
+                {
+                    "name": name,
+                    "dataset": dataset,
+                    "model": model,
+                    "n": n,
+                    "seed": seed,
+                    "locate_by": locate_by,
+                    "correct_only": correct_only,
+                }
+            )
+        except ValidationError as exc:
+            raise UserInputError(exc.errors()[0]["msg"]) from None
+        if server is not None:
+            remote = cli_remote.experiment(
+                server,
+                name,
+                dataset,
+                model=model,
+                n=n,
+                seed=seed,
+                locate_by=locate_by,
+                correct_only=correct_only,
+            )
+            return emit(remote, out, as_json)
+        from model_worker.experiments.data import resolve_dataset
+
+        resolve_dataset(request)  # a bad dataset fails before the model loads
+        loaded = quietly(lambda: load_model(model, device=device, dtype=dtype, cache_dir=cache_dir))
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True), transient=as_json) as bar:
+            task = bar.add_task(name, total=1.0)
+
+            def progress(fraction: float, message: str) -> None:
+                bar.update(task, completed=fraction, description=f"{name}: {message}")
+
+            result = run_experiment(
+                loaded,
+                request,
+                progress,
+                batch_size=batch_size,
+                max_tokens=settings.max_prompt_tokens,
+            )
+    emit(result, out, as_json)
+
+
+def emit(result: ExperimentResult, out: Path | None, as_json: bool) -> None:
+    """Write `result` into `out`, and print it as JSON or (without `out`) its report."""
+    if out is not None:
+        written = write_outputs(result, out)
+        typer.echo(f"wrote {len(written)} files to {out}", err=True)
+    if as_json:
+        sys.stdout.write(result.model_dump_json() + "\n")
+    elif out is None:
+        typer.echo(result.report_markdown)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `experiment` to the `icl-heads` command."""
+    app.command()(experiment)

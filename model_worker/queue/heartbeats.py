@@ -1,0 +1,66 @@
+"""Worker heartbeats: each worker says, every few seconds, which model it serves and with which
+weights. The web tier reads them to list live models and to compute job ids."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel
+from redis import Redis
+
+from model_worker.queue.keys import WORKERS_KEY, worker_key
+
+#: A worker silent for this many heartbeat periods is taken for dead.
+MISSED_BEATS = 5
+
+
+class WorkerBeat(BaseModel):
+    """What one worker reports about itself."""
+
+    name: str
+    model: str
+    fingerprint: str
+    queue: str
+    device: str
+    host: str
+    pid: int
+    started_at: float
+    beat_at: float = 0.0
+    jobs_done: int = 0
+    mean_job_s: float | None = None
+    current_job: str | None = None
+    max_prompt_tokens: int | None = None
+
+
+def write_beat(connection: Redis, beat: WorkerBeat, period_s: float) -> None:
+    """Publish `beat`; it expires unless renewed within MISSED_BEATS periods."""
+    ttl = period_s * MISSED_BEATS
+    now = time.time()
+    beat = beat.model_copy(update={"beat_at": now})
+    with connection.pipeline() as pipe:
+        pipe.set(worker_key(beat.name), beat.model_dump_json(), px=int(ttl * 1000))
+        pipe.zadd(WORKERS_KEY, {beat.name: now + ttl})
+        pipe.execute()
+
+
+def remove_beat(connection: Redis, name: str) -> None:
+    """A worker stopping cleanly leaves at once."""
+    with connection.pipeline() as pipe:
+        pipe.delete(worker_key(name))
+        pipe.zrem(WORKERS_KEY, name)
+        pipe.execute()
+
+
+def live_beats(connection: Redis) -> list[WorkerBeat]:
+    """The heartbeats of the workers alive now (expired ones are dropped)."""
+    connection.zremrangebyscore(WORKERS_KEY, "-inf", time.time())
+    names = [_text(name) for name in connection.zrange(WORKERS_KEY, 0, -1)]
+    if not names:
+        return []
+    raws = connection.mget([worker_key(name) for name in names])
+    return [WorkerBeat.model_validate_json(raw) for raw in raws if raw is not None]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

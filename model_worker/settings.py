@@ -1,0 +1,123 @@
+"""One settings class for the web tier and the worker: `ICL_*` environment variables or `.env`."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from model_worker.defaults import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_HEAD_UNEMBEDDING_BYTES,
+    DEFAULT_MAX_PROMPT_TOKENS,
+    DEFAULT_MODEL,
+    DEVICE_PATTERN,
+    DType,
+)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ICL_", env_file=".env", extra="ignore")
+
+    model: str = Field(DEFAULT_MODEL, description="Model id, local path or GGUF file to serve.")
+    device: str = Field(
+        "auto", pattern=DEVICE_PATTERN, description="auto, cpu, mps, cuda or cuda:N."
+    )
+    dtype: DType = Field("auto", description="auto, float32, bfloat16 or float16.")
+    head_unembedding_mb: int = Field(
+        DEFAULT_HEAD_UNEMBEDDING_BYTES // 2**20,
+        ge=0,
+        description="MiB of recurring heads' factored unembeddings a worker keeps (0: none).",
+    )
+    max_prompt_tokens: int = Field(
+        DEFAULT_MAX_PROMPT_TOKENS, ge=1, description="Longest prompt analysed, in tokens."
+    )
+    cache_dir: Path = Field(
+        DEFAULT_CACHE_DIR, description="Converted model weights and other on-disk caches."
+    )
+    warm_up: bool = Field(
+        True, description="Analyse a built-in prompt twice at start-up (first request at speed)."
+    )
+    redis_url: str | None = Field(None, description="Redis URL; unset = embedded single process.")
+    result_ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long results stay cached.")
+    job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")
+    queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
+    experiment_timeout_s: int = Field(4 * 3600, ge=1, description="Timeout of experiment jobs.")
+    worker_heartbeat_s: float = Field(
+        2.0, gt=0, description="Worker heartbeat period; a worker silent for 5 periods is dead."
+    )
+    redis_timeout_s: float = Field(
+        2.0, gt=0, description="Web tier's Redis connect/read timeout (then 503)."
+    )
+    host: str = Field("127.0.0.1", description="Address `icl-heads serve` binds to.")
+    port: int = Field(8000, ge=1, le=65535)
+    auth_token: SecretStr | None = Field(
+        None, description="Shared access token; unset = no login (only safe on 127.0.0.1)."
+    )
+    session_max_age_s: int = Field(12 * 3600, ge=60, description="Login cookie lifetime.")
+    trusted_origins: list[str] = Field(
+        default_factory=list, description="Extra origins allowed to post (a reverse proxy's)."
+    )
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body (413).")
+    max_upload_bytes: int = Field(
+        6 * 1024 * 1024, ge=1024, description="Largest multipart upload body (413)."
+    )
+    rate_limit_per_minute: int = Field(
+        1200, ge=0, description="Requests per client and minute (429); 0 = unlimited."
+    )
+    write_rate_limit_per_minute: int = Field(
+        60, ge=0, description="POST/PUT/PATCH/DELETE per client and minute; 0 = unlimited."
+    )
+    # --- what one request and one client may cost; where results are kept (issue 14) ---
+    max_analysis_cost: int = Field(
+        300_000,
+        ge=1,
+        description="Budget of one analysis: tokens × detailed heads × (2 × top_k_tokens + 4).",
+    )
+    max_experiment_n: int = Field(1000, ge=1, description="Most prompts one experiment runs.")
+    client_queued_jobs: int = Field(
+        20, ge=1, description="Analyses one client may have queued or running (429 beyond)."
+    )
+    client_experiments: int = Field(
+        2, ge=1, description="Experiments one client may have queued or running (429 beyond)."
+    )
+    result_memory_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="Embedded: bytes of results kept in memory."
+    )
+    data_dir: Path = Field(
+        Path.home() / ".local" / "share" / "icl-heads",
+        description="Durable store's folder (SQLite `results.sqlite3`).",
+    )
+    database_url: str | None = Field(
+        None, description="postgresql://… for a durable store shared by several web replicas."
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="A client must send a request's headers within this time."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="Time a client has to send a request's body (then 408)."
+    )
+
+    # --- who may reach the server, and as whom (issue 14) ---
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Reverse proxies whose X-Forwarded-For/-Proto are believed; empty = none.",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names served beyond localhost, 127.0.0.1, [::1] and ICL_HOST.",
+    )
+    login_failures_per_client: int = Field(
+        10, ge=1, description="Failed logins per client address in 15 minutes before 429."
+    )
+    login_failures_per_account: int = Field(
+        100, ge=1, description="Failed logins (all clients) in 15 minutes that mean an attack."
+    )
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()
