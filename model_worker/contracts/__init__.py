@@ -23,6 +23,13 @@ from pydantic import (
 )
 
 from app.display import AnalysisDisplay, ExperimentDisplay, HeadDisplay
+from model_worker.contracts.evidence import (
+    AdequacyOut,
+    Design,
+    IntervalOut,
+    SpreadOut,
+    VerdictOut,
+)
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key, so a
 #: request is computed afresh; results stored under an older version keep their permalinks
@@ -418,6 +425,9 @@ class ExperimentRequest(_Frozen):
     locate_by: RankBy = "increase"
     #: MRR and attention experiments: only the prompts the model answers correctly
     correct_only: bool = False
+    #: demonstration orders: counterbalanced (every true/false arrangement equally often) or
+    #: the paper's FFTT only (true demonstrations nearest the input)
+    design: Design = "counterbalanced"
     dataset_text: str | None = Field(default=None, max_length=5 * 1024 * 1024)
     dataset_filename: str | None = Field(default=None, max_length=200)
 
@@ -435,3 +445,14 @@ class ExperimentResult(ExperimentDisplay, _Frozen):
     tables: dict[str, list[dict[str, float | int | str | None]]]
     figures: dict[str, str]
     report_markdown: str
+    #: the prompt design the numbers come from
+    design: Design = "counterbalanced"
+    #: metric or quantity name → its 95% interval (bootstrap over prompts or exact binomial)
+    intervals: dict[str, IntervalOut] = Field(default_factory=dict)
+    #: hypotheses decided from the intervals, each with its rule
+    verdicts: list[VerdictOut] = Field(default_factory=list)
+    #: above chance under counterbalanced order? (None: the experiment does not say)
+    adequacy: AdequacyOut | None = None
+    #: with several seeds: the seeds, and each metric's spread between them
+    seeds: list[int] = Field(default_factory=list)
+    seed_spread: dict[str, SpreadOut] = Field(default_factory=dict)
