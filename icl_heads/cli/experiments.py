@@ -111,8 +111,9 @@ def experiment(
                 correct_only=correct_only,
             )
             return emit(remote, out, as_json)
-        from model_worker.experiments.data import resolve_dataset
+        from model_worker.experiments.data import inline_dataset, resolve_dataset
 
+        request = inline_dataset(request)  # a local file travels as text, like an upload
         resolve_dataset(request)  # a bad dataset fails before the model loads
         loaded = quietly(lambda: load_model(model, device=device, dtype=dtype, cache_dir=cache_dir))
         columns = (

@@ -14,7 +14,7 @@ from model_worker.datasets import (
     Variant,
     build_prompts,
     format_prompt,
-    load_dataset,
+    load_builtin,
     load_user_dataset,
 )
 from model_worker.datasets.prompts import one_line
@@ -30,7 +30,11 @@ class ExperimentInputError(UserInputError):
 
 
 def resolve_dataset(request: ExperimentRequest) -> Dataset:
-    """The built-in dataset, the uploaded one (`dataset == "upload"`) or a file path."""
+    """The built-in dataset or the uploaded one (`dataset == "upload"`, its text in the job).
+
+    A worker reads only what the web tier handed it: a request naming anything else (a file
+    path above all) is refused without opening it. A local file goes through `inline_dataset`
+    first (the CLI's own machine)."""
     try:
         if request.dataset == "upload":
             if request.dataset_text is None or not request.dataset_filename:
@@ -38,15 +42,37 @@ def resolve_dataset(request: ExperimentRequest) -> Dataset:
             return load_user_dataset(
                 request.dataset_text.encode("utf-8"), filename=request.dataset_filename
             )
-        name = request.dataset
-        if name not in BUILTIN_DATASETS and not Path(name).suffix:
+        if request.dataset not in BUILTIN_DATASETS:
             raise DatasetError(
-                f"unknown dataset {name!r}; use {', '.join(BUILTIN_DATASETS)} "
-                "or a .csv/.jsonl file with text and label columns"
+                f"unknown dataset {one_line(request.dataset)[:60]!r}; use "
+                f"{', '.join(BUILTIN_DATASETS)}, or 'upload' with the file's text in the job"
             )
-        return load_dataset(name)
+        return load_builtin(request.dataset)
     except DatasetError as exc:
         raise ExperimentInputError(str(exc)) from exc
+
+
+def inline_dataset(request: ExperimentRequest) -> ExperimentRequest:
+    """`request` with a local dataset file (`dataset` a .csv/.jsonl path) read into the request
+    as an upload: for the CLI, which runs on the file's own machine (workers never open paths)."""
+    if request.dataset in BUILTIN_DATASETS or request.dataset == "upload":
+        return request
+    path = Path(request.dataset)
+    try:
+        if not Path(path.name).suffix or not path.is_file():
+            raise DatasetError(
+                f"unknown dataset {request.dataset!r}; use {', '.join(BUILTIN_DATASETS)} "
+                "or a .csv/.jsonl file with text and label columns"
+            )
+        data = path.read_bytes()
+        load_user_dataset(data, filename=path.name)  # its reason, before the model loads
+    except OSError as exc:
+        raise ExperimentInputError(f"cannot read {request.dataset!r}: {exc.strerror}") from exc
+    except DatasetError as exc:
+        raise ExperimentInputError(str(exc)) from exc
+    text = data.decode("utf-8-sig")
+    update = {"dataset": "upload", "dataset_text": text, "dataset_filename": path.name}
+    return request.model_copy(update=update)
 
 
 def other_builtin(dataset: Dataset) -> str:
