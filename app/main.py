@@ -37,14 +37,15 @@ async def maintain_forever(backend: Backend) -> None:
 
 
 def default_backend(settings: Settings) -> Backend:
-    """Redis + workers when ICL_REDIS_URL is set, else the embedded single-process backend."""
-    if settings.redis_url:
-        from app.queue.redis_backend import RedisBackend
+    """Redis + workers when ICL_REDIS_URL is set; the embedded backend runs the engine in this
+    process, so the library layer builds it (`icl_heads.serving.embedded_backend`)."""
+    if not settings.redis_url:
+        raise ValueError(
+            "no ICL_REDIS_URL: pass the embedded backend (icl_heads.serving.embedded_backend)"
+        )
+    from app.queue.redis_backend import RedisBackend
 
-        return RedisBackend(settings)
-    from app.queue.embedded import EmbeddedBackend
-
-    return EmbeddedBackend(settings)
+    return RedisBackend(settings)
 
 
 def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:

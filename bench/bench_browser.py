@@ -35,6 +35,7 @@ from playwright.sync_api import Page, sync_playwright
 
 from app.main import create_app
 from model_worker.contracts import AnalysisRequest
+from model_worker.in_process import InProcessEngine
 from model_worker.jobs import load_served_model, run_analysis
 from model_worker.loading import LoadedModel, load_model
 from model_worker.settings import Settings
@@ -202,7 +203,7 @@ def web_app(
         whole = run_analysis(loaded, request, settings=settings)
         backend = timed_backend(CLOCK, Replay(whole, heads_s, details_s))
         args.screenshot = None
-        app = create_app(settings, backend(settings, loader=lambda: loaded))
+        app = create_app(settings, backend(settings, InProcessEngine(settings, lambda: loaded)))
         return app, loaded, None, f"replayed: stages of {args.replay} s"
     served: Future[LoadedModel] = Future()
 
@@ -215,7 +216,7 @@ def web_app(
         served.set_result(loaded)
         return loaded
 
-    app = create_app(settings, timed_backend(CLOCK)(settings, loader=load))
+    app = create_app(settings, timed_backend(CLOCK)(settings, InProcessEngine(settings, load)))
     return app, served.result(), None, "SmolLM2 on CPU, embedded"
 
 

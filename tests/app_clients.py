@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker.loading import LoadedModel
 from model_worker.settings import Settings
 from tests.tiny_models import tiny_llama
@@ -21,7 +21,7 @@ def embedded_client(
 ) -> TestClient:
     """A TestClient (`options`: its own) of the app over an embedded backend that serves the
     model `loader` makes."""
-    return TestClient(create_app(settings, EmbeddedBackend(settings, loader=loader)), **options)
+    return TestClient(create_app(settings, embedded_backend(settings, loader=loader)), **options)
 
 
 def rendered_contexts(monkeypatch: pytest.MonkeyPatch, routes: ModuleType) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ accepted request: a job the process lost (a restart) is computed again when it i
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -20,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from app.job_news import JobNews
 from app.pending import PendingJobs
-from app.queue.interface import BackendError, PartsReader, client_limit
+from app.queue.interface import BackendError, InProcessEngine, PartsReader, client_limit
 from app.store import DONE, FAILED, PENDING, ResultStore, StoredJob, StoreError, open_store
-from model_worker.budget import BudgetError, check_analysis, check_experiment
+from model_worker.budget import BudgetError, check_experiment
 from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.errors import UserInputError
 from model_worker.queue.keys import analysis_job_id, experiment_job_id, is_experiment
 from model_worker.queue.result_parts import (
     CORE,
@@ -37,8 +37,6 @@ from model_worker.queue.states import JobState, JobStatus, ModelInfo
 from model_worker.settings import Settings
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
     from model_worker.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -75,31 +73,18 @@ class PartsMemory:
             self._bytes -= size(dropped)
 
 
-def _load_from_settings(settings: Settings) -> Callable[[], LoadedModel]:
-    def load() -> LoadedModel:
-        from model_worker.jobs import load_served_model
-
-        return load_served_model(settings)
-
-    return load
-
-
 class EmbeddedBackend(PartsReader):
     """In-process worker (one thread: forward passes are serialised), results in a bounded
     memory in front of the durable store."""
 
     def __init__(
-        self,
-        settings: Settings,
-        loader: Callable[[], LoadedModel] | None = None,
-        store: ResultStore | None = None,
+        self, settings: Settings, engine: InProcessEngine, store: ResultStore | None = None
     ) -> None:
         self.default_model = settings.model
         self._settings = settings
+        self._engine = engine
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icl-worker")
-        self._model: Future[LoadedModel] = self._executor.submit(
-            loader or _load_from_settings(settings)
-        )
+        self._model: Future[LoadedModel] = self._executor.submit(engine.load)
         self._store = store or open_store(settings)
         self._jobs: OrderedDict[str, JobState] = OrderedDict()  # queued, running, failed
         self._memory = PartsMemory(settings.result_memory_bytes)
@@ -107,7 +92,6 @@ class EmbeddedBackend(PartsReader):
         self._works: dict[str, Work] = {}  # what each queued job runs
         self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
         self._heads: dict[str, bytes] = {}  # running analysis -> its per-head stage's core
-        self._tokenizer: PreTrainedTokenizerBase | None = None
         self._news = JobNews()  # wakes the long polls of a job when it changes
 
     async def _loaded(self) -> LoadedModel:
@@ -150,19 +134,10 @@ class EmbeddedBackend(PartsReader):
 
     def _check_cost(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
         """422 at once, with the numbers, for a prompt longer than the limit, a head the model
-        does not have or a request over the budget (the worker thread has its own tokenizer:
-        fast tokenizers must not be shared across threads)."""
-        from model_worker.errors import LabelError, PromptError
-        from model_worker.prompting import check_length, parse_head_names, token_limit
-
-        if self._tokenizer is None:
-            self._tokenizer = copy.deepcopy(loaded.tokenizer)
-        n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
+        does not have or a request over the budget."""
         try:
-            parse_head_names(request.extra_heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
-            check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
-            check_analysis(n_tokens, request, self._settings.max_analysis_cost)
-        except (LabelError, PromptError, BudgetError) as exc:
+            self._engine.check_analysis(loaded, request)
+        except (UserInputError, BudgetError) as exc:
             raise BackendError(str(exc), status=422) from exc
 
     async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
@@ -182,19 +157,13 @@ class EmbeddedBackend(PartsReader):
 
         def work(progress: Progress) -> Parts:
             if isinstance(request, ExperimentRequest):
-                from model_worker.experiments.job import run_experiment
-
-                max_tokens = self._settings.max_prompt_tokens
-                return result_parts(
-                    run_experiment(loaded, request, progress, max_tokens=max_tokens)
-                )
-            from model_worker.jobs import run_analysis
+                return result_parts(self._engine.experiment(loaded, request, progress))
 
             def heads_stage(partial: AnalysisResult) -> None:
                 self._heads[job_id] = analysis_parts(partial)[CORE]
                 self._set(JobState(id=job_id, status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
 
-            return result_parts(run_analysis(loaded, request, heads_stage, settings=self._settings))
+            return result_parts(self._engine.analyze(loaded, request, heads_stage))
 
         return work
 
@@ -255,17 +224,13 @@ class EmbeddedBackend(PartsReader):
 
     def _run_next(self) -> None:
         """Run the job at the head of the queue (one call per enqueued job); then, while no
-        other waits, the worker's idle work (`jobs.idle_work`)."""
-        from model_worker.jobs import idle_work
-
+        other waits, the engine's idle work."""
         job_id = self._pending.pop_next()
         self._run(job_id, self._works.pop(job_id))
         if self._model.done() and self._model.exception() is None:
-            idle_work(self._model.result(), lambda: len(self._pending) > 0)
+            self._engine.idle_work(self._model.result(), lambda: len(self._pending) > 0)
 
     def _run(self, job_id: str, work: Work) -> None:
-        from model_worker.jobs import failure_message
-
         self._set(JobState(id=job_id, status=JobStatus.RUNNING))
 
         def progress(fraction: float, message: str) -> None:
@@ -281,7 +246,7 @@ class EmbeddedBackend(PartsReader):
             self._jobs.pop(job_id, None)  # done: read from the memory or the store from now on
         except Exception as exc:  # one failing job must not stop the worker
             log.warning("job %s failed: %s", job_id, exc, exc_info=True)
-            error = failure_message(exc)
+            error = self._engine.failure_message(exc)
             self._set(JobState(id=job_id, status=JobStatus.FAILED, error=error))
             try:
                 self._store.fail(job_id, error)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from model_worker.contracts import (
     AnalysisRequest,
+    AnalysisResult,
     AnalysisSummary,
     ExperimentRequest,
     ExperimentResult,
@@ -24,6 +25,38 @@ from model_worker.queue.result_parts import (
     summary,
 )
 from model_worker.queue.states import JobState, ModelInfo, done_body
+
+if TYPE_CHECKING:
+    from model_worker.loading import LoadedModel
+
+
+class InProcessEngine(Protocol):
+    """The engine as the embedded backend runs it in its worker thread (implemented by
+    `model_worker.in_process`, handed over by the library layer: the web tier imports no
+    torch)."""
+
+    def load(self) -> LoadedModel: ...
+
+    def check_analysis(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
+        """Raise UserInputError or BudgetError for a request that cannot run as given."""
+
+    def analyze(
+        self,
+        loaded: LoadedModel,
+        request: AnalysisRequest,
+        on_heads: Callable[[AnalysisResult], None],
+    ) -> AnalysisResult: ...
+
+    def experiment(
+        self,
+        loaded: LoadedModel,
+        request: ExperimentRequest,
+        progress: Callable[[float, str], None],
+    ) -> ExperimentResult: ...
+
+    def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None: ...
+
+    def failure_message(self, exc: BaseException) -> str: ...
 
 
 class BackendError(Exception):

@@ -46,7 +46,12 @@ def serve(
 
     settings = settings_with(host=host, port=port)
     enforce_bind(settings.host, settings, insecure)
-    web_app = create_app(settings)
+    if settings.redis_url:
+        web_app = create_app(settings)
+    else:
+        from icl_heads.serving import embedded_backend
+
+        web_app = create_app(settings, embedded_backend(settings))
     uvicorn.Server(server_config(web_app, settings, **uvicorn_options(settings))).run()
 
 

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker.settings import Settings
 from tests.browser.live import launch, serve
 from tests.tiny_models import tiny_llama
@@ -20,7 +20,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     settings = Settings(model="tiny-llama")
-    app = create_app(settings, EmbeddedBackend(settings, loader=tiny_llama))
+    app = create_app(settings, embedded_backend(settings, loader=tiny_llama))
     with serve(app) as url:
         yield url
 

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
 from icl_heads.cli.serve import uvicorn_options
+from icl_heads.serving import embedded_backend
 from model_worker.settings import Settings
 from tests.app_clients import embedded_client
 from tests.browser.live import free_port
@@ -139,7 +139,7 @@ def live_server() -> Iterator[tuple[str, Any]]:
     settings = Settings(
         model="tiny-llama", auth_token=TOKEN, port=port, login_failures_per_client=3
     )
-    app = create_app(settings, EmbeddedBackend(settings, loader=tiny_llama))
+    app = create_app(settings, embedded_backend(settings, loader=tiny_llama))
     server = uvicorn.Server(
         uvicorn.Config(app, **uvicorn_options(settings) | {"log_level": "warning"})
     )

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker.settings import Settings
 from tests.integration.test_api_embedded import wait_done
 from tests.integration.worker_entry import install_fake_experiment
@@ -34,7 +35,7 @@ def settings_for(data_dir: Path, **overrides: Any) -> Settings:
 
 @contextmanager
 def serving(settings: Settings, peer: str = "10.0.0.1") -> Iterator[TestClient]:
-    backend = EmbeddedBackend(settings, loader=tiny_llama)
+    backend = embedded_backend(settings, loader=tiny_llama)
     with TestClient(create_app(settings, backend), client=(peer, 50000)) as client:
         yield client
 

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
 from icl_heads.cli import app as cli
+from icl_heads.serving import embedded_backend
 from model_worker.contracts import EXPERIMENTS, NORM_MODES, RANKINGS, AnalysisRequest, RankBy
 from model_worker.settings import Settings
 from tests.tiny_models import tiny_gpt2
@@ -25,7 +25,7 @@ NAMES = set(EXPERIMENTS)
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     settings = Settings(model="tiny-gpt2", write_rate_limit_per_minute=0)
-    with TestClient(create_app(settings, EmbeddedBackend(settings, loader=tiny_gpt2))) as c:
+    with TestClient(create_app(settings, embedded_backend(settings, loader=tiny_gpt2))) as c:
         yield c
 
 

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
 from icl_heads.cli import app
+from icl_heads.serving import embedded_backend
 from model_worker.adapters import DECLARED_FAMILY_KEY, REGISTRY, spec_for
 from model_worker.errors import UnsupportedModelError
 from model_worker.settings import Settings
@@ -28,7 +28,7 @@ runner = CliRunner()
 @pytest.fixture()
 def client() -> Iterator[TestClient]:
     settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0)
-    with TestClient(create_app(settings, EmbeddedBackend(settings, loader=tiny_llama))) as test:
+    with TestClient(create_app(settings, embedded_backend(settings, loader=tiny_llama))) as test:
         yield test
 
 

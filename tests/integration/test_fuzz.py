@@ -19,7 +19,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker.settings import Settings
 from tests.tiny_models import tiny_llama
 
@@ -37,7 +37,7 @@ def app() -> Iterator[FastAPI]:
         write_rate_limit_per_minute=0,
         max_prompt_tokens=48,
     )
-    yield create_app(app_settings, EmbeddedBackend(app_settings, loader=tiny_llama))
+    yield create_app(app_settings, embedded_backend(app_settings, loader=tiny_llama))
 
 
 def operations(app: FastAPI) -> list[schemathesis.APIOperation]:

@@ -16,6 +16,7 @@ from app.queue.embedded import EmbeddedBackend
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.guard import CSP, GuardMiddleware
 from model_worker.contracts import AnalysisRequest
+from model_worker.in_process import InProcessEngine
 from model_worker.settings import Settings
 from tests.app_clients import embedded_client
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
@@ -188,7 +189,7 @@ class ExplodingBackend(EmbeddedBackend):
 
 def test_unhandled_errors_show_no_stack_trace() -> None:
     settings = Settings(model="tiny-llama")
-    app = create_app(settings, ExplodingBackend(settings, loader=tiny_llama))
+    app = create_app(settings, ExplodingBackend(settings, InProcessEngine(settings, tiny_llama)))
     with TestClient(app, raise_server_exceptions=False) as exploding:
         response = exploding.post("/api/analyses", json={"prompt": EXAMPLE_PROMPT})
     assert response.status_code == 500

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker import jobs
 from model_worker.settings import Settings
 from tests.integration.redis_support import (
@@ -37,7 +38,7 @@ def embedded(data_dir: Path) -> TestClient:
         rate_limit_per_minute=0,
         write_rate_limit_per_minute=0,
     )
-    return TestClient(create_app(settings, EmbeddedBackend(settings, loader=tiny_llama)))
+    return TestClient(create_app(settings, embedded_backend(settings, loader=tiny_llama)))
 
 
 def test_the_embedded_server_builds_seen_heads_when_idle(tmp_path: Path) -> None:

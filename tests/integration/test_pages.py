@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 import app.routes.pages as page_routes
 import app.routes.panels as panel_routes
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
 from app.views.figures.registry import figure_entry
 from app.views.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
+from icl_heads.serving import embedded_backend
 from model_worker.settings import Settings
 from tests.app_clients import rendered_contexts
 from tests.stages import held_head_details
@@ -30,7 +30,7 @@ XSS = "<script>alert(1)</script> : foo <img src=x onerror=alert(1)> : bar one :"
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     settings = Settings(model="tiny-llama")
-    backend = EmbeddedBackend(settings, loader=tiny_llama)
+    backend = embedded_backend(settings, loader=tiny_llama)
     with TestClient(create_app(settings, backend)) as test_client:
         deadline = time.monotonic() + 30  # the model loads in the worker thread
         while not all(m["ready"] for m in test_client.get("/api/models").json()):

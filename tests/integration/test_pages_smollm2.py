@@ -9,7 +9,7 @@ from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker.loading import LoadedModel
 from model_worker.settings import Settings
 
@@ -43,7 +43,7 @@ def test_64_token_analysis_page_is_light(model: LoadedModel) -> None:
     settings = Settings()
     prompt = prompt_of(model, 64)
     assert 56 <= len(model.tokenizer(prompt).input_ids) <= 64
-    with TestClient(create_app(settings, EmbeddedBackend(settings, loader=lambda: model))) as c:
+    with TestClient(create_app(settings, embedded_backend(settings, loader=lambda: model))) as c:
         job_id = c.post("/api/analyses", json={"prompt": prompt}).json()["id"]
         deadline = time.monotonic() + 240
         while c.get(f"/api/analyses/{job_id}").json()["status"] not in ("done", "failed"):

@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 
 from app.main import create_app
-from app.queue.embedded import EmbeddedBackend
 from app.timeouts import server_config
+from icl_heads.serving import embedded_backend
 from model_worker.settings import Settings
 from tests.integration.redis_support import free_port, wait_for
 from tests.tiny_models import tiny_llama
@@ -33,7 +33,7 @@ def server() -> Iterator[str]:
         rate_limit_per_minute=0,
         write_rate_limit_per_minute=0,
     )
-    app = create_app(settings, EmbeddedBackend(settings, loader=tiny_llama))
+    app = create_app(settings, embedded_backend(settings, loader=tiny_llama))
     uvicorn_server = uvicorn.Server(server_config(app, settings, log_level="warning"))
     thread = threading.Thread(target=uvicorn_server.run, daemon=True)
     thread.start()

@@ -11,7 +11,9 @@ from typing import Any
 from app.job_news import JobNews
 from app.job_wait import drawable_state, next_state
 from app.queue.embedded import EmbeddedBackend
+from icl_heads.serving import embedded_backend
 from model_worker.analyze import analyze
+from model_worker.in_process import InProcessEngine
 from model_worker.queue.result_parts import (
     DETAILS_MESSAGE,
     SUMMARY_PARTS,
@@ -81,7 +83,7 @@ def test_the_embedded_long_poll_answers_at_the_change_not_at_its_interval(
 ) -> None:
     """The worker thread's per-head stage wakes the waiting poll (and the page's wait) at
     once: with a 30 s interval between reads, only the wake-up can answer within the test."""
-    backend = EmbeddedBackend(Settings(model="tiny-llama", data_dir=tmp_path), loader=tiny_llama)
+    backend = embedded_backend(Settings(model="tiny-llama", data_dir=tmp_path), loader=tiny_llama)
     backend._set(JobState(id="a-1", status=JobStatus.RUNNING))
     heads = JobState(id="a-1", status=JobStatus.RUNNING, message=DETAILS_MESSAGE)
 
@@ -123,7 +125,8 @@ def test_status_and_summary_reads_never_load_the_head_details(tmp_path: Path) ->
     """Results of hundreds of MB made every status and panel read parse the whole result."""
     loaded = tiny_llama()
     parts = analysis_parts(analyze(loaded, EXAMPLE_PROMPT, top_k_heads=12))
-    backend = ReadSpy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    settings = Settings(model="tiny-llama", data_dir=tmp_path)
+    backend = ReadSpy(settings, InProcessEngine(settings, lambda: loaded))
     backend._memory.put("a-1", parts)
 
     async def reads() -> str:
@@ -154,7 +157,8 @@ def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> Non
     whole = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)
     partial = whole.model_copy(update={"head_details": {}})
     stored = AnalysisResult.model_validate_json(partial.model_dump_json())  # floats as stored
-    backend = ReadSpy(Settings(model="tiny-llama", data_dir=tmp_path), loader=lambda: loaded)
+    settings = Settings(model="tiny-llama", data_dir=tmp_path)
+    backend = ReadSpy(settings, InProcessEngine(settings, lambda: loaded))
     backend._heads["a-1"] = analysis_parts(partial)[CORE]
     backend._set(JobState(id="a-1", status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
 

@@ -1,0 +1,73 @@
+"""The engine as the embedded backend runs it in its worker thread: load, check, analyse, run
+experiments and idle work, behind one object. The library layer (`icl_heads.serving`) hands it
+to the web tier's `EmbeddedBackend`, so the web tier never imports torch itself."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from model_worker.budget import check_analysis
+from model_worker.contracts import (
+    AnalysisRequest,
+    AnalysisResult,
+    ExperimentRequest,
+    ExperimentResult,
+)
+from model_worker.experiments.job import run_experiment
+from model_worker.jobs import failure_message, idle_work, load_served_model, run_analysis
+from model_worker.loading import LoadedModel
+from model_worker.prompting import check_length, parse_head_names, token_limit
+from model_worker.settings import Settings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Progress = Callable[[float, str], None]
+
+
+class InProcessEngine:
+    """One loaded model's engine for the embedded backend (`loader` replaces the settings'
+    model, e.g. a tiny model in tests)."""
+
+    def __init__(self, settings: Settings, loader: Callable[[], LoadedModel] | None = None):
+        self._settings = settings
+        self._loader = loader or (lambda: load_served_model(settings))
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+
+    def load(self) -> LoadedModel:
+        return self._loader()
+
+    def check_analysis(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
+        """Raise a UserInputError or BudgetError, with the numbers, for a prompt longer than the
+        limit, a head the model does not have or a request over the budget. Runs in the event
+        loop's thread: it keeps a tokenizer of its own (fast tokenizers must not be shared
+        across threads)."""
+        if self._tokenizer is None:
+            self._tokenizer = copy.deepcopy(loaded.tokenizer)
+        n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
+        parse_head_names(request.extra_heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
+        check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
+        check_analysis(n_tokens, request, self._settings.max_analysis_cost)
+
+    def analyze(
+        self,
+        loaded: LoadedModel,
+        request: AnalysisRequest,
+        on_heads: Callable[[AnalysisResult], None],
+    ) -> AnalysisResult:
+        return run_analysis(loaded, request, on_heads, settings=self._settings)
+
+    def experiment(
+        self, loaded: LoadedModel, request: ExperimentRequest, progress: Progress
+    ) -> ExperimentResult:
+        return run_experiment(
+            loaded, request, progress, max_tokens=self._settings.max_prompt_tokens
+        )
+
+    def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None:
+        idle_work(loaded, job_waiting)
+
+    def failure_message(self, exc: BaseException) -> str:
+        return failure_message(exc)
