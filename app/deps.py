@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 
 from app.queue.interface import Backend
-from app.security.auth import client_address
+from app.security.clients import client_of
 from model_worker.contracts import AnalysisCore, AnalysisSummary, parse_head_name
 from model_worker.queue.keys import JOB_ID_PATTERN, is_experiment
 from model_worker.queue.states import JobState, JobStatus
@@ -27,8 +27,9 @@ async def get_app_settings(request: Request) -> Settings:
 
 
 async def get_client(request: Request) -> str:
-    """Who is asking (the address the rate limits key on): per-client shares of the queue."""
-    return client_address(request.scope)
+    """Who is asking (its IPv4 address or IPv6 /64, as the rate limits key on): per-client
+    shares of the queue and the fair queue's priority."""
+    return client_of(request.scope)
 
 
 BackendDep = Annotated[Backend, Depends(get_backend)]

@@ -99,6 +99,23 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(
         60.0, gt=0, description="Time a client has to send a request's body (then 408)."
     )
+    # --- slow readers, long polls: bounds per client and in total (issue 24.5, 24.9) ---
+    send_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="A client that takes under 1 KiB/s of a response for this long is cut off.",
+    )
+    stalled_send_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Response bytes all stalled readers together may hold (oldest cut beyond).",
+    )
+    client_connections: int = Field(
+        32, ge=1, description="Open connections per client (IPv6: per /64); 429 beyond."
+    )
+    client_long_polls: int = Field(
+        16, ge=1, description="Concurrent long polls (?wait=) per client; 429 beyond."
+    )
 
     # --- who may reach the server, and as whom (issue 14) ---
     trusted_proxies: list[str] = Field(

@@ -12,28 +12,16 @@ A success forgets the client's failures. Counts live in this process (one per we
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import time
 from collections import OrderedDict, deque
+
+from app.security.clients import client_key
 
 #: Under a spread-out attack, a client that failed waits this long after its last failure.
 ATTACK_PAUSE_S = 60.0
 #: Clients remembered at most (the least recently failing are forgotten first).
 MAX_CLIENTS = 100_000
-
-
-def client_key(address: str) -> str:
-    """The bucket of a peer address: the address itself, or its /64 for IPv6."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip)
 
 
 class LoginLimiter:

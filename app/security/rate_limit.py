@@ -1,5 +1,6 @@
 """Per-client rate limits (the `limits` library, moving window, in memory): one for all
-requests and a tighter one for state-changing requests; 429 with Retry-After."""
+requests and a tighter one for state-changing requests; 429 with Retry-After. A client is
+its IPv4 address or its IPv6 /64 (app.security.clients)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.security.auth import client_address
+from app.security.clients import client_of
 from app.security.responses import error_response
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -43,7 +44,7 @@ class RateLimitMiddleware:
         if scope["type"] != "http" or scope["path"].startswith(EXEMPT_PREFIXES):
             await self.app(scope, receive, send)
             return
-        key = client_address(scope)
+        key = client_of(scope)
         checks = [self.all_limit]
         if scope["method"] in WRITE_METHODS:
             checks.append(self.write_limit)
