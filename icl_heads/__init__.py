@@ -15,19 +15,15 @@ On a shared server (no torch needed)::
     result = client.analyze("love : bar like : bar eight : foo two : foo one :")
 
 Names are imported on first access: `import icl_heads` and `icl_heads.Client` never import
-torch; `load_model`, `analyze` and `run_experiment` do. Importing it makes results draw
-themselves with the dashboard's figures (`_repr_html_`).
+torch; `load_model`, `analyze` and `run_experiment` do. Their results (and the client's) are
+`icl_heads.results`' models: the engine's contracts plus the dashboard's figures
+(`_repr_html_`) and pandas tables.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
-
-from app.display import use_html_views
-from app.views.notebook import NOTEBOOK_VIEWS
-
-use_html_views(NOTEBOOK_VIEWS)
 
 if TYPE_CHECKING:
     from icl_heads.client import (
@@ -51,21 +47,22 @@ if TYPE_CHECKING:
     from icl_heads.client import (
         ServerUnavailable as ServerUnavailable,
     )
-    from model_worker.analyze import analyze as analyze
+    from icl_heads.local import analyze as analyze
+    from icl_heads.local import run_experiment as run_experiment
+    from icl_heads.results import (
+        AnalysisResult as AnalysisResult,
+    )
+    from icl_heads.results import (
+        ExperimentResult as ExperimentResult,
+    )
+    from icl_heads.results import (
+        Head as Head,
+    )
     from model_worker.contracts import (
         AnalysisRequest as AnalysisRequest,
     )
     from model_worker.contracts import (
-        AnalysisResult as AnalysisResult,
-    )
-    from model_worker.contracts import (
         ExperimentRequest as ExperimentRequest,
-    )
-    from model_worker.contracts import (
-        ExperimentResult as ExperimentResult,
-    )
-    from model_worker.contracts import (
-        Head as Head,
     )
     from model_worker.contracts import (
         HeadDetail as HeadDetail,
@@ -73,7 +70,6 @@ if TYPE_CHECKING:
     from model_worker.contracts import (
         HeadSummary as HeadSummary,
     )
-    from model_worker.experiments.job import run_experiment as run_experiment
     from model_worker.loading import LoadedModel as LoadedModel
     from model_worker.loading import load_model as load_model
 
@@ -81,13 +77,13 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "load_model": "model_worker.loading",
     "LoadedModel": "model_worker.loading",
-    "analyze": "model_worker.analyze",
-    "run_experiment": "model_worker.experiments.job",
+    "analyze": "icl_heads.local",
+    "run_experiment": "icl_heads.local",
     "AnalysisRequest": "model_worker.contracts",
-    "AnalysisResult": "model_worker.contracts",
+    "AnalysisResult": "icl_heads.results",
     "ExperimentRequest": "model_worker.contracts",
-    "ExperimentResult": "model_worker.contracts",
-    "Head": "model_worker.contracts",
+    "ExperimentResult": "icl_heads.results",
+    "Head": "icl_heads.results",
     "HeadDetail": "model_worker.contracts",
     "HeadSummary": "model_worker.contracts",
     "Client": "icl_heads.client",

@@ -20,12 +20,8 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from model_worker.contracts import (
-    AnalysisRequest,
-    AnalysisResult,
-    ExperimentRequest,
-    ExperimentResult,
-)
+from icl_heads.results import AnalysisResult, ExperimentResult
+from model_worker.contracts import AnalysisRequest, ExperimentRequest
 from model_worker.queue.states import JobState, JobStatus, ModelInfo
 
 R = TypeVar("R", AnalysisResult, ExperimentResult)
@@ -262,9 +258,10 @@ class Client:
             show(state)
         if state.status == JobStatus.FAILED:
             raise JobFailed(f"job {state.id} failed: {state.error}")
-        result = state.experiment if kind is ExperimentResult else state.result
-        if not isinstance(result, kind):
+        found = state.experiment if kind is ExperimentResult else state.result
+        if found is None:
             raise ClientError(f"job {state.id} finished without a {kind.__name__}")
+        result = kind.of(found)  # type: ignore[arg-type]
         self.cache.store(key, state.id, result)
         return result
 

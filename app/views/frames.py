@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from model_worker.export_text import csv_text
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from app.display import TableFormat
     from model_worker.contracts import AnalysisResult, ExperimentResult
+
+#: The formats `save_tables` writes.
+TableFormat = Literal["csv", "parquet"]
 
 
 def _pandas() -> Any:

@@ -2,14 +2,13 @@
 
 They render the dashboard's own figures and partials (same context builders, same templates)
 without links, on a light card with a scoped stylesheet: inline SVG, no JavaScript, offline.
-`NOTEBOOK_VIEWS` is what `icl_heads` installs with `app.display.use_html_views`.
+The notebook library's results (`icl_heads.results`) call them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.display import HtmlViews
 from app.views.jinja_env import render_text
 
 if TYPE_CHECKING:
@@ -40,6 +39,3 @@ def experiment_html(result: ExperimentResult) -> str:
     from app.views.panels import ExperimentPanel
 
     return render_text("notebook/experiment.html", {"experiment": ExperimentPanel.of(result)})
-
-
-NOTEBOOK_VIEWS = HtmlViews(analysis=analysis_html, head=head_html, experiment=experiment_html)

@@ -22,7 +22,9 @@ from pydantic import (
     model_validator,
 )
 
-from app.display import AnalysisDisplay, ExperimentDisplay, HeadDisplay
+from model_worker.contracts.caveats import CodedWarning
+from model_worker.contracts.caveats import ResultWarning as ResultWarning
+from model_worker.contracts.caveats import WarningCode as WarningCode
 from model_worker.contracts.evidence import (
     AdequacyOut,
     Design,
@@ -34,8 +36,9 @@ from model_worker.contracts.evidence import (
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key, so a
 #: request is computed afresh; results stored under an older version keep their permalinks
 #: (the renames below are read back through `_renamed`). 4: `layer_input` split into
-#: KeyProjection.normalized_input and HeadDetail.resid_pre.
-RESULT_SCHEMA_VERSION = 4
+#: KeyProjection.normalized_input and HeadDetail.resid_pre. 5: labels read at the first token that
+#: tells them apart (a shared prefix appended to the prompt), coded `warnings`, `notes`.
+RESULT_SCHEMA_VERSION = 5
 
 #: How a head's vector is read through the final norm (model_worker.analysis.projection):
 #: the norm's scale frozen at the analysed position (`fixed`, the default and the paper code's),
@@ -312,7 +315,10 @@ class AnalysisCore(_Frozen):
     flow: list[LayerFlow] = Field(default_factory=list)
     heads: list[HeadSummary]
     top_heads: list[str]
-    warnings: list[str] = Field(default_factory=list)
+    #: what the result means, said in words (model_worker.checks): shown above the figures
+    warnings: list[CodedWarning] = Field(default_factory=list)
+    #: how the prompt was read, e.g. the shared prefix of the labels appended to it
+    notes: list[str] = Field(default_factory=list)
     #: The request a worker answered (None from a direct `analyze()` call): it recomputes the
     #: result exactly, e.g. with one more head detailed.
     request: AnalysisRequest | None = None
@@ -333,7 +339,7 @@ class AnalysisCore(_Frozen):
         raise KeyError(name)
 
 
-class AnalysisResult(AnalysisDisplay, AnalysisCore):
+class AnalysisResult(AnalysisCore):
     """A whole analysis: the core and the details of the top (and extra) heads."""
 
     head_details: dict[str, HeadDetail]
@@ -343,8 +349,8 @@ class AnalysisResult(AnalysisDisplay, AnalysisCore):
         return Head(**dict(super().head(name)), analysis=self)
 
 
-class Head(HeadDisplay, HeadSummary):
-    """A head's summary with the analysis it belongs to (`.detail`, its notebook view);
+class Head(HeadSummary):
+    """A head's summary with the analysis it belongs to (`.detail`);
     `model_dump()` gives the summary alone."""
 
     analysis: AnalysisResult = Field(exclude=True, repr=False)
@@ -432,7 +438,7 @@ class ExperimentRequest(_Frozen):
     dataset_filename: str | None = Field(default=None, max_length=200)
 
 
-class ExperimentResult(ExperimentDisplay, _Frozen):
+class ExperimentResult(_Frozen):
     """Headline metrics, tables (rows of plain values, one CSV each), SVG figures and a
     Markdown report that puts the measured numbers next to the paper's."""
 
@@ -456,3 +462,5 @@ class ExperimentResult(ExperimentDisplay, _Frozen):
     #: with several seeds: the seeds, and each metric's spread between them
     seeds: list[int] = Field(default_factory=list)
     seed_spread: dict[str, SpreadOut] = Field(default_factory=dict)
+    #: caveats on what the numbers mean (e.g. `small_sample`: fewer than 5 prompts)
+    warnings: list[CodedWarning] = Field(default_factory=list)

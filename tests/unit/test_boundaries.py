@@ -42,22 +42,21 @@ def test_the_engine_never_imports_the_web_tier() -> None:
     assert edges == []
 
 
-def test_results_draw_themselves_with_the_installed_views() -> None:
-    """The kernel draws nothing itself: without installed views a result has no HTML (plain
-    repr in a notebook); `import icl_heads` installs the dashboard's."""
-    import icl_heads  # noqa: F401  (installs the notebook views)
-    from app.display import use_html_views
-    from app.views.notebook import NOTEBOOK_VIEWS
+def test_results_draw_themselves_only_as_the_librarys_results() -> None:
+    """The engine's contracts carry no presentation and no global hook switches it on: the
+    engine's result has no HTML; the library's (`icl_heads.analyze`) draws the dashboard's
+    figures, and converting one into the other shares its data."""
+    import icl_heads
+    from icl_heads.results import AnalysisResult
 
-    result = analyze(tiny_gpt2(), EXAMPLE_PROMPT, top_k_heads=1)
-    assert "<svg" in (result._repr_html_() or "")
-    use_html_views(None)
-    try:
-        assert result._repr_html_() is None
-        assert result.head(result.top_heads[0])._repr_html_() is None
-    finally:
-        use_html_views(NOTEBOOK_VIEWS)
-    assert "<svg" in (result._repr_html_() or "")
+    engine_result = analyze(tiny_gpt2(), EXAMPLE_PROMPT, top_k_heads=1)
+    assert not hasattr(engine_result, "_repr_html_")
+    assert not hasattr(engine_result.head(engine_result.top_heads[0]), "_repr_html_")
+    shown = AnalysisResult.of(engine_result)
+    assert shown.heads is engine_result.heads
+    assert "<svg" in shown._repr_html_()
+    assert "<svg" in icl_heads.analyze(tiny_gpt2(), EXAMPLE_PROMPT, top_k_heads=1)._repr_html_()
+    assert shown.model_dump_json() == engine_result.model_dump_json()
 
 
 #: Settings that would change a library call if it read them.

@@ -23,8 +23,8 @@ from icl_heads.client import (
     NotFound,
     ServerUnavailable,
 )
+from icl_heads.results import AnalysisResult
 from model_worker.analyze import analyze
-from model_worker.contracts import AnalysisResult
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -12,9 +12,8 @@ from bs4 import BeautifulSoup
 
 import icl_heads
 from app.views.figures.analysis import heatmap_figure
-from model_worker.analyze import analyze
-from model_worker.contracts import AnalysisResult, ExperimentResult, Head
-from model_worker.experiments.job import run_experiment
+from icl_heads import analyze, run_experiment
+from icl_heads.results import AnalysisResult, ExperimentResult, Head
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
 from tests.unit.test_experiments import request as experiment_request
 
@@ -55,8 +54,8 @@ def test_facade_reexports_the_library() -> None:
     from model_worker.experiments.job import run_experiment as library_run
     from model_worker.loading import load_model
 
-    assert icl_heads.analyze is library_analyze
-    assert icl_heads.run_experiment is library_run
+    assert icl_heads.analyze.__wrapped__ is library_analyze  # type: ignore[attr-defined]
+    assert icl_heads.run_experiment.__wrapped__ is library_run  # type: ignore[attr-defined]
     assert icl_heads.load_model is load_model
     assert icl_heads.analyze.__doc__ and "Locate-and-project" in icl_heads.analyze.__doc__
     assert set(icl_heads.__all__) <= set(dir(icl_heads))

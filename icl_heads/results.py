@@ -1,0 +1,90 @@
+"""Results as a notebook shows them: the engine's result contracts plus their rich display (the
+dashboard's own figures, `_repr_html_`) and pandas tables.
+
+Thin subclasses of `model_worker.contracts`' models: the same fields and the same JSON, so a
+stored or downloaded result validates into them directly (`AnalysisResult.model_validate_json`)
+and an engine result converts without copying its data (`AnalysisResult.of`). Torch-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from app.views import frames
+from app.views.frames import TableFormat
+from app.views.notebook import analysis_html, experiment_html, head_html
+from model_worker import contracts
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
+
+
+class AnalysisResult(contracts.AnalysisResult):
+    """An analysis in a notebook: tokens, layer chart, heatmap and top heads; tables."""
+
+    @classmethod
+    def of(cls, result: contracts.AnalysisResult) -> AnalysisResult:
+        """`result` with the notebook's display (its fields shared, not copied)."""
+        if isinstance(result, cls):
+            return result
+        return cls.model_construct(_fields_set=result.model_fields_set, **dict(result))
+
+    def _repr_html_(self) -> str:
+        return analysis_html(self)
+
+    def head(self, name: str) -> Head:
+        """Head `name` (`L23H1`): its summary tied to this analysis; KeyError if there is none."""
+        return Head(**dict(contracts.AnalysisCore.head(self, name)), analysis=self)
+
+    def heads_frame(self) -> DataFrame:
+        """One row per head (layer, head, name, rank, increase, attn_true, attn_false), by rank."""
+        return frames.heads_frame(self)
+
+    def layers_frame(self) -> DataFrame:
+        """One row per layer: attn_increase and ffn_increase."""
+        return frames.layers_frame(self)
+
+    def positions_frame(self, head: str | None = None) -> DataFrame:
+        """One row per (detailed head, source position): attention, increase, margin, token,
+        label kind; only `head`'s rows when given."""
+        return frames.positions_frame(self, head)
+
+
+class Head(contracts.Head):
+    """A head of an analysis in a notebook: its panel (bars and token tables) and table."""
+
+    analysis: AnalysisResult = Field(exclude=True, repr=False)
+
+    def _repr_html_(self) -> str:
+        return head_html(self)
+
+    def positions_frame(self) -> DataFrame:
+        """One row per source position of this head (KeyError if the head is not detailed)."""
+        if self.detail is None:
+            raise KeyError(f"{self.name} is not detailed in this analysis (see extra_heads)")
+        return frames.positions_frame(self.analysis, self.name)
+
+
+class ExperimentResult(contracts.ExperimentResult):
+    """An experiment in a notebook: metrics, figures and report; its tables as DataFrames."""
+
+    @classmethod
+    def of(cls, result: contracts.ExperimentResult) -> ExperimentResult:
+        """`result` with the notebook's display (its fields shared, not copied)."""
+        if isinstance(result, cls):
+            return result
+        return cls.model_construct(_fields_set=result.model_fields_set, **dict(result))
+
+    def _repr_html_(self) -> str:
+        return experiment_html(self)
+
+    def frames(self) -> dict[str, DataFrame]:
+        """Every table of the experiment as a DataFrame, by table name."""
+        return frames.experiment_frames(self)
+
+    def save_tables(self, folder: str | Path, format: TableFormat = "csv") -> list[Path]:
+        """Write each table to `folder/<table>.csv` (or `.parquet`); the paths written."""
+        return frames.save_tables(self, Path(folder), format)
