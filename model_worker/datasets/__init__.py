@@ -6,13 +6,16 @@ from model_worker.datasets.builtin import BUILTIN_DATASETS, load_builtin
 from model_worker.datasets.dataset import Dataset, Example
 from model_worker.datasets.errors import DatasetError
 from model_worker.datasets.prompts import (
+    DESIGNS,
     LABELS,
     MAX_PROMPTS,
     VARIANTS,
+    Design,
     IclPrompt,
     Variant,
     build_prompts,
     format_prompt,
+    orders,
 )
 from model_worker.datasets.user_files import MAX_BYTES, MAX_ROWS, load_user_dataset
 
@@ -26,6 +29,7 @@ def load_dataset(name_or_path: str | Path) -> Dataset:
 
 __all__ = [
     "BUILTIN_DATASETS",
+    "DESIGNS",
     "LABELS",
     "MAX_BYTES",
     "MAX_PROMPTS",
@@ -33,6 +37,7 @@ __all__ = [
     "VARIANTS",
     "Dataset",
     "DatasetError",
+    "Design",
     "Example",
     "IclPrompt",
     "Variant",
@@ -41,4 +46,5 @@ __all__ = [
     "load_builtin",
     "load_dataset",
     "load_user_dataset",
+    "orders",
 ]

@@ -2,21 +2,37 @@
 
 For an input x of class c_true, the prompt holds `demos_per_label` true demonstrations (other
 texts of c_true) and as many false ones (texts of another class), labelled with the
-semantically unrelated labels "foo" and "bar". The false demonstrations come first and the true
-ones nearest the input ("balanced"); "imbalanced" drops the last true demonstration and its
-label; "reordered" puts the true demonstrations first and the false ones nearest the input.
+semantically unrelated labels "foo" and "bar".
+
+Design (the order of the true and false demonstrations, its *arrangement*, e.g. `FTFT`):
+- "counterbalanced" (default): prompt i gets arrangement `orders()[(i // 4) % 6]` (for two
+  demonstrations per label; the label assignment alternates every prompt and the input class
+  every two), so every arrangement comes equally often, each with both label assignments and
+  both input classes (exactly so in every 24 prompts for two classes); a model that answers
+  from the label sequence alone scores chance;
+- "fftt": the paper's design, the false demonstrations first and the true ones nearest the
+  input, in every prompt.
+
+Variants of a prompt keep its texts and change only the demonstrations: "imbalanced" drops the
+true demonstration nearest the input (the true label is the minority); "minority-false" drops
+the false one nearest the input instead (the control: the minority label is the wrong answer);
+"reordered" swaps the slots of the true and the false demonstrations (FFTT → TTFF,
+FTFT → TFTF), each keeping its own order.
 """
 
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import permutations
 from typing import Literal
 
 from model_worker.datasets.dataset import Dataset
 from model_worker.datasets.errors import DatasetError
 
-Variant = Literal["balanced", "imbalanced", "reordered"]
-VARIANTS: tuple[Variant, ...] = ("balanced", "imbalanced", "reordered")
+Variant = Literal["balanced", "imbalanced", "minority-false", "reordered"]
+VARIANTS: tuple[Variant, ...] = ("balanced", "imbalanced", "minority-false", "reordered")
+Design = Literal["counterbalanced", "fftt"]
+DESIGNS: tuple[Design, ...] = ("counterbalanced", "fftt")
 LABELS: tuple[str, str] = ("foo", "bar")
 SEPARATOR = " : "
 MAX_PROMPTS = 1000
@@ -32,6 +48,11 @@ class IclPrompt:
     false_label: str
     demonstrations: tuple[tuple[str, str], ...]
     variant: Variant
+
+    @property
+    def arrangement(self) -> str:
+        """Each demonstration's side in order, `T` (the true label) or `F`: e.g. `FTFT`."""
+        return "".join("T" if label == self.true_label else "F" for _, label in self.demonstrations)
 
 
 class _Deck:
@@ -98,15 +119,46 @@ def _sample_excluding(pool: Sequence[str], k: int, excluded: str, rng: random.Ra
     return [t for t in picked if t != excluded][:k]
 
 
+def orders(n_true: int = 2, n_false: int = 2) -> list[str]:
+    """Every distinct sequence of T/F demonstrations (`FFTT`, `FTFT`, …), sorted."""
+    return sorted({"".join(p) for p in permutations("T" * n_true + "F" * n_false)})
+
+
+def arrangement_of(i: int, design: Design, n_true: int, n_false: int) -> str:
+    """The arrangement of prompt i: cycling through every order, each kept for four prompts
+    (both label assignments × two input classes), or the paper's false-then-true."""
+    if design == "fftt":
+        return "F" * n_false + "T" * n_true
+    every = orders(n_true, n_false)
+    return every[(i // 4) % len(every)]
+
+
+def _drop_last(arrangement: str, side: str) -> str:
+    """`arrangement` without its last `side` demonstration."""
+    cut = arrangement.rindex(side)
+    return arrangement[:cut] + arrangement[cut + 1 :]
+
+
+def _swap(arrangement: str) -> str:
+    return arrangement.translate(str.maketrans("TF", "FT"))
+
+
 def _arrange(
-    true_demos: list[tuple[str, str]], false_demos: list[tuple[str, str]], variant: Variant
+    true_demos: list[tuple[str, str]],
+    false_demos: list[tuple[str, str]],
+    arrangement: str,
+    variant: Variant,
 ) -> tuple[tuple[str, str], ...]:
-    """Return the demonstrations in the order of `variant`."""
-    if variant == "balanced":
-        return (*false_demos, *true_demos)
+    """The demonstrations in `arrangement` changed by `variant` (true and false ones each in
+    their own order)."""
+    true, false = list(true_demos), list(false_demos)
     if variant == "imbalanced":
-        return (*false_demos, *true_demos[:-1])
-    return (*true_demos, *false_demos)
+        arrangement, true = _drop_last(arrangement, "T"), true[:-1]
+    elif variant == "minority-false":
+        arrangement, false = _drop_last(arrangement, "F"), false[:-1]
+    elif variant == "reordered":
+        arrangement = _swap(arrangement)
+    return tuple(true.pop(0) if side == "T" else false.pop(0) for side in arrangement)
 
 
 def _check_request(
@@ -114,6 +166,7 @@ def _check_request(
     pools: dict[str, tuple[str, ...]],
     n: int,
     variant: str,
+    design: str,
     demos_per_label: int,
     foo_class: str | None,
     true_label: str | None,
@@ -123,6 +176,8 @@ def _check_request(
         raise ValueError(f"n must be at least 1, got {n}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+    if design not in DESIGNS:
+        raise ValueError(f"unknown design {design!r}; expected one of {', '.join(DESIGNS)}")
     if demos_per_label < 1:
         raise ValueError(f"demos_per_label must be at least 1, got {demos_per_label}")
     if foo_class is not None and true_label is not None:
@@ -150,18 +205,21 @@ def build_prompts(
     true_label: str | None = None,
     variant: Variant = "balanced",
     demos_per_label: int = 2,
+    design: Design = "counterbalanced",
 ) -> list[IclPrompt]:
     """Return min(n, MAX_PROMPTS) prompts built deterministically from `seed`.
 
     `foo_class` fixes the class labelled "foo" (half of the inputs are of that class);
     `true_label` instead fixes the label of the input's class (the paper uses "foo"). With
     neither, both label assignments are used, alternating, and inputs cycle through the classes.
+    `design` orders the demonstrations (module docstring); the texts drawn do not depend on it,
+    so prompt i of either design has the same input and demonstrations.
     """
     pools = {
         c: tuple(dict.fromkeys(one_line(t) for t in texts))
         for c, texts in dataset.texts_by_class().items()
     }
-    _check_request(dataset, pools, n, variant, demos_per_label, foo_class, true_label)
+    _check_request(dataset, pools, n, variant, design, demos_per_label, foo_class, true_label)
     rng = random.Random(seed)
     decks = {c: _Deck(texts, rng) for c, texts in pools.items()}
     prompts = []
@@ -171,7 +229,10 @@ def build_prompts(
         true_texts = _sample_excluding(pools[c_true], demos_per_label, query, rng)
         false_texts = _sample_excluding(pools[c_false], demos_per_label, query, rng)
         demos = _arrange(
-            [(t, label) for t in true_texts], [(t, _other(label)) for t in false_texts], variant
+            [(t, label) for t in true_texts],
+            [(t, _other(label)) for t in false_texts],
+            arrangement_of(i, design, len(true_texts), len(false_texts)),
+            variant,
         )
         prompts.append(
             IclPrompt(

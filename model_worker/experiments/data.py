@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import permutations
 from pathlib import Path
 
 from model_worker.contracts import ExperimentRequest
@@ -10,12 +9,14 @@ from model_worker.datasets import (
     BUILTIN_DATASETS,
     Dataset,
     DatasetError,
+    Design,
     IclPrompt,
     Variant,
     build_prompts,
     format_prompt,
     load_builtin,
     load_user_dataset,
+    orders,  # noqa: F401 (experiments and tests import it from here)
 )
 from model_worker.datasets.prompts import one_line
 from model_worker.errors import UserInputError
@@ -89,19 +90,28 @@ def prompts(
     variant: Variant = "balanced",
     foo_class: str | None = None,
     true_label: str | None = None,
+    design: Design = "counterbalanced",
 ) -> list[IclPrompt]:
     """`build_prompts` with dataset errors turned into ExperimentInputError."""
     try:
         return build_prompts(
-            dataset, n, seed=seed, variant=variant, foo_class=foo_class, true_label=true_label
+            dataset,
+            n,
+            seed=seed,
+            variant=variant,
+            foo_class=foo_class,
+            true_label=true_label,
+            design=design,
         )
     except (DatasetError, ValueError) as exc:
         raise ExperimentInputError(str(exc)) from exc
 
 
-def location_prompts(dataset: Dataset, n: int, seed: int) -> list[IclPrompt]:
+def location_prompts(
+    dataset: Dataset, n: int, seed: int, design: Design = "counterbalanced"
+) -> list[IclPrompt]:
     """min(n, LOCATION_PROMPTS) balanced prompts (both label assignments) from seed + 1000."""
-    return prompts(dataset, min(n, LOCATION_PROMPTS), seed + LOCATION_SEED_OFFSET)
+    return prompts(dataset, min(n, LOCATION_PROMPTS), seed + LOCATION_SEED_OFFSET, design=design)
 
 
 def class_of(dataset: Dataset) -> dict[str, str]:
@@ -110,11 +120,6 @@ def class_of(dataset: Dataset) -> dict[str, str]:
     for example in dataset.examples:
         classes.setdefault(one_line(example.text), example.label)
     return classes
-
-
-def orders(n_true: int = 2, n_false: int = 2) -> list[str]:
-    """Every distinct sequence of T/F demonstrations (`FFTT`, `FTFT`, …), sorted."""
-    return sorted({"".join(p) for p in permutations("T" * n_true + "F" * n_false)})
 
 
 def arrange(prompt: IclPrompt, order: str) -> IclPrompt:

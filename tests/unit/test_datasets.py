@@ -2,6 +2,7 @@
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from model_worker.datasets import (
     load_builtin,
     load_dataset,
     load_user_dataset,
+    orders,
 )
 from model_worker.datasets.builtin import BUILTIN_CLASSES, read_word_list
 
@@ -119,14 +121,15 @@ def true_demos(p: IclPrompt, labels: dict[str, str]) -> list[int]:
 
 def test_balanced_true_demos_are_last_two(sentiment_number: Dataset) -> None:
     labels = class_of(sentiment_number)
-    for p in build_prompts(sentiment_number, 100, seed=2):
+    for p in build_prompts(sentiment_number, 100, seed=2, design="fftt"):
         assert true_demos(p, labels) == [2, 3]
+        assert p.arrangement == "FFTT"
         assert [lab for _, lab in p.demonstrations] == [p.false_label] * 2 + [p.true_label] * 2
 
 
 def test_reordered_true_demos_are_first_two(sentiment_number: Dataset) -> None:
     labels = class_of(sentiment_number)
-    for p in build_prompts(sentiment_number, 100, seed=2, variant="reordered"):
+    for p in build_prompts(sentiment_number, 100, seed=2, variant="reordered", design="fftt"):
         assert true_demos(p, labels) == [0, 1]
         assert [lab for _, lab in p.demonstrations] == [p.true_label] * 2 + [p.false_label] * 2
         assert BALANCED_RE.match(p.text)
@@ -134,8 +137,8 @@ def test_reordered_true_demos_are_first_two(sentiment_number: Dataset) -> None:
 
 def test_imbalanced_drops_last_true_demo(sentiment_number: Dataset) -> None:
     labels = class_of(sentiment_number)
-    balanced = build_prompts(sentiment_number, 100, seed=4)
-    imbalanced = build_prompts(sentiment_number, 100, seed=4, variant="imbalanced")
+    balanced = build_prompts(sentiment_number, 100, seed=4, design="fftt")
+    imbalanced = build_prompts(sentiment_number, 100, seed=4, variant="imbalanced", design="fftt")
     for b, p in zip(balanced, imbalanced, strict=True):
         assert IMBALANCED_RE.match(p.text), p.text
         assert len(p.demonstrations) == 3
@@ -144,8 +147,50 @@ def test_imbalanced_drops_last_true_demo(sentiment_number: Dataset) -> None:
         assert p.input == b.input
 
 
+def test_counterbalanced_every_arrangement_equally_often(sentiment_number: Dataset) -> None:
+    """Each of the 6 arrangements of 2 true + 2 false demonstrations comes equally often, with
+    both label assignments and both input classes equally often within each arrangement."""
+    labels = class_of(sentiment_number)
+    prompts = build_prompts(sentiment_number, 240, seed=3)
+    arrangements = Counter(p.arrangement for p in prompts)
+    assert arrangements == {a: 40 for a in orders()}
+    cells = Counter((p.arrangement, p.true_label, labels[p.input]) for p in prompts)
+    assert set(cells.values()) == {10} and len(cells) == 6 * 2 * 2
+    for p in prompts:
+        assert sorted(p.arrangement) == ["F", "F", "T", "T"]
+        assert true_demos(p, labels) == [i for i, side in enumerate(p.arrangement) if side == "T"]
+
+
+def test_designs_share_texts_and_differ_in_order_only(sentiment_number: Dataset) -> None:
+    counterbalanced = build_prompts(sentiment_number, 60, seed=9)
+    fftt = build_prompts(sentiment_number, 60, seed=9, design="fftt")
+    for c, f in zip(counterbalanced, fftt, strict=True):
+        assert c.input == f.input and sorted(c.demonstrations) == sorted(f.demonstrations)
+    assert {p.arrangement for p in fftt} == {"FFTT"}
+    assert len({p.arrangement for p in counterbalanced}) == 6
+
+
+def test_counterbalanced_variants(sentiment_number: Dataset) -> None:
+    base = build_prompts(sentiment_number, 48, seed=1)
+    swapped = {"T": "F", "F": "T"}
+    variants = {
+        v: build_prompts(sentiment_number, 48, seed=1, variant=v)
+        for v in ("imbalanced", "minority-false", "reordered")
+    }
+    for i, b in enumerate(base):
+        imbalanced, control = variants["imbalanced"][i], variants["minority-false"][i]
+        cut_t, cut_f = b.arrangement.rindex("T"), b.arrangement.rindex("F")
+        assert imbalanced.demonstrations == b.demonstrations[:cut_t] + b.demonstrations[cut_t + 1 :]
+        assert control.demonstrations == b.demonstrations[:cut_f] + b.demonstrations[cut_f + 1 :]
+        assert Counter(imbalanced.arrangement) == {"F": 2, "T": 1}
+        assert Counter(control.arrangement) == {"F": 1, "T": 2}
+        reordered = variants["reordered"][i]
+        assert reordered.arrangement == "".join(swapped[s] for s in b.arrangement)
+        assert sorted(reordered.demonstrations) == sorted(b.demonstrations)
+
+
 def test_input_never_among_its_demonstrations(sentiment_number: Dataset) -> None:
-    for variant in ("balanced", "imbalanced", "reordered"):
+    for variant in ("balanced", "imbalanced", "minority-false", "reordered"):
         for p in build_prompts(sentiment_number, MAX_PROMPTS, seed=5, variant=variant):
             texts = [t for t, _ in p.demonstrations]
             assert p.input not in texts
@@ -161,6 +206,8 @@ def test_prompt_count_is_capped(sentiment_number: Dataset) -> None:
 def test_bad_prompt_requests(sentiment_number: Dataset) -> None:
     with pytest.raises(ValueError, match="not a class"):
         build_prompts(sentiment_number, 5, foo_class="animal")
+    with pytest.raises(ValueError, match="unknown design"):
+        build_prompts(sentiment_number, 5, design="random")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown variant"):
         build_prompts(sentiment_number, 5, variant="shuffled")  # type: ignore[arg-type]
     small = Dataset("s", ("a", "b"), (Example("x", "a"), Example("y", "a"), Example("z", "b")) * 2)
