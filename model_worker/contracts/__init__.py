@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from pydantic import (
     AfterValidator,
     AliasChoices,
+    BeforeValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -32,13 +33,15 @@ from model_worker.contracts.evidence import (
     SpreadOut,
     VerdictOut,
 )
+from model_worker.contracts.figures import FigureData, FigureName, legacy_figures
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key, so a
 #: request is computed afresh; results stored under an older version keep their permalinks
 #: (the renames below are read back through `_renamed`). 4: `layer_input` split into
 #: KeyProjection.normalized_input and HeadDetail.resid_pre. 5: labels read at the first token that
 #: tells them apart (a shared prefix appended to the prompt), coded `warnings`, `notes`.
-RESULT_SCHEMA_VERSION = 5
+#: 6: experiment figures are data (FigureData), no longer SVG drawn by the engine.
+RESULT_SCHEMA_VERSION = 6
 
 #: How a head's vector is read through the final norm (model_worker.analysis.projection):
 #: the norm's scale frozen at the analysed position (`fixed`, the default and the paper code's),
@@ -439,8 +442,9 @@ class ExperimentRequest(_Frozen):
 
 
 class ExperimentResult(_Frozen):
-    """Headline metrics, tables (rows of plain values, one CSV each), SVG figures and a
-    Markdown report that puts the measured numbers next to the paper's."""
+    """Headline metrics, tables (rows of plain values, one CSV each), figure data (drawn by the
+    views: never markup) and a Markdown report that puts the measured numbers next to the
+    paper's. Figures stored as SVG by result schema 5 and older are dropped on read."""
 
     name: ExperimentName
     model: str
@@ -449,7 +453,7 @@ class ExperimentResult(_Frozen):
     seed: int
     metrics: dict[str, float]
     tables: dict[str, list[dict[str, float | int | str | None]]]
-    figures: dict[str, str]
+    figures: Annotated[dict[FigureName, FigureData], BeforeValidator(legacy_figures)]
     report_markdown: str
     #: the prompt design the numbers come from
     design: Design = "counterbalanced"

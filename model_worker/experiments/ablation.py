@@ -17,10 +17,10 @@ from model_worker.experiments import paper
 from model_worker.experiments.batching import accuracy, run_prompts, vocab_accuracy
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
+from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note, zeroing
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.experiments.svg import bar_chart
 from model_worker.interventions import Head
 
 DRAWS = 5

@@ -14,9 +14,9 @@ from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.batching import vocab_accuracy as vocab_acc
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import class_of, prompts
+from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.experiments.svg import bar_chart
 
 
 def run(ctx: Context) -> ExperimentResult:

@@ -37,10 +37,10 @@ from model_worker.experiments.batching import (
 )
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import arrange, orders, prompts
+from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import Location, locate_for, location_note
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.experiments.svg import bar_chart
 from model_worker.experiments.values import Values
 from model_worker.interventions import Head, add_to_final_residual, positionless_heads
 from model_worker.loading import LoadedModel

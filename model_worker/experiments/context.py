@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model_worker.contracts import ExperimentRequest, ExperimentResult
+from model_worker.contracts import ExperimentRequest, ExperimentResult, FigureData
 from model_worker.datasets import Dataset, IclPrompt
 from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
 from model_worker.experiments.data import prompts
@@ -56,7 +56,7 @@ class Context:
         self,
         metrics: dict[str, float],
         tables: dict[str, list[Row]],
-        figures: dict[str, str],
+        figures: dict[str, FigureData],
         report: str,
     ) -> ExperimentResult:
         return ExperimentResult(

@@ -13,20 +13,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from app.views.figure_kit.colors import FLOW_SERIES, PALETTE
-from app.views.figure_kit.lines import Line, line_chart
 from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult
 from model_worker.experiments.batching import Batch
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.figure_data import line_chart
 from model_worker.experiments.report import comparison, header, table
 
-#: legend name and colour of each column: the flows as on the dashboard, then the two shares
+#: legend name of each column: the flows as on the dashboard, then the two shares
 SERIES = {
-    **FLOW_SERIES,
-    "demo_to_label_share": ("share: demonstration → its label", PALETTE[4]),
-    "label_to_last_share": ("share: labels → last token", PALETTE[5]),
+    "demo_to_label": "demonstrations → labels",
+    "label_to_last": "labels → last token",
+    "other": "other",
+    "demo_to_label_share": "share: demonstration → its label",
+    "label_to_last_share": "share: labels → last token",
 }
 PAPER = (
     "shallow layers: demonstration → label flow dominates; deep layers: label → last-token "
@@ -64,16 +65,15 @@ def run(ctx: Context) -> ExperimentResult:
         metrics[f"{name}_peak_layer"] = float(mean[i].argmax())
     figures = {
         figure: line_chart(
-            xs=list(range(n_layers)),
-            lines=[
-                Line(*SERIES[name], [float(v) for v in mean[i]])
+            f"{title} — {ctx.dataset.name} ({len(runs)} prompts)",
+            list(range(n_layers)),
+            {
+                SERIES[name]: [float(v) for v in mean[i]]
                 for i, name in enumerate(columns)
                 if i in picked
-            ],
-            title=f"{title} — {ctx.dataset.name} ({len(runs)} prompts)",
-            figure=figure,
-            x_label="layer",
-            y_label=y_label,
+            },
+            xlabel="layer",
+            ylabel=y_label,
         )
         for figure, picked, title, y_label in (
             ("flow", (0, 1, 2), "Information flow per layer", "mean attention per pair"),
@@ -85,7 +85,7 @@ def run(ctx: Context) -> ExperimentResult:
         shallow, deep = metrics[f"{name}_shallow"], metrics[f"{name}_deep"]
         side = "shallow" if shallow > deep else "deep"
         return (
-            f"{SERIES[name][0]}: {shallow:.3f} in layers < {half} vs {deep:.3f} in layers ≥ {half} "
+            f"{SERIES[name]}: {shallow:.3f} in layers < {half} vs {deep:.3f} in layers ≥ {half} "
             f"(larger in the {side} half; peak at layer {int(metrics[f'{name}_peak_layer'])})"
         )
 

@@ -19,10 +19,10 @@ from model_worker.experiments import paper
 from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import other_builtin, prompts
+from model_worker.experiments.figure_data import bar_chart, heatmap
 from model_worker.experiments.locate import ranked
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.experiments.svg import bar_chart, heatmap
 from model_worker.export_text import markdown_text
 from model_worker.loading import LoadedModel
 

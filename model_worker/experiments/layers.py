@@ -12,14 +12,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from app.views.figure_kit.colors import PALETTE
-from app.views.figure_kit.lines import Line, line_chart
 from model_worker.analysis.heads import layer_increase_table
 from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult
 from model_worker.experiments.batching import Batch, Extra, accuracy
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.figure_data import line_chart
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.loading import LoadedModel
 
@@ -79,15 +78,11 @@ def run(ctx: Context) -> ExperimentResult:
         "attn_share_positive": sum(float(v) > 0 for v in mean[0][n_layers // 2 :]) / len(deep),
     }
     figure = line_chart(
-        xs=list(range(n_layers)),
-        lines=[
-            Line("attention", PALETTE[0], [float(v) for v in mean[0]]),
-            Line("FFN", PALETTE[1], [float(v) for v in mean[1]]),
-        ],
-        title=f"Mean attention vs FFN log-prob increase per layer — {ctx.dataset.name}",
-        figure="layers",
-        x_label="layer",
-        y_label="log-prob increase (true label)",
+        f"Mean attention vs FFN log-prob increase per layer — {ctx.dataset.name}",
+        list(range(n_layers)),
+        {"attention": [float(v) for v in mean[0]], "FFN": [float(v) for v in mean[1]]},
+        xlabel="layer",
+        ylabel="log-prob increase (true label)",
     )
     dominant = "attention" if attn_deep >= ffn_deep else "FFN"
     verdict = (

@@ -25,10 +25,10 @@ from model_worker.contracts import ExperimentResult, head_name
 from model_worker.experiments import paper
 from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
-from model_worker.experiments.svg import bar_chart
 from model_worker.experiments.values import Values
 from model_worker.interventions import Head
 from model_worker.loading import LoadedModel

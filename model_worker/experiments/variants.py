@@ -20,10 +20,10 @@ from model_worker.experiments import paper
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
+from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.experiments.svg import bar_chart
 from model_worker.interventions import Head
 
 TOP = 20
