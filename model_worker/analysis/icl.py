@@ -6,7 +6,7 @@ Pure string/offset logic: the caller supplies the tokenizer's character offsets.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from model_worker.errors import LabelError
@@ -90,15 +90,22 @@ def token_at(offsets: Sequence[tuple[int, int]], char: int) -> int:
     raise LabelError(f"no token covers character {char} of the prompt")
 
 
-def detect_structure(
-    prompt: str, offsets: Sequence[tuple[int, int]], labels: Sequence[str] | None = None
-) -> IclStructure:
-    """Separator and label spans of `prompt`.
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every one of `sequences` shares (0 for fewer than two)."""
+    if len(sequences) < 2:
+        return 0
+    length = 0
+    for column in zip(*sequences, strict=False):
+        if len(set(column)) > 1:
+            break
+        length += 1
+    return length
 
-    Detected labels are the single words after each separator; given `labels` keep only the
-    words after a separator that are among them, and every given label must occur. A prompt
-    without ICL structure gives no labels.
-    """
+
+def label_words(
+    prompt: str, labels: Sequence[str] | None = None
+) -> tuple[str | None, list[tuple[str, int]]]:
+    """The separator and the (word, char start) of each label: see `detect_structure`."""
     separator = detect_separator(prompt)
     candidates = _words_after(prompt, separator, use_cue=labels is None) if separator else []
     if labels is not None:
@@ -109,7 +116,29 @@ def detect_structure(
             where = f"after the separator {separator!r}" if separator else "(no separator found)"
             raise LabelError(f"label(s) {shown} do not occur in the prompt {where}")
         candidates = [(w, c) for w, c in candidates if w in wanted]
-    spans = tuple(LabelSpan(word, char, token_at(offsets, char)) for word, char in candidates)
+    return separator, candidates
+
+
+def detect_structure(
+    prompt: str,
+    offsets: Sequence[tuple[int, int]],
+    labels: Sequence[str] | None = None,
+    skip: Mapping[str, int] | None = None,
+) -> IclStructure:
+    """Separator and label spans of `prompt`.
+
+    Detected labels are the single words after each separator; given `labels` keep only the
+    words after a separator that are among them, and every given label must occur. A prompt
+    without ICL structure gives no labels. A label's position is the token at its first
+    character, or `skip[word]` characters into it: where the labels' first tokens coincide,
+    the first token that tells them apart.
+    """
+    separator, candidates = label_words(prompt, labels)
+    skip = skip or {}
+    spans = tuple(
+        LabelSpan(word, char, token_at(offsets, char + skip.get(word, 0)))
+        for word, char in candidates
+    )
     return IclStructure(separator, spans)
 
 

@@ -1,0 +1,103 @@
+"""Labels whose first tokens coincide are read at the first token that tells them apart.
+
+A tokenizer that writes a space as a token of its own (as SmolLM2 writes " 1" as " " + "1")
+makes every label of `love : 1 hate : 0 like :` begin with " ": the model's next token is the
+space, not a label, so the prompt is analysed with the space appended.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Sequence, Split
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+from model_worker.analysis.icl import common_prefix_length, label_words
+from model_worker.errors import LabelError
+from model_worker.loading import LoadedModel, wrap_model
+from model_worker.prompting import encode_prompt, read_labels, target_id
+
+VOCAB = ["[PAD]", "[UNK]", " ", ":", "love", "hate", "like", "good", "bad", "0", "1"]
+VOCAB += ["pos", "itive", "h", "neg", "ative"]
+LABELS3 = ["positive", "posh", "negative"]
+DIGITS = "love : 1 hate : 0 like : 1 bad : 0 good :"
+
+
+def spaced_tokenizer() -> PreTrainedTokenizerFast:
+    """Word-level over VOCAB; every space, digit and punctuation run is a token ("10" is "1" +
+    "0"), and "pos"/"neg" split off ("positive" is "pos" + "itive")."""
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = Sequence(
+        [
+            Split(Regex(r"\s"), behavior="isolated"),
+            Split(Regex(r"[^\w\s]+"), behavior="isolated"),
+            Split(Regex(r"pos|neg|[0-9]"), behavior="isolated"),
+        ]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
+
+
+@pytest.fixture(scope="module")
+def spaced() -> LoadedModel:
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(VOCAB), n_positions=64, n_embd=16, n_layer=2, n_head=2)
+    return wrap_model(GPT2LMHeadModel(config), spaced_tokenizer(), name="tiny-spaced")
+
+
+def test_common_prefix_length() -> None:
+    assert common_prefix_length([[2, 10], [2, 9], [2, 10]]) == 1
+    assert common_prefix_length([[4, 10], [5, 10]]) == 0
+    assert common_prefix_length([[2, 10]]) == 0  # one label: nothing to tell apart
+
+
+def test_shared_space_is_appended_and_labels_sit_on_digits(spaced: LoadedModel) -> None:
+    _, words = label_words(DIGITS)
+    reading = read_labels(spaced, DIGITS, [w for w, _ in words])
+    assert reading.analysed == DIGITS + " "
+    assert reading.shared == (VOCAB.index(" "),)
+    assert "appended" in reading.notes[0] and "' '" in reading.notes[0]
+    encoded = encode_prompt(spaced, reading.analysed)
+    assert encoded.texts[-1] == " "  # the analysed position is the shared space
+    from model_worker.analysis.icl import detect_structure
+
+    structure = detect_structure(DIGITS, encoded.offsets, skip=reading.skip)
+    assert [encoded.texts[s.position] for s in structure.labels] == ["1", "0", "1", "0"]
+
+
+def test_target_is_read_like_the_labels(spaced: LoadedModel) -> None:
+    reading = read_labels(spaced, DIGITS, ["1", "0"])
+    one = VOCAB.index("1")
+    assert target_id(spaced, DIGITS, "1", reading) == (one, [])
+    assert target_id(spaced, DIGITS, " 1", reading) == (one, [])
+    # without the reading the target is the shared space: what the page used to analyse
+    assert target_id(spaced, DIGITS, "1")[0] == VOCAB.index(" ")
+
+
+def test_prompt_ending_with_a_space_needs_nothing_appended(spaced: LoadedModel) -> None:
+    reading = read_labels(spaced, DIGITS + " ", ["1", "0"])
+    assert reading.analysed == DIGITS + " " and reading.shared == ()
+
+
+def test_labels_a_single_token_cannot_tell_apart_are_refused(spaced: LoadedModel) -> None:
+    prompt = "love : 1 hate : 10 like :"
+    with pytest.raises(LabelError) as error:
+        read_labels(spaced, prompt, ["1", "10"])
+    message = str(error.value)
+    assert message.startswith("the labels '1', '10' cannot be told apart by a single token")
+    assert "'10' = [' ', '1', '0']" in message and "\n" not in message
+    # two of three labels share "pos" after the shared space: one token cannot separate them
+    with pytest.raises(LabelError, match=r"^the labels 'positive', 'posh' cannot .*' ', 'pos'"):
+        read_labels(spaced, "love : positive hate : posh good : negative like :", LABELS3)
+    # two labels only: after " " + "pos" they differ, so they are read there
+    reading = read_labels(spaced, "love : positive hate : posh like :", ["positive", "posh"])
+    assert reading.shared == (VOCAB.index(" "), VOCAB.index("pos"))
+
+
+def test_multi_token_labels_are_noted_not_refused(spaced: LoadedModel) -> None:
+    prompt = "love : positive hate : negative like :"
+    reading = read_labels(spaced, prompt, ["positive", "negative"])
+    assert reading.analysed == prompt + " "
+    assert any("several tokens" in note for note in reading.notes)
+    assert reading.skip == {"positive": 0, "negative": 0}
