@@ -23,6 +23,7 @@ from model_worker.contracts import (
     RankBy,
 )
 from model_worker.errors import UserInputError
+from model_worker.export_names import file_stems
 from model_worker.export_text import csv_text
 from model_worker.settings import get_settings
 
@@ -33,13 +34,15 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
     written = [out / "report.md", out / "result.json"]
     written[0].write_text(result.report_markdown + "\n", encoding="utf-8")
     written[1].write_text(result.model_dump_json(indent=1), encoding="utf-8")
+    tables = file_stems(result.tables, "table")  # never a path from the result's keys
     for name, rows in result.tables.items():
-        written.append(out / f"{name}.csv")
+        written.append(out / f"{tables[name]}.csv")
         written[-1].write_text(csv_text(rows), encoding="utf-8")
+    figures = file_stems(result.figures, "figure")
     for name, svg in result.figures.items():
-        written.append(out / f"{name}.svg")
+        written.append(out / f"{figures[name]}.svg")
         written[-1].write_text(svg_file(svg, declaration=False), encoding="utf-8")
-        written.append(out / f"{name}.png")
+        written.append(out / f"{figures[name]}.png")
         written[-1].write_bytes(png_bytes(svg))
     return written
 
@@ -111,10 +114,12 @@ def experiment(
                 correct_only=correct_only,
             )
             return emit(remote, out, as_json)
+        from model_worker.early_checks import check_model_source
         from model_worker.experiments.data import inline_dataset, resolve_dataset
 
         request = inline_dataset(request)  # a local file travels as text, like an upload
         resolve_dataset(request)  # a bad dataset fails before the model loads
+        check_model_source(model)
         loaded = quietly(lambda: load_model(model, device=device, dtype=dtype, cache_dir=cache_dir))
         columns = (
             TextColumn("{task.description}"),
@@ -139,7 +144,10 @@ def experiment(
 
 
 def emit(result: ExperimentResult, out: Path | None, as_json: bool) -> None:
-    """Write `result` into `out`, and print it as JSON or (without `out`) its report."""
+    """Write `result` into `out`, and print it as JSON or (without `out`) its report; its
+    warnings go to stderr."""
+    for warning in result.warnings:
+        typer.echo(f"warning ({warning.code}): {warning.message}", err=True)
     if out is not None:
         written = write_outputs(result, out)
         typer.echo(f"wrote {len(written)} files to {out}", err=True)

@@ -10,6 +10,7 @@ import torch
 from model_worker.analysis.baseline import random_heads
 from model_worker.analyze import analyze
 from model_worker.contracts import EXPERIMENT_NAMES, ExperimentRequest
+from model_worker.export_names import NAMES
 from model_worker.datasets import Dataset, Example, build_prompts
 from model_worker.errors import PromptError
 from model_worker.experiments import mrr
@@ -85,6 +86,7 @@ def test_every_experiment_runs_on_a_tiny_model(name: str, tmp_path: Path) -> Non
     assert result.name == name and result.dataset == "tiny" and result.n == 6
     assert result.metrics and all(isinstance(v, float) for v in result.metrics.values())
     assert result.tables and all(rows for rows in result.tables.values())
+    assert set(result.tables) | set(result.figures) <= NAMES  # file names' vocabulary
     assert result.figures and all(f.series or f.matrix for f in result.figures.values())
     assert "Paper vs this run" in result.report_markdown
     assert seen[-1] == 1.0 and seen == sorted(seen)  # progress only moves forward
