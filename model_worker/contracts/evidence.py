@@ -23,11 +23,12 @@ class _Frozen(BaseModel):
 
 class IntervalOut(_Frozen):
     """An estimate with its `level` interval, from `n` units (prompts) by `method`
-    (bootstrap, paired bootstrap, clopper-pearson). NaN bounds: undefined (no units)."""
+    (bootstrap, paired bootstrap, clopper-pearson). None: undefined (e.g. a reduction of a
+    change that is zero)."""
 
-    estimate: float
-    low: float
-    high: float
+    estimate: float | None
+    low: float | None
+    high: float | None
     n: int
     method: str
     level: float = 0.95

@@ -4,19 +4,31 @@ version: 87.6% → 24.4% on Llama-7B with 12 of 1,024 heads).
 Evaluation prompts: `n` balanced prompts, both label assignments, from `seed` (the heads were
 located on a different seed). Controls: `DRAWS` draws of as many random heads from all
 non-located heads, and `DRAWS` draws from the non-located deep-layer heads (a stricter
-control: deep heads matter more on average); mean ± sample sd over draws.
+control: deep heads matter more on average); each draw of k distinct heads is listed
+(model_worker/experiments/controls.py), with its accuracy's exact binomial interval.
+
+Hypothesis: zeroing the located heads lowers accuracy more than zeroing as many random heads.
+Quantity: per prompt, the mean correctness over the random draws minus the correctness with
+the located heads zeroed, averaged over prompts (paired bootstrap interval); the same against
+the deep-layer draws.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 
 from model_worker.contracts import ExperimentResult, head_name
-from model_worker.experiments import paper
-from model_worker.experiments.batching import accuracy, run_prompts, vocab_accuracy
+from model_worker.experiments import paper, stats
+from model_worker.experiments.batching import PromptRun, run_prompts, vocab_accuracy
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
+from model_worker.experiments.controls import pool_draws
+from model_worker.experiments.evidence import (
+    Evidence,
+    accuracy_interval,
+    adequacy,
+    by_arrangement,
+    interval_columns,
+)
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note, zeroing
 from model_worker.experiments.progress import Stages
@@ -36,18 +48,22 @@ def run(ctx: Context) -> ExperimentResult:
     stages = Stages(ctx.progress, {"locate": 2.0, "evaluate": conditions / 4})
     location = locate_for(ctx, stages.stage("locate"))
     k = len(location.heads)
-    rng = random.Random(ctx.seed)
     everyone = [(la, h) for la in range(g.n_layers) for h in range(g.n_heads)]
-    pool_all = [h for h in everyone if h not in location.heads]
-    pool_deep = [h for h in pool_all if h[0] >= g.n_layers // 2]
+    deep = [h for h in everyone if h[0] >= g.n_layers // 2]
     plan: list[tuple[str, int, list[Head]]] = [("none", 0, []), ("in-context", 0, location.heads)]
-    plan += [("random", d + 1, rng.sample(pool_all, min(k, len(pool_all)))) for d in range(DRAWS)]
     plan += [
-        ("random deep", d + 1, rng.sample(pool_deep, min(k, len(pool_deep)))) for d in range(DRAWS)
+        ("random", d + 1, heads)
+        for d, heads in enumerate(pool_draws(location.heads, everyone, ctx.seed, DRAWS))
     ]
-    items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed))
+    plan += [
+        ("random deep", d + 1, heads)
+        for d, heads in enumerate(pool_draws(location.heads, deep, ctx.seed + 1, DRAWS))
+    ]
+    items = ctx.prepare(ctx.prompts())
     evaluate = stages.stage("evaluate")
     rows: list[Row] = []
+    correct: dict[str, list[list[float]]] = {}
+    unablated: list[PromptRun] = []
     for i, (condition, draw, heads) in enumerate(plan):
 
         def tick(fraction: float, message: str, i: int = i, condition: str = condition) -> None:
@@ -60,12 +76,14 @@ def run(ctx: Context) -> ExperimentResult:
             intervene=zeroing(ctx.loaded, heads) if heads else None,
             progress=tick,
         )
+        correct.setdefault(condition, []).append([float(r.correct) for r in runs])
+        unablated = unablated or runs
         rows.append(
             {
                 "condition": condition,
                 "draw": draw,
                 "heads": " ".join(head_name(*h) for h in heads) or "—",
-                "accuracy": accuracy(runs),
+                **interval_columns("accuracy", accuracy_interval(runs)),
                 "vocab_accuracy": vocab_accuracy(runs),
             }
         )
@@ -82,6 +100,32 @@ def run(ctx: Context) -> ExperimentResult:
         "accuracy_random_deep_zeroed_sd": _sd(accs("random deep")),
         "n_heads_zeroed": float(k),
     }
+    evidence = Evidence(adequacy=adequacy(unablated, ctx.request.design))
+    in_context = correct["in-context"][0]
+    evidence.add("accuracy", stats.rate([bool(c) for c in correct["none"][0]]))
+    evidence.add("accuracy_in_context_zeroed", stats.rate([bool(c) for c in in_context]))
+    evidence.add(
+        "accuracy_drop_in_context",
+        stats.bootstrap_diff(correct["none"][0], in_context, paired=True),
+    )
+    for condition, key in (("random", "random"), ("random deep", "random_deep")):
+        per_prompt = [statistics.fmean(column) for column in zip(*correct[condition], strict=True)]
+        evidence.add(f"accuracy_{key}_zeroed_mean", stats.bootstrap_mean(per_prompt))
+        evidence.decide(
+            f"zeroing the located heads lowers accuracy more than zeroing {k} {condition} heads",
+            f"accuracy_{key}_minus_in_context_zeroed",
+            stats.bootstrap_diff(per_prompt, in_context, paired=True),
+            min_effect=0.05,
+        )
+    bounds = [
+        evidence.intervals[name]
+        for name in (
+            "accuracy",
+            "accuracy_in_context_zeroed",
+            "accuracy_random_zeroed_mean",
+            "accuracy_random_deep_zeroed_mean",
+        )
+    ]
     figure = bar_chart(
         f"Accuracy with {k} heads zeroed — {ctx.dataset.name}",
         ["none", "in-context heads", f"random ({DRAWS} draws)", f"random deep ({DRAWS} draws)"],
@@ -94,6 +138,8 @@ def run(ctx: Context) -> ExperimentResult:
             ]
         },
         ylabel="accuracy",
+        low={"accuracy": [b.low for b in bounds]},
+        high={"accuracy": [b.high for b in bounds]},
         errors={
             "accuracy": [
                 0.0,
@@ -131,5 +177,13 @@ def run(ctx: Context) -> ExperimentResult:
         ]
     )
     return ctx.result(
-        metrics, {"ablation": rows, "location": location.candidates}, {"ablation": figure}, report
+        metrics,
+        {
+            "ablation": rows,
+            "by_arrangement": by_arrangement(unablated),
+            "location": location.candidates,
+        },
+        {"ablation": figure},
+        report,
+        evidence,
     )

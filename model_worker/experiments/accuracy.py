@@ -4,16 +4,30 @@ For each of the first two classes c, `n` prompts with c labelled "foo" (half the
 class c, true label foo; half of another class, true label bar). Accuracy: the true label's
 token beats the other label's at the last position (argmax over the two label tokens); the
 argmax over the whole vocabulary is reported beside it.
+
+Every accuracy carries its exact binomial (Clopper–Pearson) 95% interval; the accuracy per
+demonstration arrangement (FFTT, FTFT, …) is reported beside the overall one, and the
+difference between prompts whose nearest demonstration is true and those whose nearest is
+false measures how much the model answers from position.
 """
 
 from __future__ import annotations
 
 from model_worker.contracts import ExperimentResult
-from model_worker.experiments import paper
+from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.batching import vocab_accuracy as vocab_acc
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import class_of, prompts
+from model_worker.experiments.data import class_of
+from model_worker.experiments.evidence import (
+    CHANCE,
+    Evidence,
+    accuracy_interval,
+    adequacy,
+    by_arrangement,
+    interval_columns,
+    position_effect,
+)
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
@@ -26,7 +40,7 @@ def run(ctx: Context) -> ExperimentResult:
     cells: dict[tuple[str, str, str], list[PromptRun]] = {}
     everything: list[PromptRun] = []
     for foo_class in foo_classes:
-        items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed, foo_class=foo_class))
+        items = ctx.prepare(ctx.prompts(foo_class=foo_class))
         runs = run_prompts(
             ctx.loaded,
             items,
@@ -44,7 +58,7 @@ def run(ctx: Context) -> ExperimentResult:
             "input_class": input_class,
             "true_label": label,
             "n": len(runs),
-            "accuracy": accuracy(runs),
+            **interval_columns("accuracy", accuracy_interval(runs)),
             "vocab_accuracy": vocab_acc(runs),
             "paper_gpt2_large": paper.TABLE2.get((input_class, label)),
         }
@@ -62,6 +76,24 @@ def run(ctx: Context) -> ExperimentResult:
         names,
         series,
         ylabel="accuracy",
+        low={"two-label argmax": [float(r["accuracy_low"] or 0) for r in rows]},
+        high={"two-label argmax": [float(r["accuracy_high"] or 0) for r in rows]},
+    )
+    evidence = Evidence(adequacy=adequacy(everything, ctx.request.design))
+    evidence.add("accuracy", accuracy_interval(everything))
+    evidence.add("vocab_accuracy", stats.rate([r.correct_vocab for r in everything]))
+    evidence.decide(
+        "the model does the task above chance (two labels)",
+        "accuracy_minus_chance",
+        accuracy_interval(everything).shifted(CHANCE),
+        min_effect=0.05,
+    )
+    arrangements = by_arrangement(everything)
+    evidence.decide(
+        "the model answers from position: more accurate when the nearest demonstration is true",
+        "accuracy_true_nearest_minus_false_nearest",
+        position_effect(everything),
+        min_effect=0.05,
     )
     metrics = {
         "accuracy": accuracy(everything),
@@ -80,14 +112,23 @@ def run(ctx: Context) -> ExperimentResult:
     report = "\n".join(
         [
             header(ctx, "Experiment 1 — ICL accuracy (paper Table 2)"),
+            f"Design: {ctx.request.design}.\n",
             "Accuracy = the true label's token beats the other label's at the last token "
             '(argmax over " foo"/" bar"); `vocab_accuracy` = it is the argmax over the '
             "whole vocabulary.\n",
             f"Overall: **{pct(metrics['accuracy'])}** (two labels), "
             f"{pct(metrics['vocab_accuracy'])} (vocabulary) over {len(everything)} prompts.\n",
             table(rows),
+            "\n### Per demonstration arrangement\n",
+            table(arrangements),
             "",
             comparison(compared),
         ]
     )
-    return ctx.result(metrics, {"accuracy": rows}, {"accuracy": figure}, report)
+    return ctx.result(
+        metrics,
+        {"accuracy": rows, "by_arrangement": arrangements},
+        {"accuracy": figure},
+        report,
+        evidence,
+    )

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model_worker.contracts import ExperimentRequest, ExperimentResult, FigureData
-from model_worker.datasets import Dataset, IclPrompt
+from model_worker.datasets import Dataset, IclPrompt, Variant
 from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
 from model_worker.experiments.data import prompts
+from model_worker.experiments.evidence import Evidence, contract_fields, markdown
 from model_worker.experiments.progress import ProgressFn
 from model_worker.loading import LoadedModel
 
@@ -35,6 +36,19 @@ class Context:
     def seed(self) -> int:
         return self.request.seed
 
+    def prompts(
+        self, variant: Variant = "balanced", *, foo_class: str | None = None
+    ) -> list[IclPrompt]:
+        """The request's `n` prompts of its seed and design (`variant`: e.g. imbalanced)."""
+        return prompts(
+            self.dataset,
+            self.n,
+            self.seed,
+            variant=variant,
+            foo_class=foo_class,
+            design=self.request.design,
+        )
+
     def prepare(self, icl_prompts: Sequence[IclPrompt]) -> list[Prepared]:
         """`icl_prompts` tokenized within the prompt limit, their label positions found."""
         return prepare(self.loaded, icl_prompts, self.max_tokens)
@@ -42,7 +56,7 @@ class Context:
     def run_dataset(self, extra: Extra, progress: ProgressFn, label: str) -> list[PromptRun]:
         """The dataset's `n` balanced prompts of the request's seed, run in batches, with
         `extra(batch, cache)` read from each batch's forward pass."""
-        items = self.prepare(prompts(self.dataset, self.n, self.seed))
+        items = self.prepare(self.prompts())
         return run_prompts(
             self.loaded,
             items,
@@ -58,7 +72,13 @@ class Context:
         tables: dict[str, list[Row]],
         figures: dict[str, FigureData],
         report: str,
+        evidence: Evidence | None = None,
     ) -> ExperimentResult:
+        """The result; with `evidence`, its intervals, verdicts and adequacy gate, and the
+        verdict table appended to the report."""
+        found = Evidence() if evidence is None else evidence
+        if found.verdicts or found.adequacy is not None:
+            report = f"{report}\n\n{markdown(found)}"
         return ExperimentResult(
             name=self.request.name,
             model=self.loaded.name,
@@ -69,4 +89,6 @@ class Context:
             tables=tables,
             figures=figures,
             report_markdown=report,
+            design=self.request.design,
+            **contract_fields(found),
         )

@@ -7,11 +7,15 @@
    for prompts whose true label is "foo" and "bar".
 3. Deep-layer heads only (layer ≥ L // 2). For each label, the `k/2 + 2` deep heads with the
    largest mean increase are candidates; each candidate is zeroed alone and the accuracy on that
-   label's location prompts re-measured (drop = base − zeroed; ties broken by the drop of the
-   mean true − false logit margin).
-4. Combined score = rank by increase + rank by drop among the label's candidates; the `k/2`
-   best per label (ties → larger increase) are the in-context heads: half pushing "foo", half
-   "bar". k = 2·⌈0.5% of all heads⌉ (≥ 2): 12 of 1,024 for Llama-7B, 4 of 270 for SmolLM2.
+   label's location prompts re-measured: drop = base − zeroed, with its paired-bootstrap 95%
+   interval over those prompts (and the drop of the mean true − false logit margin, reported).
+4. Drop criterion: a candidate passes when its drop's interval lies above 0. Per label, the
+   passing candidates with the largest increase, at most `k/2`, are the in-context heads. Ties
+   are never broken by noise: when no candidate of a label passes, the report says "no head
+   passes the drop criterion" for it, and its `k/2` slots go to the candidates with the largest
+   increase alone, marked `located = "by increase only"` (so the head-level experiments still
+   have heads to study, and say how they were chosen). k = 2·⌈0.5% of all heads⌉ (≥ 2): 12 of
+   1,024 for Llama-7B, 4 of 270 for SmolLM2.
 
 With `by="label"` steps 2–4 use the *label increase* instead (the head restricted to its label
 positions), which locates heads that read the labels. Either way every head's label share
@@ -32,6 +36,7 @@ from torch import Tensor
 from model_worker.contracts import RankBy, head_name
 from model_worker.datasets import LABELS, IclPrompt
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.experiments import stats
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import location_prompts
@@ -71,11 +76,6 @@ def zeroing(loaded: LoadedModel, heads: Sequence[Head]) -> Intervene:
     return lambda _batch: zero_heads(loaded, heads)
 
 
-def margin(runs: Sequence[PromptRun]) -> float:
-    """Mean true − false label logit."""
-    return sum(r.true_logit - r.false_logit for r in runs) / len(runs) if runs else 0.0
-
-
 def label_share(total: Tensor, label: Tensor, head: Head) -> float | None:
     """label[head] / total[head] of two [L, H] tables, None unless total[head] > 0."""
     whole = float(total[head])
@@ -94,6 +94,8 @@ class Location:
     accuracy: float
     mean_label_increase: Tensor
     by: RankBy = "increase"
+    #: the labels for which no candidate passed the drop criterion
+    refused: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -149,10 +151,12 @@ def locate_heads(
     total = sum(min(n_candidates, len(order)) for *_, order in plan)
     ablate, done = stages.stage("ablate"), 0
     chosen: list[Head] = []
+    refused: list[str] = []
     rows: list[dict[str, float | int | str | None]] = []
     for label, label_runs, scores, order in plan:
         subset = [r.item for r in label_runs]
-        base_acc, base_margin = accuracy(label_runs), margin(label_runs)
+        base_correct = [float(r.correct) for r in label_runs]
+        base_margins = [r.true_logit - r.false_logit for r in label_runs]
         found = []
         for rank, head in enumerate(order[:n_candidates]):
             zeroed = run_prompts(
@@ -160,11 +164,20 @@ def locate_heads(
             )
             done += 1
             ablate(done / total, f"zeroing candidate {head_name(*head)} ({done}/{total})")
-            found.append((head, rank, base_acc - accuracy(zeroed), base_margin - margin(zeroed)))
-        by_drop = sorted(found, key=lambda f: (-f[2], -f[3]))
-        drop_rank = {f[0]: i for i, f in enumerate(by_drop)}
-        combined = sorted(found, key=lambda f: (f[1] + drop_rank[f[0]], f[1]))
-        picked = [f[0] for f in combined if f[0] not in chosen][:per_label]
+            acc_drop = stats.bootstrap_diff(
+                base_correct, [float(r.correct) for r in zeroed], paired=True
+            )
+            margin_drop = stats.bootstrap_diff(
+                base_margins, [r.true_logit - r.false_logit for r in zeroed], paired=True
+            )
+            found.append((head, rank, acc_drop, margin_drop))
+        passing = [f[0] for f in found if f[2].low > 0 and f[0] not in chosen]
+        if passing:
+            picked, how = passing[:per_label], "yes"
+        else:
+            refused.append(label)
+            picked = [f[0] for f in found if f[0] not in chosen][:per_label]
+            how = "by increase only"
         chosen += picked
         rows += [
             {
@@ -175,10 +188,14 @@ def locate_heads(
                 "increase_rank": rank + 1,
                 "ranked_by": by,
                 "label_share": label_share(totals, label_totals, head),
-                "accuracy_drop": acc_drop,
-                "margin_drop": margin_drop,
-                "drop_rank": drop_rank[head] + 1,
-                "located": "yes" if head in picked else "no",
+                "accuracy_drop": acc_drop.estimate,
+                "accuracy_drop_low": acc_drop.low,
+                "accuracy_drop_high": acc_drop.high,
+                "passes_drop_criterion": "yes" if acc_drop.low > 0 else "no",
+                "margin_drop": margin_drop.estimate,
+                "margin_drop_low": margin_drop.low,
+                "margin_drop_high": margin_drop.high,
+                "located": how if head in picked else "no",
             }
             for head, rank, acc_drop, margin_drop in found
         ]
@@ -191,10 +208,11 @@ def locate_heads(
         accuracy=accuracy(runs),
         mean_label_increase=label_totals,
         by=by,
+        refused=tuple(refused),
     )
 
 
-_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int, int, str], Location]] = (
+_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int, int, str, str], Location]] = (
     weakref.WeakKeyDictionary()
 )
 MAX_REMEMBERED = 8
@@ -206,10 +224,11 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
     Remembered per (model, dataset, location-set size, seed) for this process, so experiments
     run one after another on the same model and dataset share one location.
     """
-    prompts = location_prompts(ctx.dataset, ctx.n, ctx.seed)
+    design = ctx.request.design
+    prompts = location_prompts(ctx.dataset, ctx.n, ctx.seed, design)
     remembered = _LOCATIONS.setdefault(ctx.loaded.model, {})
     by = ctx.request.locate_by
-    key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed, by)
+    key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed, by, design)
     if key not in remembered:
         location = locate_heads(
             ctx.loaded,
@@ -237,12 +256,25 @@ def location_note(location: Location) -> str:
     shares = ", ".join(
         f"{head_name(*h)} {share_text(location.label_share(h))}" for h in location.heads
     )
+    drops = ", ".join(
+        f"{r['head']} {float(r['accuracy_drop'] or 0):+.3f} "
+        f"[{float(r['accuracy_drop_low'] or 0):+.3f}, {float(r['accuracy_drop_high'] or 0):+.3f}]"
+        for r in location.candidates
+        if r["located"] != "no"
+    )
+    refusal = "".join(
+        f" **No head passes the drop criterion for `{label}`**: its heads below are the "
+        "candidates with the largest increase alone."
+        for label in location.refused
+    )
     return (
         f"In-context heads located (recipe in `model_worker/experiments/locate.py`: deep-layer "
-        f"heads ranked by mean {ranked} and by the accuracy drop when zeroed alone, on "
-        f"{location.n_prompts} location prompts, {location.n_correct} correct): "
-        f"**{', '.join(location.names)}**. Label share (mean label increase / mean increase, "
-        f"the part of a head's increase that its label positions alone give): {shares}.\n"
+        f"candidates ranked by mean {ranked}, kept when zeroing one alone drops accuracy on its "
+        f"label's prompts, the drop's 95% interval above 0; {location.n_prompts} location "
+        f"prompts, {location.n_correct} correct): **{', '.join(location.names)}**.{refusal} "
+        f"Accuracy drop when zeroed alone [95% interval]: {drops}. Label share (mean label "
+        f"increase / mean increase, the part of a head's increase that its label positions "
+        f"alone give): {shares}.\n"
     )
 
 

@@ -73,6 +73,9 @@ def _indices(n: int, seed: int, resamples: int) -> NDArray[np.intp]:
 
 def _bounds(draws: NDArray[np.float64], level: float) -> tuple[NDArray[np.float64], ...]:
     tail = 100 * (1 - level) / 2
+    if np.isnan(draws).all():
+        undefined = np.full(draws.shape[1:], np.nan)
+        return undefined, undefined
     low, high = np.nanpercentile(draws, [tail, 100 - tail], axis=0)
     return low, high
 
@@ -215,8 +218,9 @@ def clopper_pearson(successes: int, n: int, *, level: float = LEVEL) -> Interval
     return Interval(successes / n, low, high, n, "clopper-pearson", level)
 
 
-def rate(flags: Sequence[bool], *, level: float = LEVEL) -> Interval:
-    """The share of true `flags` (one per prompt) with its exact binomial interval."""
+def rate(flags: Sequence[bool] | Sequence[float], *, level: float = LEVEL) -> Interval:
+    """The share of true `flags` (one per prompt; 0/1 floats too) with its exact binomial
+    interval."""
     return clopper_pearson(sum(bool(f) for f in flags), len(flags), level=level)
 
 
