@@ -2,7 +2,8 @@
 
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
 headers, 500 page), Host check, body limit, rate limit, same-origin check, authentication
-(sessions, login guessing limits), HTML-only answers to htmx. It also makes every log line of
+(sessions, login guessing limits), JSON bodies (no lone surrogates, bounded nesting),
+HTML-only answers to htmx. It also makes every log line of
 the process safe (model_worker.log_safety).
 """
 
@@ -16,6 +17,7 @@ from app.security.errors import install_error_handlers
 from app.security.guard import GuardMiddleware
 from app.security.hosts import HostCheckMiddleware
 from app.security.htmx import HtmlOnlyForHtmxMiddleware
+from app.security.json_input import JsonInputMiddleware
 from app.security.login_limit import LoginLimiter
 from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
@@ -37,6 +39,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     )
     # add_middleware puts each new layer outside the previous ones: innermost first.
     app.add_middleware(HtmlOnlyForHtmxMiddleware)
+    app.add_middleware(JsonInputMiddleware)
     app.add_middleware(
         AuthMiddleware,
         settings=settings,

@@ -60,10 +60,23 @@ def _label_str(value: object, where: str) -> str:
     return label
 
 
+def _is_text(value: object) -> bool:
+    """False for a string with a lone UTF-16 surrogate (JSON's unpaired `\\ud800` escapes)."""
+    if not isinstance(value, str):
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _example(text: object, label: object, where: str) -> Example:
     """Return the checked Example of one row."""
     if not isinstance(text, str):
         raise DatasetError(f"{where}: text must be a string, got {shown(text)}")
+    if not all(_is_text(value) for value in (text, label)):
+        raise DatasetError(f"{where}: a lone UTF-16 surrogate (\\ud800-\\udfff) is not text")
     if not text.strip():
         raise DatasetError(f"{where}: empty text")
     return Example(text=text.strip(), label=_label_str(label, where))
@@ -103,6 +116,8 @@ def _read_jsonl(text: str) -> list[Example]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{where}: malformed JSON ({exc.msg})") from exc
+        except RecursionError:  # tens of thousands of nested brackets
+            raise DatasetError(f"{where}: JSON nested too deeply") from None
         except ValueError as exc:  # an integer of more than 4,300 digits
             raise DatasetError(f"{where}: unreadable JSON ({str(exc)[:80]})") from exc
         if not isinstance(record, dict):
