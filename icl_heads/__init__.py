@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         ServerUnavailable as ServerUnavailable,
     )
     from icl_heads.local import analyze as analyze
+    from icl_heads.local import load_model as load_model
     from icl_heads.local import run_experiment as run_experiment
     from icl_heads.results import (
         AnalysisResult as AnalysisResult,
@@ -71,11 +72,10 @@ if TYPE_CHECKING:
         HeadSummary as HeadSummary,
     )
     from model_worker.loading import LoadedModel as LoadedModel
-    from model_worker.loading import load_model as load_model
 
 #: Public name → the module that defines it.
 _EXPORTS = {
-    "load_model": "model_worker.loading",
+    "load_model": "icl_heads.local",
     "LoadedModel": "model_worker.loading",
     "analyze": "icl_heads.local",
     "run_experiment": "icl_heads.local",

@@ -4,11 +4,43 @@ results (`icl_heads.results`)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from icl_heads.results import AnalysisResult, ExperimentResult
 from model_worker import analyze as engine_analyze
+from model_worker import loading
 from model_worker.experiments import job as engine_experiments
+
+
+@contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers' and the hub's progress bars off for the block (a notebook without
+    ipywidgets prints "IProgress not found" for each), as they were after it."""
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+    from transformers.utils import logging as hf_logging
+
+    hub_was_off, hf_was_on = are_progress_bars_disabled(), hf_logging.is_progress_bar_enabled()
+    disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if not hub_was_off:
+            enable_progress_bars()
+        if hf_was_on:
+            hf_logging.enable_progress_bar()
+
+
+@functools.wraps(loading.load_model)
+def load_model(*args: Any, **kwargs: Any) -> loading.LoadedModel:
+    with no_progress_bars():
+        return loading.load_model(*args, **kwargs)
 
 
 @functools.wraps(engine_analyze.analyze)

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from pandas import DataFrame
 
 
+class UnknownHead(KeyError):
+    """A head an analysis cannot show: not of the model, or not detailed. Its message names the
+    valid heads and the remedy (KeyError would print it quoted: str() gives it as is)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class AnalysisResult(contracts.AnalysisResult):
     """An analysis in a notebook: tokens, layer chart, heatmap and top heads; tables."""
 
@@ -35,8 +43,37 @@ class AnalysisResult(contracts.AnalysisResult):
     def _repr_html_(self) -> str:
         return analysis_html(self)
 
+    def __repr__(self) -> str:
+        """One line: model, prompt, target and the top 5 heads (the fields run to megabytes)."""
+        top = ", ".join(
+            f"{h.name} {h.increase:+.3f}" for h in sorted(self.heads, key=lambda h: h.rank)[:5]
+        )
+        prompt = self.prompt if len(self.prompt) <= 60 else self.prompt[:57] + "…"
+        return (
+            f"AnalysisResult(model={self.model!r}, prompt={prompt!r} ({len(self.tokens)} tokens), "
+            f"target={self.target.token!r} p={self.target.prob:.3f}, top heads: {top}"
+            f"{f', {len(self.warnings)} warnings' if self.warnings else ''})"
+        )
+
+    __str__ = __repr__
+
     def head(self, name: str) -> Head:
-        """Head `name` (`L23H1`): its summary tied to this analysis; KeyError if there is none."""
+        """Head `name` (`L23H1`) of those this analysis detailed, tied to it; UnknownHead (a
+        KeyError) naming the valid heads and what to do for any other name."""
+        detailed = list(self.head_details)
+        shown = ", ".join(detailed[:12]) + (" …" if len(detailed) > 12 else "")
+        if name not in self.head_details:
+            if self.has_head(name):
+                raise UnknownHead(
+                    f"{name} is not detailed in this analysis (detailed: {shown}); analyse "
+                    f"again with extra_heads=[{name!r}] to see it, or read its summary in "
+                    "result.heads_frame()"
+                )
+            last = f"L{self.n_layers - 1}H{self.n_heads - 1}"
+            raise UnknownHead(
+                f"{name!r} is not a head of {self.model} (L0H0 … {last}: {self.n_layers} layers "
+                f"× {self.n_heads} heads); detailed here: {shown}"
+            )
         return Head(**dict(contracts.AnalysisCore.head(self, name)), analysis=self)
 
     def heads_frame(self) -> DataFrame:
@@ -80,6 +117,17 @@ class ExperimentResult(contracts.ExperimentResult):
 
     def _repr_html_(self) -> str:
         return experiment_html(self)
+
+    def __repr__(self) -> str:
+        """One line: experiment, model, dataset, n and the first metrics (not its tables)."""
+        metrics = ", ".join(f"{k}={v:.3g}" for k, v in list(self.metrics.items())[:5])
+        more = f", {len(self.warnings)} warnings" if self.warnings else ""
+        return (
+            f"ExperimentResult(name={self.name!r}, model={self.model!r}, "
+            f"dataset={self.dataset!r}, n={self.n}, {metrics}{more})"
+        )
+
+    __str__ = __repr__
 
     def frames(self) -> dict[str, DataFrame]:
         """Every table of the experiment as a DataFrame, by table name."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from model_worker.contracts import AnalysisResult, TopToken
@@ -29,8 +30,10 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         console.print(f"labels (position:word, ✓ true): {marks}")
     else:
         console.print("no ICL structure detected: label views are empty")
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {escape(note)}", highlight=False)
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning ({warning.code}):[/] {escape(warning.message)}")
 
     layers = Table(title="Log-probability increase per layer (paper Fig. 2)")
     for column in ("layer", "attention", "FFN"):

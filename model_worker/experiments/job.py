@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+from model_worker.checks import sample_warnings
 from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.context import Context
@@ -40,6 +41,21 @@ def run_experiment(
     if request.name not in EXPERIMENTS:
         raise ExperimentInputError(f"unknown experiment {request.name!r}")
     ctx = Context(loaded, request, resolve_dataset(request), batch_size, progress, max_tokens)
-    result = _runner(request.name)(ctx)
+    result = with_sample_caveat(_runner(request.name)(ctx))
     progress(1.0, "done")
     return result
+
+
+def with_sample_caveat(result: ExperimentResult) -> ExperimentResult:
+    """`result` with the `small_sample` warning, also atop its report, when its n is below
+    checks.MIN_PROMPTS: no sd, percentage or ρ from so few prompts without saying so."""
+    caveats = sample_warnings(result.n)
+    if not caveats:
+        return result
+    quoted = "".join(f"> **Caveat:** {caveat.message}\n\n" for caveat in caveats)
+    return result.model_copy(
+        update={
+            "warnings": [*result.warnings, *caveats],
+            "report_markdown": quoted + result.report_markdown,
+        }
+    )

@@ -56,7 +56,7 @@ def test_facade_reexports_the_library() -> None:
 
     assert icl_heads.analyze.__wrapped__ is library_analyze  # type: ignore[attr-defined]
     assert icl_heads.run_experiment.__wrapped__ is library_run  # type: ignore[attr-defined]
-    assert icl_heads.load_model is load_model
+    assert icl_heads.load_model.__wrapped__ is load_model  # type: ignore[attr-defined]
     assert icl_heads.analyze.__doc__ and "Locate-and-project" in icl_heads.analyze.__doc__
     assert set(icl_heads.__all__) <= set(dir(icl_heads))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
@@ -71,7 +71,8 @@ def test_head_is_its_summary_tied_to_the_analysis(result: AnalysisResult) -> Non
     assert head.model_dump() == summary.model_dump()  # the analysis is not part of its value
     assert head.detail == result.head_details[name]
     undetailed = next(s.name for s in result.heads if s.name not in result.head_details)
-    assert result.head(undetailed).detail is None
+    with pytest.raises(KeyError, match=rf"extra_heads=\['{undetailed}'\]"):
+        result.head(undetailed)  # its summary is in heads_frame(); head() shows detailed heads
     with pytest.raises(KeyError):
         result.head("L99H0")
 
@@ -108,12 +109,12 @@ def test_head_view_has_bars_and_token_tables(result: AnalysisResult) -> None:
     assert not page.find("script") and not page.select("a[href]")
 
 
-def test_undetailed_head_view_says_how_to_get_its_detail(result: AnalysisResult) -> None:
+def test_undetailed_head_says_how_to_get_its_detail(result: AnalysisResult) -> None:
     name = next(s.name for s in result.heads if s.name not in result.head_details)
-    page = soup(result.head(name)._repr_html_())
-    assert page.select_one("[data-head-name] h2").text == name
-    assert f'extra_heads=["{name}"]' in page.text
-    assert not page.find("svg")
+    with pytest.raises(KeyError) as error:
+        result.head(name)
+    assert f"extra_heads=[{name!r}]" in str(error.value)
+    assert all(detailed in str(error.value) for detailed in result.head_details)
 
 
 def test_experiment_view_shows_figures_and_report(experiment: ExperimentResult) -> None:
