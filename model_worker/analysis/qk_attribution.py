@@ -286,6 +286,7 @@ def attribute(
         for at, others in zip(sides_at, against, strict=True)
     ]
     names: list[str] = []
+    both = torch.cat([query_base, key_base], 1)  # [D, 2d]
 
     def add_positioned(name: str, vectors: Tensor) -> None:
         names.append(name)
@@ -298,17 +299,18 @@ def attribute(
     if pos_embed is not None:
         add_positioned("pos_embed", pos_embed)
     for layer in upstream:
-        n_heads = layer.w_out.shape[0]
+        n_heads, d_in, width = layer.w_out.shape
         names += [f"L{layer.layer}H{h}" for h in range(n_heads)]
-        g_query, g_key = (
-            torch.einsum("hem,md->hed", layer.w_out, b) for b in (query_base, key_base)
-        )
-        read_query, read_key = (torch.einsum("she,hed->hsd", layer.v, g) for g in (g_query, g_key))
+        # both sides' projections at once: [H·d', D] @ [D, 2d], then per head [S, d'] @ [d', 2d]
+        g = (layer.w_out.reshape(-1, width) @ both).view(n_heads, d_in, 2 * d_head)
+        read = torch.bmm(layer.v.transpose(0, 1), g).view(n_heads, -1, 2, d_head)
+        g_query, g_key = g[..., :d_head], g[..., d_head:]
+        read_query, read_key = read[:, :, 0], read[:, :, 1]
         for i in range(len(sides_at)):
-            g, read = (g_query, read_query) if i == 0 else (g_key, read_key)
+            g_side, read_side = (g_query, read_query) if i == 0 else (g_key, read_key)
             scale = layer.attn_scale[i]
-            z = torch.einsum("he,hed->hd", layer.z[i], g) * scale
-            weighted = read * (layer.pattern[i, :, :, None] * scale)  # [H, S, d]
+            z = torch.bmm(layer.z[i][:, None], g_side)[:, 0] * scale
+            weighted = read_side * (layer.pattern[i, :, :, None] * scale)  # [H, S, d]
             for side, other in zip(sides[i], against[i], strict=True):
                 side.add_heads(z, weighted, other)
         if layer.b_out is not None:
