@@ -7,6 +7,14 @@ demonstrations as prompt i of the balanced set. Per head: attention of the last 
 over true and over false label positions, averaged over prompts. Heads shown: the 20 with the
 largest mean increase on the location prompts (Fig. 10/11) and the located in-context heads
 (Fig. 8/9).
+
+With the counterbalanced design (default) "imbalanced" drops the true demonstration nearest the
+input and "reordered" swaps the true and false slots of each arrangement (FFTT → TTFF,
+FTFT → TFTF, …). Hypotheses, each with a paired bootstrap interval over prompts: accuracy
+falls; the located heads' mean attention on true labels falls; on false labels it rises (per
+prompt, balanced minus variant, or variant minus balanced). Note that an imbalanced prompt has
+one true label fewer, so its summed true-label attention falls partly by construction.
+Per demonstration arrangement of the balanced prompt, the same differences are tabled.
 """
 
 from __future__ import annotations
@@ -16,10 +24,15 @@ from collections.abc import Sequence
 
 from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import Variant
-from model_worker.experiments import paper
+from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
+from model_worker.experiments.evidence import (
+    Evidence,
+    accuracy_interval,
+    adequacy,
+    interval_columns,
+)
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
@@ -40,7 +53,7 @@ def run(ctx: Context) -> ExperimentResult:
     sets: dict[str, list[PromptRun]] = {}
     names: tuple[Variant, Variant] = ("balanced", variant)
     for name in names:
-        items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed, variant=name))
+        items = ctx.prepare(ctx.prompts(name))
         sets[name] = run_prompts(
             ctx.loaded,
             items,
@@ -86,6 +99,46 @@ def run(ctx: Context) -> ExperimentResult:
         "top20_true_attention_drops": true_drops / max(1, len(top_rows)),
         "top20_false_attention_rises": false_rises / max(1, len(top_rows)),
     }
+    evidence = Evidence(adequacy=adequacy(balanced, ctx.request.design))
+    evidence.add("accuracy_balanced", accuracy_interval(balanced))
+    evidence.add(f"accuracy_{variant}", accuracy_interval(changed))
+    heads = location.heads
+
+    def located(r: PromptRun, true: bool) -> float:
+        table = r.attn_true if true else r.attn_false
+        return statistics.fmean(float(table[h]) for h in heads)
+
+    checks = (
+        ("accuracy falls", "accuracy_drop", lambda b, c: float(b.correct) - float(c.correct)),
+        (
+            "the located heads' attention on true labels falls",
+            "located_attn_true_drop",
+            lambda b, c: located(b, True) - located(c, True),
+        ),
+        (
+            "the located heads' attention on false labels rises",
+            "located_attn_false_rise",
+            lambda b, c: located(c, False) - located(b, False),
+        ),
+    )
+    arrangement_rows: dict[str, Row] = {}
+    for hypothesis, quantity, change in checks:
+        values = [change(b, c) for b, c in zip(balanced, changed, strict=True)]
+        evidence.decide(
+            f"{variant}: {hypothesis}",
+            quantity,
+            stats.bootstrap_mean(values),
+            min_effect=0.05 if quantity == "accuracy_drop" else 0.02,
+        )
+        groups: dict[str, list[float]] = {}
+        for b, v in zip(balanced, values, strict=True):
+            groups.setdefault(b.item.prompt.arrangement, []).append(v)
+        for arrangement, members in sorted(groups.items()):
+            row = arrangement_rows.setdefault(
+                arrangement, {"arrangement": arrangement, "n": len(members)}
+            )
+            row.update(interval_columns(quantity, stats.bootstrap_mean(members)))
+    arrangements = list(arrangement_rows.values())
     figures = {
         f"{variant}_located": bar_chart(
             f"Attention on true/false labels, balanced vs {variant} — in-context heads",
@@ -119,6 +172,8 @@ def run(ctx: Context) -> ExperimentResult:
             f"Accuracy: balanced {pct(metrics['accuracy_balanced'])}, {variant} "
             f"{pct(metrics[f'accuracy_{variant}'])} ({len(balanced)} paired prompts).\n",
             table(rows),
+            "\n### Per demonstration arrangement of the balanced prompt (paired changes)\n",
+            table(arrangements),
             "",
             comparison(
                 [
@@ -141,5 +196,9 @@ def run(ctx: Context) -> ExperimentResult:
         ]
     )
     return ctx.result(
-        metrics, {"attention": rows, "location": location.candidates}, figures, report
+        metrics,
+        {"attention": rows, "by_arrangement": arrangements, "location": location.candidates},
+        figures,
+        report,
+        evidence,
     )
