@@ -60,13 +60,21 @@ def analyze(
     server: cli_remote.ServerOption = None,
 ) -> None:
     """Locate the in-context heads of one prompt and project them into the vocabulary."""
+    from model_worker.early_checks import check_analysis_arguments, check_model_source
+
+    label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
+    with user_errors():  # bad arguments: exit 2 at once, before torch or a model loads
+        check_analysis_arguments(
+            prompt, target=target, labels=label_list, top_k_heads=top_k, rank_by=rank_by
+        )
+        if server is None:
+            check_model_source(model)
     from model_worker.analyze import analyze as run_analysis
     from model_worker.loading import load_model
     from model_worker.report import print_result
 
     settings = get_settings()
     with user_errors():
-        label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
         options: dict[str, Any] = {
             "target": target,
             "labels": label_list,
