@@ -7,8 +7,13 @@ these heads' attention over the label positions should peak on label i. Per head
 (prompt, i): how often the argmax over label positions is label i (chance 1/k), how often it is
 a label position carrying the word l_i (chance: the share of demonstrations labelled l_i), the
 mean attention on label i vs the mean on each other label; and whether the model then predicts
-l_i (two-label argmax). Heads: the located in-context heads and, for each, its layer's baseline
-head (a random head of the layer that is not located: model_worker/analysis/baseline.py).
+l_i (two-label argmax). Heads: the located in-context heads and, for each, a random head of
+its layer that is not located, distinct within the draw (model_worker/experiments/controls.py:
+two located heads of one layer get two different random heads).
+
+Hypotheses (bootstrap over the base prompts; a prompt's cases stay together): the located
+heads' argmax lands on the copied demonstration's label more often than chance, and more often
+than for the random heads. The base prompts themselves are also run, for the adequacy gate.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from model_worker.analysis.baseline import random_heads
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import IclPrompt, format_prompt
+from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, Extra, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
+from model_worker.experiments.controls import same_layer_draws
+from model_worker.experiments.evidence import Evidence, adequacy
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
@@ -107,11 +113,12 @@ def run(ctx: Context) -> ExperimentResult:
     stages = Stages(ctx.progress, {"locate": 2.0, "match": 2.0})
     location = locate_for(ctx, stages.stage("locate"))
     g = ctx.loaded.geometry
-    baseline = random_heads(location.heads, g.n_heads, ctx.seed)
-    randoms = [(layer, baseline[layer]) for layer, _ in location.heads if layer in baseline]
+    randoms = same_layer_draws(location.heads, g.n_heads, ctx.seed, draws=1)[0]
     heads = location.heads + randoms
-    base = prompts(ctx.dataset, ctx.n, ctx.seed)
+    base = ctx.prompts()
+    base_runs = run_prompts(ctx.loaded, ctx.prepare(base), batch_size=ctx.batch_size)
     variants = [(p, i) for prompt in base for i, p in enumerate(matched(prompt))]
+    origin = [b for b, prompt in enumerate(base) for _ in matched(prompt)]
     items = ctx.prepare([p for p, _ in variants])
     runs = run_prompts(
         ctx.loaded,
@@ -121,11 +128,12 @@ def run(ctx: Context) -> ExperimentResult:
         progress=stages.stage("match"),
         label="matching prompts",
     )
-    paired = [
-        (r, i)
-        for r, (_, i) in zip(runs, variants, strict=True)
+    kept = [
+        (r, i, b)
+        for r, (_, i), b in zip(runs, variants, origin, strict=True)
         if len(r.item.label_positions) == len(r.item.prompt.demonstrations)
     ]
+    paired = [(r, i) for r, i, _ in kept]
     rows: list[Row] = [
         _head_row(head, "located" if k < len(location.heads) else "random, same layer", paired, k)
         for k, head in enumerate(heads)
@@ -159,6 +167,43 @@ def run(ctx: Context) -> ExperimentResult:
         "predicts_own_label": statistics.fmean(r.correct for r, _ in paired) if paired else 0.0,
         "n_cases": float(len(paired)),
     }
+    evidence = Evidence(adequacy=adequacy(base_runs, ctx.request.design))
+    n_located = len(location.heads)
+
+    def hit_rates(ks: range) -> list[float]:
+        """Per base prompt: the share of (case, head in ks) whose argmax is the own label."""
+        hits: dict[int, list[float]] = {}
+        for r, i, b in kept:
+            hits.setdefault(b, []).extend(float(int(r.extra[k].argmax()) == i) for k in ks)
+        return [statistics.fmean(v) for _, v in sorted(hits.items())]
+
+    located_hits = hit_rates(range(n_located))
+    random_hits = hit_rates(range(n_located, len(heads)))
+    evidence.add("located_argmax_is_own_label", stats.bootstrap_mean(located_hits))
+    evidence.add("random_argmax_is_own_label", stats.bootstrap_mean(random_hits))
+    evidence.decide(
+        "the located heads' attention peaks on the copied demonstration's label more often "
+        "than chance",
+        "located_own_label_minus_chance",
+        stats.bootstrap_mean(located_hits).shifted(metrics["chance"]),
+        min_effect=0.05,
+    )
+    if random_hits:
+        evidence.decide(
+            "… and more often than random heads of the same layers",
+            "located_minus_random_own_label",
+            stats.bootstrap_diff(located_hits, random_hits, paired=True),
+            min_effect=0.05,
+        )
+    evidence.add(
+        "predicts_own_label",
+        stats.bootstrap_mean(
+            [
+                statistics.fmean(float(r.correct) for r, _, b2 in kept if b2 == b)
+                for b in sorted({b for _, _, b in kept})
+            ]
+        ),
+    )
     figure = bar_chart(
         f"Matching test: attention argmax on the copied demonstration's label — {ctx.dataset.name}",
         [f"{r['head']} ({'rand' if r['kind'] != 'located' else 'loc'})" for r in rows],
@@ -199,4 +244,5 @@ def run(ctx: Context) -> ExperimentResult:
         {"matching": rows, "by_slot": by_slot, "location": location.candidates},
         {"matching": figure},
         report,
+        evidence,
     )
