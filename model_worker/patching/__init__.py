@@ -1,0 +1,3 @@
+"""Activation patching and attribution patching on unmodified Hugging Face modules (`hooks`:
+the plumbing; `engine`: record, patched runs, attribution; `run`: one prompt's PatchingResult).
+The pure parts (corruptions, pair checks, the metric) live in model_worker.analysis.patching."""

@@ -1,0 +1,219 @@
+"""Activation patching on one token sequence: record a run's activations, rerun another with
+some of them patched in (batched, one row per patch set), and attribution patching (a
+first-order estimate of every patch from one forward and one backward pass).
+
+The base run and the source run have the same token length; positions are token indices.
+Nothing here knows about prompts or labels: a metric is a logit difference between two tokens
+at the last position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from model_worker.errors import UserInputError
+from model_worker.linear_routing import default_linear_layers
+from model_worker.loading import LoadedModel
+from model_worker.patching.hooks import Site, hooked
+
+#: The sites a patch can write (`pattern` is read only).
+PATCH_SITES: tuple[Site, ...] = ("resid_pre", "z", "attn_out", "mlp_out", "q", "k", "v")
+HEAD_SITES: frozenset[Site] = frozenset({"z", "q", "k", "v"})
+
+
+class PatchingError(UserInputError):
+    """A patching request that cannot be run; the message says why in one sentence."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Write the source run's `site` of `layer` into the base run: one head's slice (head
+    sites) or the whole layer's vector, at `positions` (None: every position)."""
+
+    site: Site
+    layer: int
+    head: int | None = None
+    positions: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Activations:
+    """One run (batch row 0) at every site: `sites[(site, layer)]` without the batch axis
+    (resid_pre, attn_out, mlp_out [S, D]; z [S, H·d_head]; q, k, v [H, S, d_head]; pattern
+    [H, S, S]) and the logits of the last position [V]."""
+
+    sites: dict[tuple[Site, int], Tensor]
+    logits: Tensor
+
+    def __getitem__(self, key: tuple[Site, int]) -> Tensor:
+        return self.sites[key]
+
+
+@dataclass(frozen=True)
+class PatchedRuns:
+    """Rows of a batched patched run: last-position logits [R, V], and for each watched head
+    (layer, head) its attention from the last position [R, S]."""
+
+    logits: Tensor
+    attention: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+
+
+def _ids(loaded: LoadedModel, ids: Tensor, rows: int = 1) -> Tensor:
+    return ids.to(loaded.device)[None].expand(rows, -1)
+
+
+def record(loaded: LoadedModel, ids: Tensor) -> Activations:
+    """One forward pass of `ids` [S] keeping every site of every layer (fp32)."""
+    store: dict[tuple[Site, int], Tensor] = {}
+
+    def keep(site: Site, layer: int, tensor: Tensor) -> None:
+        store[(site, layer)] = tensor[0].detach()
+
+    with loaded.lock, hooked(loaded, keep), torch.inference_mode():
+        logits = loaded.model(input_ids=_ids(loaded, ids), use_cache=False, logits_to_keep=1)
+    return Activations(store, logits.logits[0, -1].detach())
+
+
+def _write(site: Site, d_head: int, tensor: Tensor, row: int, patch: Patch, src: Tensor) -> None:
+    """Write `src` (the source's tensor of this site and layer) into `tensor[row]` in place."""
+    where = slice(None) if patch.positions is None else list(patch.positions)
+    value = src.to(tensor.device, tensor.dtype)
+    if site in ("q", "k", "v"):
+        assert patch.head is not None
+        tensor[row, patch.head, where] = value[patch.head, where]
+    elif site == "z":
+        assert patch.head is not None
+        cols = slice(patch.head * d_head, (patch.head + 1) * d_head)
+        tensor[row, where, cols] = value[where, cols]
+    else:
+        tensor[row, where] = value[where]
+
+
+def run_patched(
+    loaded: LoadedModel,
+    ids: Tensor,
+    source: Activations,
+    rows: Sequence[Sequence[Patch]],
+    *,
+    watch: Sequence[tuple[int, int]] = (),
+    batch_size: int = 32,
+) -> PatchedRuns:
+    """`ids` [S] run once per row of `rows`, each row with its patches from `source` written in
+    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass."""
+    d_head = loaded.geometry.d_head
+    logits: list[Tensor] = []
+    attention: dict[tuple[int, int], list[Tensor]] = {head: [] for head in watch}
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        plan: dict[tuple[Site, int], list[tuple[int, Patch]]] = {}
+        for row, patches in enumerate(chunk):
+            for patch in patches:
+                plan.setdefault((patch.site, patch.layer), []).append((row, patch))
+
+        def edit(site: Site, layer: int, tensor: Tensor, plan: dict = plan) -> Tensor | None:
+            if site == "pattern":
+                for head in watch:
+                    if head[0] == layer:
+                        attention[head].append(tensor[:, head[1], -1].detach().float().cpu())
+                return None
+            todo = plan.get((site, layer))
+            if not todo:
+                return None
+            tensor = tensor.clone()
+            for row, patch in todo:
+                _write(site, d_head, tensor, row, patch, source[(site, layer)])
+            return tensor
+
+        with loaded.lock, hooked(loaded, edit), torch.inference_mode():
+            out = loaded.model(
+                input_ids=_ids(loaded, ids, len(chunk)), use_cache=False, logits_to_keep=1
+            )
+        logits.append(out.logits[:, -1].detach().cpu())
+    return PatchedRuns(
+        torch.cat(logits),
+        {head: torch.cat(parts) for head, parts in attention.items()},
+    )
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """First-order patching estimates of the logit difference, (source − base) · ∂LD/∂site at
+    the base run, summed over each component's dimensions: z [L, S, H]; q, k, v [L, H, S];
+    resid_pre, attn_out, mlp_out [L, S]."""
+
+    z: Tensor
+    q: Tensor | None
+    k: Tensor | None
+    v: Tensor | None
+    resid_pre: Tensor
+    attn_out: Tensor
+    mlp_out: Tensor
+
+
+def attribution(
+    loaded: LoadedModel, ids: Tensor, source: Activations, target: int, other: int
+) -> Attribution:
+    """Attribution patching (one forward and one backward pass of `ids` [S]): the estimated
+    change of LD = logit[target] − logit[other] at the last position when each component
+    takes its value from `source`. PatchingError when no gradient reaches the attention."""
+    g = loaded.geometry
+    kept: dict[tuple[Site, int], Tensor] = {}
+
+    def keep(site: Site, layer: int, tensor: Tensor) -> Tensor | None:
+        if site == "pattern":
+            return None
+        if site == "resid_pre" and layer == 0:  # a leaf: no gradient for the embeddings
+            tensor = tensor.detach().requires_grad_(True)
+            kept[(site, layer)] = tensor
+            return tensor
+        kept[(site, layer)] = tensor
+        return None
+
+    model = loaded.model
+    with loaded.lock, default_linear_layers(model), hooked(loaded, keep), torch.enable_grad():
+        logits = model(input_ids=_ids(loaded, ids), use_cache=False, logits_to_keep=1).logits
+        metric = logits[0, -1, target] - logits[0, -1, other]
+        keys = [key for key, t in kept.items() if t.requires_grad]
+        if not metric.requires_grad or not keys:
+            raise PatchingError(_no_gradient(loaded))
+        grads = torch.autograd.grad(metric, [kept[k] for k in keys], allow_unused=True)
+    found = {key: grad for key, grad in zip(keys, grads, strict=True) if grad is not None}
+
+    def effect(site: Site, layer: int) -> Tensor | None:
+        grad = found.get((site, layer))
+        if grad is None:
+            return None
+        dtype = torch.promote_types(grad.dtype, torch.float32)  # fp32 at least
+        base = kept[(site, layer)][0].detach().to(dtype)
+        return (source[(site, layer)].to(grad.device, dtype) - base) * grad[0].to(dtype)
+
+    def stack(site: Site, reduce: int | None) -> Tensor | None:
+        parts = [effect(site, layer) for layer in range(g.n_layers)]
+        if any(p is None for p in parts):
+            return None
+        out = torch.stack(parts)  # type: ignore[arg-type]
+        return out.sum(reduce).cpu() if reduce is not None else out.cpu()
+
+    z = stack("z", None)
+    if z is None:
+        raise PatchingError(_no_gradient(loaded))
+    z = z.view(g.n_layers, -1, g.n_heads, g.d_head).sum(-1)
+    layer_sites = [stack(site, -1) for site in ("resid_pre", "attn_out", "mlp_out")]
+    if any(t is None for t in layer_sites):
+        raise PatchingError(_no_gradient(loaded))
+    resid_pre, attn_out, mlp_out = layer_sites
+    assert resid_pre is not None and attn_out is not None and mlp_out is not None
+    return Attribution(
+        z, stack("q", -1), stack("k", -1), stack("v", -1), resid_pre, attn_out, mlp_out
+    )
+
+
+def _no_gradient(loaded: LoadedModel) -> str:
+    return (
+        f"the {loaded.adapter.family} model gives no gradient through its attention, so "
+        "attribution patching cannot run on it"
+    )
