@@ -1,37 +1,65 @@
 """Waiting for a job's news: the long poll of the status partial (`next_state`) and the
-permalink's short wait for a state it can draw (`drawable_state`)."""
+permalink's short wait for a state it can draw (`drawable_state`).
+
+A wait is a subscription, not a loop of reads: it sleeps in the backend's
+`wait_for_change` (the embedded worker's JobNews, Redis's JobWatch) and reads the job's state
+when woken, or once per REREAD_S as a safety net (a change just before the wait began), which
+is also how often it notices a client that went away. Each client holds at most
+ICL_CLIENT_LONG_POLLS long polls at once (`long_poll_slot`: 429 beyond).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 from app.deps import job_state
-from app.queue.interface import Backend
+from app.queue.interface import Backend, BackendError
+from app.security.client_slots import ClientSlots
 from model_worker.queue.result_parts import DETAILS_MESSAGE
 from model_worker.queue.states import JobState, JobStatus
+
+#: Longest sleep between two reads of a waited-on job's state when no news woke the wait.
+REREAD_S = 1.0
+
+
+@contextmanager
+def long_poll_slot(slots: ClientSlots, client: str) -> Iterator[None]:
+    """Hold one of `client`'s long-poll slots for the block; 429 + Retry-After when it holds
+    all of them already."""
+    with slots.slot(client) as granted:
+        if not granted:
+            raise BackendError(
+                f"too many long polls from this client at once (at most {slots.limit}, "
+                "ICL_CLIENT_LONG_POLLS); retry in 2 s",
+                status=429,
+                retry_after=2,
+            )
+        yield
 
 
 async def next_state(
     backend: Backend,
     job_id: str,
     wait_s: float,
-    interval_s: float = 0.05,
+    interval_s: float = REREAD_S,
     gone: Callable[[], Awaitable[bool]] | None = None,
     heads_shown: bool = False,
 ) -> JobState:
     """The job's state as soon as it ends or reports news (its per-head stage among them:
     the message DETAILS_MESSAGE), else after `wait_s` (a long poll: the page learns of the
-    result within `interval_s` instead of at its next poll). A page that does not show the
-    per-head stage yet (`heads_shown` False) gets it at once when the job is there already.
-    Stops early once `gone()` says the client went away (its answer would be thrown away)."""
+    result at once instead of at its next poll; with no news it reads the state again every
+    `interval_s`). A page that does not show the per-head stage yet (`heads_shown` False)
+    gets it at once when the job is there already. Stops early once `gone()` says the
+    client went away (its answer would be thrown away)."""
     first = state = await job_state(backend, job_id)
     if not heads_shown and state.message == DETAILS_MESSAGE:
         return state
     deadline = time.monotonic() + wait_s
     news = ("status", "progress", "message", "position_in_queue")
     while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:
-        await backend.wait_for_change(job_id, interval_s)
+        await backend.wait_for_change(job_id, min(interval_s, deadline - time.monotonic()))
         if gone is not None and await gone():
             break
         state = await job_state(backend, job_id)
@@ -54,7 +82,7 @@ async def drawable_state(
     backend: Backend,
     job_id: str,
     wait_s: float,
-    interval_s: float = 0.05,
+    interval_s: float = REREAD_S,
     gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> JobState | None:
     """The job's state once the page can draw it, or after `wait_s` (None if unknown): the
@@ -63,7 +91,7 @@ async def drawable_state(
     state = await backend.status(job_id)
     deadline = time.monotonic() + wait_s
     while state is not None and not drawable(state) and time.monotonic() < deadline:
-        await backend.wait_for_change(job_id, interval_s)
+        await backend.wait_for_change(job_id, min(interval_s, deadline - time.monotonic()))
         if gone is not None and await gone():
             break
         state = await backend.status(job_id)

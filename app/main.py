@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from app import security
 from app.queue.interface import Backend, BackendError
 from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
+from app.security.client_slots import ClientSlots
 from app.security.responses import error_response
 from model_worker.log_safety import redact
 from model_worker.settings import Settings, get_settings
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app = FastAPI(title="ICL Heads Explorer", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
+    app.state.long_polls = ClientSlots(settings.client_long_polls)  # app.job_wait
 
     @app.exception_handler(BackendError)
     async def backend_error(request: Request, exc: BackendError) -> Response:

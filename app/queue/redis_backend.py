@@ -32,6 +32,7 @@ from rq.job import JobStatus as RqStatus
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit
+from app.queue.job_watch import JobWatch
 from app.queue.prompt_limit import PromptLimit
 from app.store import FAILED, ResultStore, StoredJob, StoreError, open_store
 from model_worker.budget import BudgetError, check_analysis, check_experiment
@@ -106,6 +107,7 @@ class RedisBackend(PartsReader):
         }
         self._redis = Redis.from_url(self._url, **options)
         self._aredis = AsyncRedis.from_url(self._url, **options)
+        self._watch = JobWatch(self._aredis)  # long polls: one mark read per tick
         self._store = store or open_store(settings)
         self._persisted: set[str] = set()  # jobs whose end this process put in the store
 
@@ -327,6 +329,11 @@ class RedisBackend(PartsReader):
 
     async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
         return await self._call(self._read_parts, job_id, names)
+
+    async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
+        """Return when the job's mark in Redis changes (app.queue.job_watch), at the latest
+        after `at_most_s`."""
+        await self._watch.wait(job_id, at_most_s)
 
     async def read_heads_stage(self, job_id: str) -> bytes | None:
         """The per-head stage the worker published (model_worker.jobs.heads_publisher)."""
@@ -558,6 +565,7 @@ class RedisBackend(PartsReader):
         }
 
     async def close(self) -> None:
+        await self._watch.close()
         await self._aredis.aclose()
         self._redis.close()
         self._store.close()

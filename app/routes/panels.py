@@ -3,6 +3,7 @@ their JSON twins under `/api/analyses/{id}/...`."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Annotated, Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -21,7 +22,7 @@ from app.deps import (
     is_head_of,
     job_state,
 )
-from app.job_wait import next_state
+from app.job_wait import long_poll_slot, next_state
 from app.queue.interface import Backend
 from app.templating import render, url_path
 from app.views.panels import ANALYSIS_PANELS, AnalysisView, HeadPanel, HeadPending, Panel
@@ -104,6 +105,7 @@ async def status_panel(
     job_id: JobId,
     request: Request,
     backend: BackendDep,
+    client: ClientDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
     after: Annotated[
         Literal["heads"] | None,
@@ -112,11 +114,13 @@ async def status_panel(
 ) -> Response:
     """While queued/running: a poller that re-requests itself; once the per-head stage is
     done: the analysis body without head details, whose own poller (`after=heads`) learns when
-    they are done and then fetches the whole body; when done: the whole body."""
+    they are done and then fetches the whole body; when done: the whole body. A client holds
+    at most ICL_CLIENT_LONG_POLLS long polls (`wait` > 0) at once: 429 beyond."""
     heads_shown = after == "heads"
-    state = await next_state(
-        backend, job_id, wait, gone=request.is_disconnected, heads_shown=heads_shown
-    )
+    with long_poll_slot(request.app.state.long_polls, client) if wait else nullcontext():
+        state = await next_state(
+            backend, job_id, wait, gone=request.is_disconnected, heads_shown=heads_shown
+        )
     twin = url_path(request, "get_analysis", job_id=job_id)
     if heads_shown and state.status != JobStatus.FAILED:
         ready = state.status == JobStatus.DONE
