@@ -413,6 +413,10 @@ EXPERIMENTS: dict[str, Experiment] = {
         "Matching test: a demonstration's input as the query; do the heads pick its label?",
         "matching",
     ),
+    "towers": Experiment(
+        "Why the in-context heads prefer the true label: their scores decomposed (two towers)",
+        "towers",
+    ),
 }
 EXPERIMENT_NAMES: tuple[str, ...] = tuple(EXPERIMENTS)
 if TYPE_CHECKING:
