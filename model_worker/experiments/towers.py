@@ -38,7 +38,7 @@ from model_worker.experiments.evidence import Evidence
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
-from model_worker.experiments.report import header, table
+from model_worker.experiments.report import comparison, header, table
 from model_worker.interventions import Head
 from model_worker.towers import decompose
 
@@ -235,6 +235,21 @@ def run(ctx: Context) -> ExperimentResult:
             "",
             "## Recurrence of the top key-side component across prompts\n",
             table(recurrence_rows),
+            "",
+            comparison(
+                [
+                    (
+                        "what makes an in-context head attend to the true label",
+                        "the query and key matrices are two towers: a similarity between the "
+                        "input text's features (last position) and each demonstration's "
+                        "features gathered at its label",
+                        f"Δ's shares — label token {shares_of['label'].text()}, demonstration "
+                        f"input {shares_of['input'].text()}, other tokens "
+                        f"{shares_of['other'].text()}; rotary position part "
+                        f"{shares_of['position'].text()}",
+                    )
+                ]
+            ),
         ]
     )
     tables = {
