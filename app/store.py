@@ -1,17 +1,27 @@
 """The durable store of the web tier: every accepted job's request, and finished results.
 
-Redis is the queue and the hot cache (results expire after `ICL_RESULT_TTL_S`; a restart without
-persistence loses everything); this store keeps what a permalink needs for good: the request of
+Redis is the queue and the hand-over from the workers (results expire after `ICL_RESULT_TTL_S`;
+a restart without persistence loses everything); this store is the source of truth for finished
+results (the web tier reads it first, and keeps a worker's result only once its signature holds,
+model_worker.queue.signing), and keeps what a permalink needs: the request of
 each accepted job (so a lost job is enqueued again, an evicted result recomputed on demand), its
 failure reason, and the finished result's parts (model_worker.queue.result_parts). SQLite in
 `ICL_DATA_DIR` by default (stdlib sqlite3); PostgreSQL (psycopg 3) when `ICL_DATABASE_URL` is
 set, for several web replicas. Plain SQL both understand; calls are blocking (the backends run
 them in a thread).
+
+The store is bounded (`prune`): finished results older than `ICL_STORE_MAX_AGE_DAYS` go, then
+the oldest until it holds at most `ICL_STORE_MAX_BYTES`; pinned permalinks (`pin`) and jobs still
+pending stay. An uploaded dataset is kept once, by the SHA-256 of its text, however many
+experiments use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import logging
 import sqlite3
 import threading
 import time
@@ -19,9 +29,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from model_worker.contracts import AnalysisRequest, ExperimentRequest
-from model_worker.queue.result_parts import Parts
+from model_worker.queue.result_parts import Parts, size
 from model_worker.settings import Settings
 
+log = logging.getLogger(__name__)
 SQLITE_FILE = "results.sqlite3"
 PENDING, DONE, FAILED = "pending", "done", "failed"
 
@@ -56,7 +67,46 @@ def _schema(blob: str) -> list[str]:
         "CREATE INDEX IF NOT EXISTS icl_jobs_state ON icl_jobs (state, created_at)",
         f"CREATE TABLE IF NOT EXISTS icl_parts (job_id TEXT NOT NULL, name TEXT NOT NULL, "
         f"data {blob} NOT NULL, PRIMARY KEY (job_id, name))",
+        "CREATE TABLE IF NOT EXISTS icl_datasets (digest TEXT PRIMARY KEY, text TEXT NOT NULL)",
     ]
+
+
+#: Columns added after the first release: (name, SQL type and default).
+_ADDED_COLUMNS = (
+    ("pinned", "INTEGER NOT NULL DEFAULT 0"),
+    ("bytes", "BIGINT NOT NULL DEFAULT 0"),
+    ("dataset_digest", "TEXT"),
+)
+_JOB_COLUMNS = (
+    "j.id, j.kind, j.model, j.fingerprint, j.request, j.state, j.error, j.created_at, "
+    "j.dataset_digest, d.text"
+)
+_JOB_FROM = "icl_jobs j LEFT JOIN icl_datasets d ON d.digest = j.dataset_digest"
+
+
+def _stored_job(row: Sequence[Any]) -> StoredJob:
+    """A job row with its dataset's text put back into its request."""
+    *fields, digest, text = row
+    job = StoredJob(*fields)
+    if digest is None:
+        return job
+    request = json.loads(job.request)
+    request["dataset_text"] = text
+    return job._replace(request=json.dumps(request, ensure_ascii=False))
+
+
+def _split_dataset(kind: str, request: str) -> tuple[str, str | None, str | None]:
+    """(the request without its dataset text, the text's SHA-256, the text) for an experiment
+    with an uploaded dataset; else (request, None, None)."""
+    if kind != "experiment":
+        return request, None, None
+    fields = json.loads(request)
+    text = fields.get("dataset_text")
+    if not isinstance(text, str):
+        return request, None, None
+    fields["dataset_text"] = None
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return json.dumps(fields, ensure_ascii=False), digest, text
 
 
 class ResultStore:
@@ -75,18 +125,36 @@ class ResultStore:
         self._connection: Any = None
         for statement in _schema(blob):
             self._run(statement)
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        """Columns a store made by an earlier version lacks (added once, defaults filled)."""
+        present = self._run("SELECT * FROM icl_jobs WHERE 1 = 0", describe=True)
+        for name, kind in _ADDED_COLUMNS:
+            if name not in present:
+                self._run(f"ALTER TABLE icl_jobs ADD COLUMN {name} {kind}")
 
     def _sql(self, statement: str) -> str:
         return statement.replace("?", self._mark)
 
-    def _run(self, statement: str, params: Sequence[Any] = (), fetch: bool = False) -> list[Any]:
+    def _run(
+        self,
+        statement: str,
+        params: Sequence[Any] = (),
+        fetch: bool = False,
+        describe: bool = False,
+    ) -> list[Any]:
         """Execute and commit; reconnect once if the connection broke."""
-        return self._transaction([(statement, params)], fetch)
+        return self._transaction([(statement, params)], fetch, describe)
 
     def _transaction(
-        self, statements: list[tuple[str, Sequence[Any]]], fetch: bool = False
+        self,
+        statements: list[tuple[str, Sequence[Any]]],
+        fetch: bool = False,
+        describe: bool = False,
     ) -> list[Any]:
-        """Execute `statements` in one transaction (the last one's rows if `fetch`)."""
+        """Execute `statements` in one transaction (the last one's rows if `fetch`, its column
+        names if `describe`)."""
         with self._lock:
             for attempt in (1, 2):
                 try:
@@ -96,6 +164,8 @@ class ResultStore:
                     for statement, params in statements:
                         cursor.execute(self._sql(statement), tuple(params))
                     rows = cursor.fetchall() if fetch else []
+                    if describe:
+                        rows = [column[0] for column in cursor.description or ()]
                     self._connection.commit()
                     return rows
                 except self._errors as exc:
@@ -111,32 +181,96 @@ class ResultStore:
             self._connection = None
 
     def remember(self, job_id: str, kind: str, model: str, fingerprint: str, request: str) -> None:
-        """Keep an accepted job's request (a failed one submitted again is pending again)."""
-        self._run(
-            "INSERT INTO icl_jobs (id, kind, model, fingerprint, request, state, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET state = ?, error = NULL "
-            "WHERE icl_jobs.state = ?",
-            (job_id, kind, model, fingerprint, request, PENDING, time.time(), PENDING, FAILED),
+        """Keep an accepted job's request (a failed one submitted again is pending again); an
+        uploaded dataset's text is kept once, by its SHA-256."""
+        request, digest, text = _split_dataset(kind, request)
+        statements: list[tuple[str, Sequence[Any]]] = []
+        if digest is not None:
+            statements.append(
+                (
+                    "INSERT INTO icl_datasets (digest, text) VALUES (?, ?) "
+                    "ON CONFLICT (digest) DO NOTHING",
+                    (digest, text),
+                )
+            )
+        statements.append(
+            (
+                "INSERT INTO icl_jobs (id, kind, model, fingerprint, request, state, created_at, "
+                "dataset_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+                "SET state = ?, error = NULL WHERE icl_jobs.state = ?",
+                (job_id, kind, model, fingerprint, request, PENDING, time.time(), digest)
+                + (PENDING, FAILED),
+            )
         )
+        self._transaction(statements)
 
     def job(self, job_id: str) -> StoredJob | None:
         rows = self._run(
-            "SELECT id, kind, model, fingerprint, request, state, error, created_at "
-            "FROM icl_jobs WHERE id = ?",
-            (job_id,),
-            fetch=True,
+            f"SELECT {_JOB_COLUMNS} FROM {_JOB_FROM} WHERE j.id = ?", (job_id,), fetch=True
         )
-        return StoredJob(*rows[0]) if rows else None
+        return _stored_job(rows[0]) if rows else None
 
     def pending(self, limit: int = 100, since: float = 0.0) -> list[StoredJob]:
         """Accepted jobs (after `since`) without a result or a failure yet, newest first."""
         rows = self._run(
-            "SELECT id, kind, model, fingerprint, request, state, error, created_at "
-            "FROM icl_jobs WHERE state = ? AND created_at > ? ORDER BY created_at DESC LIMIT ?",
+            f"SELECT {_JOB_COLUMNS} FROM {_JOB_FROM} WHERE j.state = ? AND j.created_at > ? "
+            "ORDER BY j.created_at DESC LIMIT ?",
             (PENDING, since, limit),
             fetch=True,
         )
-        return [StoredJob(*row) for row in rows]
+        return [_stored_job(row) for row in rows]
+
+    def pin(self, job_id: str, pinned: bool = True) -> bool:
+        """Keep (or stop keeping) `job_id` whatever `prune` removes; False if there is no such
+        job."""
+        rows = self._run(
+            "UPDATE icl_jobs SET pinned = ? WHERE id = ? RETURNING id",
+            (int(pinned), job_id),
+            fetch=True,
+        )
+        return bool(rows)
+
+    def size(self) -> int:
+        """Bytes held: results' parts, requests and datasets (text lengths)."""
+        rows = self._run(
+            "SELECT (SELECT COALESCE(SUM(bytes + LENGTH(request)), 0) FROM icl_jobs) + "
+            "(SELECT COALESCE(SUM(LENGTH(text)), 0) FROM icl_datasets)",
+            fetch=True,
+        )
+        return int(rows[0][0])
+
+    def prune(self, max_bytes: int, max_age_s: float = 0.0) -> list[str]:
+        """Delete finished (done or failed), unpinned jobs: those that ended over `max_age_s`
+        ago (0: none for age), then the oldest until the store holds at most `max_bytes` (0:
+        unbounded); then the datasets no job uses. The ids deleted."""
+        rows = self._run(
+            "SELECT id, COALESCE(finished_at, created_at), bytes + LENGTH(request) FROM icl_jobs "
+            "WHERE state <> ? AND pinned = 0 ORDER BY COALESCE(finished_at, created_at), id",
+            (PENDING,),
+            fetch=True,
+        )
+        excess = self.size() - max_bytes if max_bytes else 0
+        oldest = time.time() - max_age_s if max_age_s else None
+        doomed: list[str] = []
+        for job_id, ended_at, held in rows:
+            if excess > 0 or (oldest is not None and ended_at < oldest):
+                doomed.append(job_id)
+                excess -= int(held)
+        for start in range(0, len(doomed), 500):
+            batch = doomed[start : start + 500]
+            marks = ", ".join("?" for _ in batch)
+            self._transaction(
+                [
+                    (f"DELETE FROM icl_parts WHERE job_id IN ({marks})", batch),
+                    (f"DELETE FROM icl_jobs WHERE id IN ({marks})", batch),
+                ]
+            )
+        if doomed:
+            self._run(
+                "DELETE FROM icl_datasets WHERE digest NOT IN (SELECT dataset_digest FROM "
+                "icl_jobs WHERE dataset_digest IS NOT NULL)"
+            )
+        return doomed
 
     def save(self, job_id: str, parts: Parts) -> None:
         """Keep a finished result's parts, all at once (written once: results never change)."""
@@ -149,8 +283,9 @@ class ResultStore:
         ]
         statements.append(
             (
-                "UPDATE icl_jobs SET state = ?, error = NULL, finished_at = ? WHERE id = ?",
-                (DONE, time.time(), job_id),
+                "UPDATE icl_jobs SET state = ?, error = NULL, finished_at = ?, bytes = ? "
+                "WHERE id = ?",
+                (DONE, time.time(), size(parts), job_id),
             )
         )
         self._transaction(statements)
@@ -211,3 +346,26 @@ def open_store(settings: Settings) -> ResultStore:
         return postgres_store(settings.database_url)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return sqlite_store(str(settings.data_dir / SQLITE_FILE))
+
+
+class Retention:
+    """`ResultStore.prune` with the bounds of the settings (`ICL_STORE_MAX_BYTES`,
+    `ICL_STORE_MAX_AGE_DAYS`), at most once every PRUNE_EVERY_S (the backends' upkeep)."""
+
+    PRUNE_EVERY_S = 60.0
+
+    def __init__(self, store: ResultStore, settings: Settings) -> None:
+        self._store, self._settings = store, settings
+        self._last = float("-inf")
+
+    def run(self) -> list[str]:
+        """Prune if due; the ids of the jobs deleted."""
+        now = time.monotonic()
+        if now - self._last < self.PRUNE_EVERY_S:
+            return []
+        self._last = now
+        max_age_s = self._settings.store_max_age_days * 86400
+        pruned = self._store.prune(self._settings.store_max_bytes, max_age_s)
+        if pruned:
+            log.info("the store dropped %d old results (retention)", len(pruned))
+        return pruned

@@ -12,11 +12,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TypeVar
 
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from rq import get_current_job
 from rq.job import Job
 
@@ -36,6 +36,7 @@ from model_worker.queue.result_parts import (
     analysis_parts,
     result_parts,
 )
+from model_worker.queue.signing import ResultSigner, request_digest, result_signer
 from model_worker.settings import Settings
 
 #: Seconds between two progress writes to Redis (the last one is always written).
@@ -44,26 +45,38 @@ PROGRESS_EVERY_S = 0.25
 MAX_ERROR_CHARS = 1000
 #: Longest pause between two attempts at a Redis write while Redis is away.
 MAX_BACKOFF_S = 5.0
+#: How long a job's failure reason is offered again while Redis refuses writes (out of memory).
+REFUSED_RETRY_S = 30.0
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def until_redis_answers(write: Callable[[], T], what: str) -> T:
+class ResultRefused(Exception):
+    """Redis answered but refused to store a result (out of memory, read-only): the job fails
+    with this reason instead of retrying the write forever."""
+
+
+def until_redis_answers(write: Callable[[], T], what: str, refused_for_s: float = 0.0) -> T:
     """`write()`, retried with backoff while Redis is unreachable (restarting, network blip).
 
     A job's result or failure reason is worth waiting for: it reaches Redis once Redis is back,
     even after a restart that lost everything. The job's timeout bounds the wait; a second
-    SIGTERM (or Ctrl-C) stops the worker at once.
+    SIGTERM (or Ctrl-C) stops the worker at once. A Redis that answers with an error (OOM
+    under `noeviction`, READONLY) is retried only for `refused_for_s`, then its error raised.
     """
-    pause = 0.25
+    pause, started = 0.25, time.monotonic()
     while True:
         try:
             return write()
+        except ResponseError:
+            if time.monotonic() - started >= refused_for_s:
+                raise
+            log.warning("Redis refused to write %s; retrying in %.2g s", what, pause)
         except RedisError as exc:
             log.warning("could not write %s (%s); retrying in %.2g s", what, exc, pause)
-            time.sleep(pause)
-            pause = min(MAX_BACKOFF_S, pause * 2)
+        time.sleep(pause)
+        pause = min(MAX_BACKOFF_S, pause * 2)
 
 
 def within_budget(
@@ -160,7 +173,7 @@ def failure_message(exc: BaseException) -> str:
 
 
 def _failure_message(exc: BaseException) -> str:
-    if isinstance(exc, UserInputError):
+    if isinstance(exc, UserInputError | ResultRefused):
         return str(exc)
     if type(exc).__name__ == "JobTimeoutException":
         return f"timed out: {exc}"
@@ -214,7 +227,10 @@ def _job_context(job: Job) -> Iterator[None]:
     except BaseException as exc:
         _release_gpu_memory(exc)
         job.meta["error"] = failure_message(exc)
-        until_redis_answers(job.save_meta, f"the failure of job {job.id}")
+        try:
+            until_redis_answers(job.save_meta, f"the failure of job {job.id}", REFUSED_RETRY_S)
+        except ResponseError as refused:
+            log.error("Redis refused the failure of job %s: %s", job.id, refused)
         raise
     finally:
         STATE.current_job = None
@@ -229,7 +245,8 @@ def _release_gpu_memory(exc: BaseException) -> None:
 
 
 def store_parts(connection: Redis, job_id: str, parts: Parts, ttl_s: int) -> None:
-    """Write a result's parts as one hash, at once (a MULTI transaction), with its TTL."""
+    """Write a result's (signed) parts as one hash, at once (a MULTI transaction), with its
+    TTL: the hand-over to the web tier, which checks the signature and keeps the result."""
     key = result_key(job_id)
     with connection.pipeline() as pipe:
         pipe.delete(key, heads_stage_key(job_id))  # the per-head stage served until now
@@ -239,21 +256,42 @@ def store_parts(connection: Redis, job_id: str, parts: Parts, ttl_s: int) -> Non
         pipe.execute()
 
 
-def _store(connection: Redis, job_id: str, parts: Parts, ttl_s: int) -> None:
-    """Write the result (waiting for Redis if it is away: the work is not thrown away)."""
+def _store(connection: Redis, job_id: str, signed: Parts, ttl_s: int) -> None:
+    """Write the signed result (waiting for Redis if it is away: the work is not thrown away);
+    ResultRefused when Redis answers but refuses it (out of memory): the job fails with that
+    reason, and the worker goes on to the next job."""
 
     def write() -> None:
-        store_parts(connection, job_id, parts, ttl_s)
+        store_parts(connection, job_id, signed, ttl_s)
 
-    until_redis_answers(write, f"the result of job {job_id}")
-
-
-def _computed(connection: Redis, job_id: str) -> bool:
-    """A twin enqueued in a race already finished (unknown while Redis is away: compute)."""
     try:
-        return bool(connection.exists(result_key(job_id)))
+        until_redis_answers(write, f"the result of job {job_id}")
+    except ResponseError as exc:
+        with suppress(RedisError):  # free what this job held
+            connection.delete(heads_stage_key(job_id))
+        raise ResultRefused(
+            f"Redis refused to store the result ({exc}); the result was dropped. Redis is "
+            "full: see maxmemory-policy in docs/deployment.md"
+        ) from exc
+
+
+def _computed(connection: Redis, job_id: str, signer: ResultSigner, digest: str) -> bool:
+    """A twin enqueued in a race already finished: a result signed for this job and request
+    waits in Redis (unknown while Redis is away, or planted: compute)."""
+    try:
+        raw = connection.hgetall(result_key(job_id))
     except RedisError:
         return False
+    signed = {_text(name): _data(value) for name, value in raw.items()}
+    return bool(signed) and signer.verify(job_id, digest, signed) is not None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _data(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
 
 
 def _current() -> tuple[Job, Redis]:
@@ -267,14 +305,18 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
     """RQ job: analyse one prompt on this worker's model and cache the result; then, while
     no job waits, the worker's `idle_work`."""
     job, connection = _current()
-    if _computed(connection, job.id):
-        return
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
         loaded, settings = _served()
-        publish = heads_publisher(connection, job, result_ttl_s)
+        signer, digest = result_signer(settings), request_digest(request)
+        if _computed(connection, job.id, signer, digest):
+            return
+        publish = heads_publisher(
+            connection, job, result_ttl_s, lambda core: signer.sign_stage(job.id, digest, core)
+        )
         result = run_analysis(loaded, request, publish, settings=settings)
-    _store(connection, job.id, result_parts(result), result_ttl_s)
+        parts = signer.signed(job.id, digest, result_parts(result))
+        _store(connection, job.id, parts, result_ttl_s)
     idle_work(loaded, lambda: _jobs_waiting(connection, job.origin))
 
 
@@ -327,27 +369,32 @@ def build_seen_heads(loaded: LoadedModel, should_stop: Callable[[], bool]) -> in
 def experiment_job(request_json: str, result_ttl_s: int) -> None:
     """RQ job: run one dataset experiment, publishing its progress in the job's meta."""
     job, connection = _current()
-    if _computed(connection, job.id):
-        return
     with _job_context(job):
         from model_worker.experiments.job import run_experiment
 
         request = ExperimentRequest.model_validate_json(request_json)
         loaded, settings = _served()
+        signer, digest = result_signer(settings), request_digest(request)
+        if _computed(connection, job.id, signer, digest):
+            return
         within_budget(loaded, request, settings)
         progress = progress_reporter(job)
         result = run_experiment(loaded, request, progress, max_tokens=settings.max_prompt_tokens)
-    _store(connection, job.id, result_parts(result), result_ttl_s)
+        parts = signer.signed(job.id, digest, result_parts(result))
+        _store(connection, job.id, parts, result_ttl_s)
 
 
-def heads_publisher(connection: Redis, job: Job, ttl_s: int) -> Callable[[AnalysisResult], None]:
-    """Publish the per-head stage of an analysis (its core part, under `heads_stage_key`),
-    then say so in the job's meta, so that the page draws the heatmap while the head details
-    are computed; the status read stays a read of the job's meta. Best effort."""
+def heads_publisher(
+    connection: Redis, job: Job, ttl_s: int, sign: Callable[[bytes], bytes]
+) -> Callable[[AnalysisResult], None]:
+    """Publish the per-head stage of an analysis (its core part, signed by `sign`, under
+    `heads_stage_key`), then say so in the job's meta, so that the page draws the heatmap while
+    the head details are computed; the status read stays a read of the job's meta. Best effort."""
 
     def publish(partial: AnalysisResult) -> None:
         try:
-            connection.set(heads_stage_key(job.id), analysis_parts(partial)[CORE], ex=ttl_s)
+            stage = sign(analysis_parts(partial)[CORE])
+            connection.set(heads_stage_key(job.id), stage, ex=ttl_s)
             job.meta["message"] = DETAILS_MESSAGE
             job.save_meta()
         except RedisError as exc:  # the whole result follows anyway

@@ -41,7 +41,12 @@ class Settings(BaseSettings):
         True, description="Analyse a built-in prompt twice at start-up (first request at speed)."
     )
     redis_url: str | None = Field(None, description="Redis URL; unset = embedded single process.")
-    result_ttl_s: int = Field(7 * 24 * 3600, ge=1, description="How long results stay cached.")
+    result_ttl_s: int = Field(
+        3600,
+        ge=1,
+        description="How long a worker's result waits in Redis for the web tier (the durable "
+        "store keeps it; Redis is only the hand-over and a short cache).",
+    )
     job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")
     queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
     experiment_timeout_s: int = Field(4 * 3600, ge=1, description="Timeout of experiment jobs.")
@@ -131,6 +136,31 @@ class Settings(BaseSettings):
     )
     login_failures_per_account: int = Field(
         100, ge=1, description="Failed logins (all clients) in 15 minutes that mean an attack."
+    )
+
+    # --- results authenticated, workers waited for, the store bounded (issue 24) ---
+    result_keys: SecretStr | None = Field(
+        None,
+        description="Comma-separated secrets (16+ characters) shared by the web tier and the "
+        "workers: the first signs results, each one is accepted (rotation). Unset: a known "
+        "development key (results are not authenticated; refused for a public bind).",
+    )
+    worker_grace_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long queued jobs (and submissions) of a model wait for a worker of it "
+        "after its last heartbeat (a rolling restart, a Redis restart) before failing.",
+    )
+    store_max_bytes: int = Field(
+        20 * 2**30,
+        ge=0,
+        description="Bytes the durable store may hold; the oldest unpinned results go first "
+        "(0 = unbounded).",
+    )
+    store_max_age_days: float = Field(
+        0.0,
+        ge=0,
+        description="Unpinned results older than this are deleted from the store (0 = kept).",
     )
 
 

@@ -1,26 +1,42 @@
 """The embedded default: one process, an in-process worker thread, results in memory.
 
 Same Backend interface as the Redis workers, for a laptop or a talk. The model loads in the
-worker thread at start-up; requests submitted meanwhile wait for it. Experiments run in the same
-thread (one forward pass at a time), reporting progress into their JobState. The queue is capped
-(`ICL_QUEUE_CAP`, and a share per client); finished results stay in a memory bounded in bytes
-(`ICL_RESULT_MEMORY_BYTES`) in front of the durable store (app.store), which also keeps every
-accepted request: a job the process lost (a restart) is computed again when it is polled.
+worker thread at start-up; a request submitted meanwhile answers 503 + Retry-After at once
+(after LOADING_WAIT_S) with the time the model is expected to need (`loading_eta_s`).
+Experiments run in the same thread (one forward pass at a time), reporting progress into
+their JobState. The queue is capped (`ICL_QUEUE_CAP`, and a share per client); finished
+results stay in a memory bounded in bytes (`ICL_RESULT_MEMORY_BYTES`) in front of the durable
+store (app.store), which also keeps every accepted request: a job the process lost (a
+restart) is computed again when it is polled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.job_news import JobNews
 from app.pending import PendingJobs
 from app.queue.interface import BackendError, InProcessEngine, PartsReader, client_limit
-from app.store import DONE, FAILED, PENDING, ResultStore, StoredJob, StoreError, open_store
+from app.store import (
+    DONE,
+    FAILED,
+    PENDING,
+    ResultStore,
+    Retention,
+    StoredJob,
+    StoreError,
+    open_store,
+)
 from model_worker.budget import BudgetError, check_experiment
 from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from model_worker.errors import UserInputError
@@ -41,6 +57,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_JOBS = 2_000
+#: How long a submission waits for the loading model before answering 503 + Retry-After.
+LOADING_WAIT_S = 2.0
+#: Load time assumed for a model this data folder never loaded (SmolLM2 on a CPU: ~1 min).
+FIRST_LOAD_S = 60.0
+#: Where the last load time of each model is remembered (in ICL_DATA_DIR).
+LOAD_TIMES_FILE = "load_seconds.json"
 Progress = Callable[[float, str], None]
 Work = Callable[[Progress], Parts]
 
@@ -84,8 +106,10 @@ class EmbeddedBackend(PartsReader):
         self._settings = settings
         self._engine = engine
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icl-worker")
-        self._model: Future[LoadedModel] = self._executor.submit(engine.load)
+        self._load_started = time.monotonic()
+        self._model: Future[LoadedModel] = self._executor.submit(self._timed_load)
         self._store = store or open_store(settings)
+        self._retention = Retention(self._store, settings)
         self._jobs: OrderedDict[str, JobState] = OrderedDict()  # queued, running, failed
         self._memory = PartsMemory(settings.result_memory_bytes)
         self._pending = PendingJobs()  # placed in the event loop, taken in the worker thread
@@ -93,6 +117,38 @@ class EmbeddedBackend(PartsReader):
         self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
         self._heads: dict[str, bytes] = {}  # running analysis -> its per-head stage's core
         self._news = JobNews()  # wakes the long polls of a job when it changes
+
+    def _timed_load(self) -> LoadedModel:
+        loaded = self._engine.load()
+        seconds = time.monotonic() - self._load_started
+        _remember_load_time(self._settings.data_dir, self.default_model, seconds)
+        return loaded
+
+    def loading_eta_s(self) -> float | None:
+        """Seconds the model is expected to go on loading (None once loaded or failed): its
+        last load time in this data folder (else FIRST_LOAD_S) less the time spent so far."""
+        if self._model.done():
+            return None
+        expected = _load_times(self._settings.data_dir).get(self.default_model, FIRST_LOAD_S)
+        return max(1.0, expected - (time.monotonic() - self._load_started))
+
+    async def _ready(self) -> LoadedModel:
+        """The loaded model; while it loads, 503 + Retry-After after at most LOADING_WAIT_S
+        (a request never waits silently for a model)."""
+        if not self._model.done():
+            waiting = asyncio.shield(asyncio.wrap_future(self._model))
+            with contextlib.suppress(Exception):  # a failed load is reported by _loaded
+                await asyncio.wait_for(waiting, LOADING_WAIT_S)
+        eta = self.loading_eta_s()
+        if eta is not None:
+            seconds = max(1, min(600, math.ceil(eta)))
+            raise BackendError(
+                f"the model {self.default_model!r} is loading (about {seconds} s left); "
+                f"retry in {seconds} s",
+                status=503,
+                retry_after=seconds,
+            )
+        return await self._loaded()
 
     async def _loaded(self) -> LoadedModel:
         try:
@@ -124,7 +180,7 @@ class EmbeddedBackend(PartsReader):
                 f"no worker serves model {model_name!r}; this server runs {self.default_model!r}",
                 status=404,
             )
-        return model_name, await self._loaded()
+        return model_name, await self._ready()
 
     async def submit(self, request: AnalysisRequest, client: str = "") -> JobState:
         model_name, loaded = await self._model_for(request.model)
@@ -321,8 +377,29 @@ class EmbeddedBackend(PartsReader):
         }
 
     async def maintain(self) -> None:
-        """Nothing to do: the worker thread stores each result itself."""
+        """The store's retention (the worker thread stores each result itself)."""
+        await self._stored(self._retention.run)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._store.close()
+
+
+def _load_times(folder: Path) -> dict[str, float]:
+    """The remembered load time of each model (empty when none or unreadable)."""
+    try:
+        times = json.loads((folder / LOAD_TIMES_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(times, dict):
+        return {}
+    return {str(k): float(v) for k, v in times.items() if isinstance(v, int | float) and v > 0}
+
+
+def _remember_load_time(folder: Path, model: str, seconds: float) -> None:
+    times = _load_times(folder) | {model: round(seconds, 1)}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / LOAD_TIMES_FILE).write_text(json.dumps(times))
+    except OSError as exc:
+        log.warning("could not remember the load time of %s: %s", model, exc)

@@ -25,7 +25,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
 from rq import Retry as JobRetry
-from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.exceptions import DeserializationError, InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.job import JobStatus as RqStatus
 
@@ -34,11 +34,11 @@ from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit
 from app.queue.job_watch import JobWatch
 from app.queue.prompt_limit import PromptLimit
-from app.store import FAILED, ResultStore, StoredJob, StoreError, open_store
+from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
 from model_worker.budget import BudgetError, check_analysis, check_experiment
-from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.contracts import AnalysisRequest, ExperimentRequest
 from model_worker.log_safety import redact
-from model_worker.queue.heartbeats import WorkerBeat, live_beats
+from model_worker.queue.heartbeats import WorkerBeat, last_beat, live_beats
 from model_worker.queue.keys import (
     analysis_job_id,
     claim_key,
@@ -50,7 +50,8 @@ from model_worker.queue.keys import (
     result_key,
 )
 from model_worker.queue.reaper import fetch_job, reap_abandoned, rq_queue
-from model_worker.queue.result_parts import Parts, result_json, result_parts
+from model_worker.queue.result_parts import Parts, result_json
+from model_worker.queue.signing import request_digest, result_signer
 from model_worker.queue.states import JobState, JobStatus, ModelInfo, done_body
 from model_worker.settings import Settings
 
@@ -64,6 +65,10 @@ TWIN_WAIT_S = 5.0
 QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
 #: A client's list of jobs is forgotten after this long without a new submission.
 CLIENT_JOBS_TTL_S = 24 * 3600
+#: What reading a malformed RQ job record raises (bad JSON, dates, statuses, field types).
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError, DeserializationError)
+#: How long a result stays in Redis once the web tier kept it in the store.
+ADOPTED_TTL_S = 600
 #: Pending jobs of the durable store looked at by one `maintain()` pass.
 SWEEP_BATCH = 200
 log = logging.getLogger(__name__)
@@ -110,6 +115,10 @@ class RedisBackend(PartsReader):
         self._watch = JobWatch(self._aredis)  # long polls: one mark read per tick
         self._store = store or open_store(settings)
         self._persisted: set[str] = set()  # jobs whose end this process put in the store
+        self._signer = result_signer(settings)
+        self._retention = Retention(self._store, settings)
+        self._digests: dict[str, str] = {}  # job -> the digest of its stored request
+        self._seen: dict[str, WorkerBeat] = {}  # model -> the last beat of one of its workers
 
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(
@@ -137,13 +146,36 @@ class RedisBackend(PartsReader):
         return await self._call(self._submit, request, client)
 
     def _live_for(self, model: str) -> list[WorkerBeat]:
-        beats = live_beats(self._redis)
+        """The live workers of `model`, else the last one seen within the grace period (a
+        rolling restart, a Redis restart: the job waits for it); 404 when none was."""
+        beats = self._beats()
         serving = [beat for beat in beats if beat.model == model]
-        if not serving:
-            live = sorted({beat.model for beat in beats})
-            offer = f"live models: {', '.join(live)}" if live else "no worker is running"
-            raise BackendError(f"no live worker serves model {model!r} ({offer})", status=404)
-        return serving
+        if serving:
+            return serving
+        remembered = self._remembered(model)
+        if remembered is not None:
+            return [remembered]
+        live = sorted({beat.model for beat in beats})
+        offer = f"live models: {', '.join(live)}" if live else "no worker is running"
+        raise BackendError(f"no live worker serves model {model!r} ({offer})", status=404)
+
+    def _beats(self) -> list[WorkerBeat]:
+        """The live workers' beats, remembered per model (for `_remembered`)."""
+        beats = live_beats(self._redis)
+        for beat in beats:
+            self._seen[beat.model] = beat
+        return beats
+
+    def _remembered(self, model: str) -> WorkerBeat | None:
+        """The last beat of a worker of `model` (this process's memory, or the workers' own
+        record in Redis) if it is at most `ICL_WORKER_GRACE_S` old."""
+        candidates = [self._seen.get(model), last_beat(self._redis, model)]
+        known = [beat for beat in candidates if beat is not None]
+        if not known:
+            return None
+        latest = max(known, key=lambda beat: beat.beat_at)
+        fresh = time.time() - latest.beat_at <= self._settings.worker_grace_s
+        return latest if fresh else None
 
     def _submit(self, request: AnalysisRequest | ExperimentRequest, client: str = "") -> JobState:
         model = request.model or self.default_model
@@ -305,26 +337,11 @@ class RedisBackend(PartsReader):
         body = self._bodies.get(job_id)
         if body is not None:
             return body
-        try:
-            async with self._aredis.pipeline(transaction=False) as pipe:
-                pipe.hgetall(result_key(job_id))
-                pipe.pttl(result_key(job_id))
-                parts, ttl_ms = await pipe.execute()
-        except ResponseError:  # a result written by an older version (one JSON string)
-            parts, ttl_ms = await self._call(self._legacy_parts, job_id), 0
-        except RedisError as exc:  # Redis away: a finished result is still in the store
-            parts, ttl_ms = await self._call(self._store.parts, job_id), 0
-            if parts is None:
-                raise self._unreachable(exc) from exc
-        if not parts:
-            parts = await self._call(self._store.parts, job_id)
-            if parts is None:
-                return None
-            ttl_ms = 0
-        elif job_id not in self._persisted:
-            await self._call(self._save, job_id, _byte_keys(parts))
-        body = done_body(job_id, result_json(job_id, _byte_keys(parts)))
-        self._bodies.put(job_id, body, ttl_s=ttl_ms / 1000 if ttl_ms > 0 else None)
+        parts = await self._call(self._read_parts, job_id, None)
+        if parts is None:
+            return None
+        body = done_body(job_id, result_json(job_id, parts))
+        self._bodies.put(job_id, body, ttl_s=None)
         return body
 
     async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
@@ -336,46 +353,73 @@ class RedisBackend(PartsReader):
         await self._watch.wait(job_id, at_most_s)
 
     async def read_heads_stage(self, job_id: str) -> bytes | None:
-        """The per-head stage the worker published (model_worker.jobs.heads_publisher)."""
+        """The per-head stage the worker published (model_worker.jobs.heads_publisher), if its
+        signature holds (a forged or stale one is ignored, with a log line)."""
         try:
-            core = await self._aredis.get(heads_stage_key(job_id))
+            stored = await self._aredis.get(heads_stage_key(job_id))
         except RedisError as exc:
             raise self._unreachable(exc) from exc
-        return None if core is None else _bytes(core)
+        if stored is None:
+            return None
+        return await self._call(self._verified_stage, job_id, _bytes(stored))
+
+    def _verified_stage(self, job_id: str, stored: bytes) -> bytes | None:
+        digest = self._digest(job_id)
+        core = None if digest is None else self._signer.verify_stage(job_id, digest, stored)
+        if core is None:
+            log.warning("ignored the per-head stage of job %s: unsigned or not ours", job_id)
+        return core
 
     def _read_parts(self, job_id: str, names: Sequence[str] | None) -> Parts | None:
-        """From Redis (the hot cache), else (or while Redis is away) from the durable store."""
-        try:
-            if names is None:
-                parts: Parts | None = _byte_keys(self._redis.hgetall(result_key(job_id)))
-            else:
-                with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.exists(result_key(job_id))
-                    pipe.hmget(result_key(job_id), list(names))
-                    exists, values = pipe.execute()
-                found = {n: _bytes(v) for n, v in zip(names, values, strict=True) if v is not None}
-                parts = found if exists else None
-        except ResponseError:  # an older version's result: one JSON string
-            parts = self._legacy_parts(job_id)
-            if parts is not None and names is not None:
-                parts = {name: parts[name] for name in names if name in parts}
-        except RedisError:
-            stored = self._store.parts(job_id, names)
+        """From the durable store, the source of truth for finished results; a result a worker
+        just left in Redis is checked and kept there first (`_adopt`)."""
+        parts = self._store.parts(job_id, names)
+        if parts is None and self._adopt(job_id):
+            parts = self._store.parts(job_id, names)
+        return parts
+
+    def _digest(self, job_id: str) -> str | None:
+        """The digest of the request the web tier accepted as `job_id` (None: none was)."""
+        digest = self._digests.get(job_id)
+        if digest is None:
+            stored = self._store.job(job_id)
             if stored is None:
-                raise
-            return stored
-        if parts:
-            return parts
-        return self._store.parts(job_id, names)
+                return None
+            if len(self._digests) > 10_000:
+                self._digests.clear()
+            digest = self._digests[job_id] = request_digest(stored.parsed_request())
+        return digest
 
-    def _legacy_parts(self, job_id: str) -> Parts | None:
-        raw = self._redis.get(result_key(job_id))
-        if raw is None:
-            return None
-        from model_worker.contracts import ExperimentResult
+    def _adopt(self, job_id: str) -> bool:
+        """Keep in the store the result a worker left in Redis for `job_id`, once its signature
+        holds for the request accepted under that id; True when the store has the result.
+        Anything else (unsigned, altered, for a job never accepted, in an old format) is
+        deleted from Redis with a log line: the job is then computed again."""
+        if job_id in self._persisted:
+            return True
+        try:
+            raw = self._redis.hgetall(result_key(job_id))
+        except ResponseError:  # not a hash: not written by a worker of this version
+            raw = {b"": b""}
+        if not raw:
+            return False
+        digest = self._digest(job_id)
+        signed = _byte_keys(raw)
+        parts = None if digest is None else self._signer.verify(job_id, digest, signed)
+        if parts is None:
+            why = "no such accepted job" if digest is None else "unsigned or altered"
+            log.warning("discarded the result of job %s found in Redis (%s)", job_id, why)
+            self._redis.delete(result_key(job_id))
+            return False
+        self._save(job_id, parts)
+        self._redis.expire(result_key(job_id), min(ADOPTED_TTL_S, self._settings.result_ttl_s))
+        return True
 
-        model = ExperimentResult if is_experiment(job_id) else AnalysisResult
-        return result_parts(model.model_validate_json(raw))
+    def _finished(self, job_id: str) -> bool:
+        """The job's result is in the store (adopted from Redis if a worker just left it)."""
+        if job_id in self._persisted or self._store.has_result(job_id):
+            return True
+        return bool(self._redis.exists(result_key(job_id))) and self._adopt(job_id)
 
     def _status(self, job_id: str) -> JobState | None:
         """The job's state, never its result. QUEUED while a submit holds the claim between
@@ -388,23 +432,10 @@ class RedisBackend(PartsReader):
             return JobState(id=job_id, status=JobStatus.QUEUED)
         if state is None:
             return self._recover(job_id)
-        if state.status == JobStatus.DONE:
-            self._persist(job_id)
-        elif state.status == JobStatus.FAILED and state.error and job_id not in self._persisted:
+        if state.status == JobStatus.FAILED and state.error and job_id not in self._persisted:
             self._store.fail(job_id, state.error)
             self._remember_persisted(job_id)
         return state
-
-    def _persist(self, job_id: str) -> None:
-        """Copy a result from Redis into the durable store, once."""
-        if job_id in self._persisted:
-            return
-        if self._store.has_result(job_id):
-            self._remember_persisted(job_id)
-            return
-        parts = self._read_parts(job_id, None)
-        if parts:
-            self._save(job_id, parts)
 
     def _save(self, job_id: str, parts: Parts) -> None:
         self._store.save(job_id, parts)
@@ -427,8 +458,11 @@ class RedisBackend(PartsReader):
         return self._requeue(stored)
 
     def _requeue(self, stored: StoredJob) -> JobState:
-        """Enqueue a stored request again under its id, on a worker with the same weights."""
-        beats = [beat for beat in live_beats(self._redis) if beat.model == stored.model]
+        """Enqueue a stored request again under its id, on a worker with the same weights
+        (live, or seen within the grace period: the job waits for it)."""
+        beats = [beat for beat in self._beats() if beat.model == stored.model]
+        remembered = None if beats else self._remembered(stored.model)
+        beats = beats or ([remembered] if remembered is not None else [])
         same = [beat for beat in beats if beat.fingerprint == stored.fingerprint]
         if not same:
             why = (
@@ -452,7 +486,10 @@ class RedisBackend(PartsReader):
         await self._call(self._maintain)
 
     def _maintain(self) -> None:
-        since = time.time() - self._settings.result_ttl_s  # older ones wait for a poll
+        self._persisted.difference_update(self._retention.run())
+        # a job's result waits in Redis up to the TTL after the job ends (older: on a poll)
+        settings = self._settings
+        since = time.time() - settings.experiment_timeout_s - settings.result_ttl_s
         for stored in self._store.pending(SWEEP_BATCH, since):
             try:
                 self._status(stored.id)
@@ -463,15 +500,19 @@ class RedisBackend(PartsReader):
         return JobState(id=job_id, status=JobStatus.DONE)
 
     def _stored_status(self, job_id: str) -> JobState | None:
-        if self._redis.exists(result_key(job_id)):
+        if self._finished(job_id):
             return self._done(job_id)
         try:
             return self._job_status(fetch_job(job_id, self._redis))
         except (NoSuchJobError, InvalidJobOperation):
             # the job finished (and RQ dropped it) or changed while we looked: read again
-            if self._redis.exists(result_key(job_id)):
+            if self._finished(job_id):
                 return self._done(job_id)
             return self._raw_status(job_id)
+        except MALFORMED as exc:  # a malformed job record: skipped (the store recovers it)
+            log.warning("deleted the malformed Redis record of job %s: %s", job_id, exc)
+            self._redis.delete(Job.key_for(job_id))
+            return None
 
     def _raw_status(self, job_id: str) -> JobState | None:
         """The state straight from the job's hash, for when RQ's Job object could not be read:
@@ -483,7 +524,7 @@ class RedisBackend(PartsReader):
         if status == RqStatus.STARTED.value:
             return JobState(id=job_id, status=JobStatus.RUNNING)
         if status == RqStatus.FINISHED.value:  # its result is being stored or has expired
-            return self._done(job_id) if self._redis.exists(result_key(job_id)) else None
+            return self._done(job_id) if self._finished(job_id) else None
         if status in {s.value for s in QUEUED}:
             return JobState(id=job_id, status=JobStatus.QUEUED)
         try:  # failed, stopped or canceled: its reason lives in the job's meta
@@ -494,8 +535,9 @@ class RedisBackend(PartsReader):
     def _job_status(self, job: Job) -> JobState | None:
         job_id = job.id
         status: RqStatus | None = job.get_status()
+        waiting = False
         if status == RqStatus.STARTED or status in QUEUED:
-            status = self._check_workers(job, status)
+            status, waiting = self._check_workers(job, status)
         if status == RqStatus.STARTED:
             return JobState(
                 id=job_id,
@@ -505,29 +547,40 @@ class RedisBackend(PartsReader):
             )
         if status in QUEUED:
             position = job.get_position()
-            return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=position)
+            message = f"waiting for a worker for {job.meta.get('model', '?')}" if waiting else None
+            return JobState(
+                id=job_id, status=JobStatus.QUEUED, position_in_queue=position, message=message
+            )
         if status == RqStatus.FINISHED:  # finished, but its result expired or was never written
-            return self._done(job_id) if self._redis.exists(result_key(job_id)) else None
+            return self._done(job_id) if self._finished(job_id) else None
         return JobState(id=job_id, status=JobStatus.FAILED, error=_failure_reason(job))
 
-    def _check_workers(self, job: Job, status: RqStatus | None) -> RqStatus | None:
-        """Hand back a job whose worker died; fail a queued job no live worker can take."""
-        beats = live_beats(self._redis)
+    def _check_workers(self, job: Job, status: RqStatus | None) -> tuple[RqStatus | None, bool]:
+        """Hand back a job whose worker died; a queued job no live worker can take waits for
+        one while a worker of its model was seen within `ICL_WORKER_GRACE_S` (the status and
+        True), then fails with the reason."""
+        beats = self._beats()
         queue = rq_queue(job.origin, self._redis)
         if status == RqStatus.STARTED:
             reap_abandoned(queue, {beat.name for beat in beats})
             status = job.get_status(refresh=True)
             job.refresh()
         if status in QUEUED and not any(beat.queue == job.origin for beat in beats):
-            model = job.meta.get("model", "?")
-            job.meta["error"] = f"no live worker serves model {model!r} any more"
+            model = str(job.meta.get("model", "?"))
+            if self._remembered(model) is not None:
+                return status, True
+            grace = self._settings.worker_grace_s
+            job.meta["error"] = (
+                f"no worker for model {model!r} has been live for {grace:g} s "
+                "(ICL_WORKER_GRACE_S); submit it again once one runs"
+            )
             job.save_meta()
             job.cancel()
             status = RqStatus.CANCELED
-        return status
+        return status, False
 
     async def models(self) -> list[ModelInfo]:
-        beats = await self._call(live_beats, self._redis)
+        beats = await self._call(self._beats)
         by_model: dict[str, list[WorkerBeat]] = {}
         for beat in beats:
             by_model.setdefault(beat.model, []).append(beat)
@@ -546,7 +599,7 @@ class RedisBackend(PartsReader):
 
     def _health(self) -> dict[str, Any]:
         self._redis.ping()
-        beats = live_beats(self._redis)
+        beats = self._beats()
         queues = {beat.model: rq_queue(beat.queue, self._redis).count for beat in beats}
         warnings = []
         for model in queues:

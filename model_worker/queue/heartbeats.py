@@ -3,14 +3,16 @@ weights. The web tier reads them to list live models and to compute job ids."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from redis import Redis
 
-from model_worker.queue.keys import WORKERS_KEY, worker_key
+from model_worker.queue.keys import LAST_BEATS_KEY, WORKERS_KEY, worker_key
 
+log = logging.getLogger(__name__)
 #: A worker silent for this many heartbeat periods is taken for dead.
 MISSED_BEATS = 5
 
@@ -41,6 +43,7 @@ def write_beat(connection: Redis, beat: WorkerBeat, period_s: float) -> None:
     with connection.pipeline() as pipe:
         pipe.set(worker_key(beat.name), beat.model_dump_json(), px=int(ttl * 1000))
         pipe.zadd(WORKERS_KEY, {beat.name: now + ttl})
+        pipe.hset(LAST_BEATS_KEY, beat.model, beat.model_dump_json())
         pipe.execute()
 
 
@@ -59,7 +62,24 @@ def live_beats(connection: Redis) -> list[WorkerBeat]:
     if not names:
         return []
     raws = connection.mget([worker_key(name) for name in names])
-    return [WorkerBeat.model_validate_json(raw) for raw in raws if raw is not None]
+    return [beat for name, raw in zip(names, raws, strict=True) if (beat := _parsed(name, raw))]
+
+
+def last_beat(connection: Redis, model: str) -> WorkerBeat | None:
+    """The last heartbeat any worker of `model` wrote (alive or not; None if none or bad)."""
+    return _parsed(model, connection.hget(LAST_BEATS_KEY, model))
+
+
+def _parsed(name: str, raw: Any) -> WorkerBeat | None:
+    """One worker's beat, or None (logged) when it is missing or malformed: a bad record (a
+    stray writer, a worker of another version) is skipped, never an error for every reader."""
+    if raw is None:
+        return None
+    try:
+        return WorkerBeat.model_validate_json(raw)
+    except (ValidationError, ValueError, TypeError) as exc:
+        log.warning("skipped the malformed heartbeat of worker %r: %s", name[:100], exc)
+        return None
 
 
 def _text(value: Any) -> str:

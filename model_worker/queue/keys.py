@@ -20,6 +20,9 @@ EXPERIMENT = "e-"
 JOB_ID_PATTERN = r"^[ae]-[0-9a-f]{32}$"
 #: Sorted set of worker names, scored by the time their heartbeat expires.
 WORKERS_KEY = f"{PREFIX}:workers"
+#: Hash of model id -> the last heartbeat of one of its workers (no expiry: the web tier waits
+#: for a worker of a model seen within ICL_WORKER_GRACE_S, e.g. during a rolling restart).
+LAST_BEATS_KEY = f"{PREFIX}:workers:last"
 #: Counter of computations actually run by workers (benchmarks and tests read it).
 COMPUTED_KEY = f"{PREFIX}:stats:computed"
 

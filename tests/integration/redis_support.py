@@ -18,9 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from redis import Redis
 
 from model_worker.queue.heartbeats import WorkerBeat, live_beats
+from model_worker.queue.result_parts import Parts
+from model_worker.queue.signing import request_digest, result_signer
 from model_worker.settings import Settings
 
 SHARED = "redis://127.0.0.1:6379"
@@ -162,6 +165,12 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def signed_as_worker(settings: Settings, job_id: str, request: BaseModel, parts: Parts) -> Parts:
+    """`parts` signed as a worker sharing `settings`' result keys signs the result of `job_id`
+    for `request` (model_worker.queue.signing)."""
+    return result_signer(settings).signed(job_id, request_digest(request), parts)
 
 
 def web_settings(model: Path, redis_url: str, **overrides: Any) -> Settings:

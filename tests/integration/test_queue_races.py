@@ -11,17 +11,18 @@ from rq import Queue
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.queue import backend as backend_module
+from app.queue import redis_backend as backend_module
 from app.queue.interface import BackendError
 from app.queue.redis_backend import RedisBackend
 from app.routes.analyses import get_analysis
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisRequest
 from model_worker.jobs import store_parts
 from model_worker.loading import LoadedModel
 from model_worker.queue.keys import claim_key, result_key
 from model_worker.queue.result_parts import result_parts
 from model_worker.queue.states import JobStatus
+from model_worker.run.analyze import analyze
+from tests.integration.redis_support import signed_as_worker
 
 pytestmark = pytest.mark.redis
 
@@ -118,7 +119,8 @@ def test_a_job_finishing_between_the_two_reads_is_answered_with_its_body(
         body = await real_done_body(asked)
         if len(calls) == 1:
             assert body is None  # not finished yet; the worker writes its result now
-            store_parts(backend._redis, asked, result_parts(finished), 3600)
+            signed = signed_as_worker(backend._settings, asked, REQUEST, result_parts(finished))
+            store_parts(backend._redis, asked, signed, 3600)
         return body
 
     monkeypatch.setattr(backend, "done_body", finishing_meanwhile)
@@ -129,14 +131,15 @@ def test_a_job_finishing_between_the_two_reads_is_answered_with_its_body(
     assert backend._bodies.get(job_id) is not None  # served from memory if Redis goes away
 
 
-def test_a_result_stored_by_an_older_version_is_still_served(
+def test_an_unsigned_result_of_an_older_version_is_discarded_and_recomputed(
     backend: RedisBackend, tiny_model: LoadedModel
 ) -> None:
-    """Results written before results were kept in parts are one JSON string: still served."""
+    """Results written before results were signed (one JSON string, or unsigned parts) cannot
+    be told from forged ones (issue 24.1): discarded, and the job computed again."""
     job_id = backend._submit(REQUEST).id
     result = analyze(tiny_model, REQUEST.prompt)
     backend._redis.set(result_key(job_id), result.model_dump_json())
-    body = asyncio.run(backend.done_body(job_id))
-    assert body is not None and b'"head_details"' in body
-    summary = asyncio.run(backend.summary(job_id))
-    assert summary is not None and summary.top_heads == result.top_heads
+    assert asyncio.run(backend.done_body(job_id)) is None
+    assert not backend._redis.exists(result_key(job_id))
+    state = backend._status(job_id)
+    assert state is not None and state.status == JobStatus.QUEUED
