@@ -34,6 +34,7 @@ from model_worker.contracts.evidence import (
     VerdictOut,
 )
 from model_worker.contracts.figures import FigureData, FigureName, legacy_figures
+from model_worker.contracts.towers import Towers
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key, so a
 #: request is computed afresh; results stored under an older version keep their permalinks
@@ -126,6 +127,8 @@ class AnalysisRequest(_Frozen):
     top_k_heads: int = Field(default=20, ge=1, le=200)
     top_k_tokens: int = Field(default=10, ge=1, le=50)
     extra_heads: list[HeadName] = Field(default_factory=list, max_length=32)
+    #: detailed heads whose score is also decomposed into the two towers (docs/towers.md)
+    towers: list[HeadName] = Field(default_factory=list, max_length=4)
     #: what ranks the heads (`rank` is accepted too: the name requests had before schema 4)
     rank_by: RankBy = Field(default="increase", validation_alias=AliasChoices("rank_by", "rank"))
 
@@ -294,6 +297,10 @@ class HeadDetail(_Frozen):
     scores: list[Fp32 | None] = Field(default_factory=list)
     content_scores: list[Fp32 | None] = Field(default_factory=list)
     position_scores: list[Fp32 | None] | None = None
+    #: the score decomposed into the two towers' components (docs/towers.md), when the request
+    #: asked for this head (`AnalysisRequest.towers`): the most attended label, then the top
+    #: true label versus the top false label when the prompt has both
+    towers: list[Towers] = Field(default_factory=list)
 
     _schema_3 = _renamed("layer_input", "resid_pre")
 
@@ -416,6 +423,10 @@ EXPERIMENTS: dict[str, Experiment] = {
     "towers": Experiment(
         "Why the in-context heads prefer the true label: their scores decomposed (two towers)",
         "towers",
+    ),
+    "patching": Experiment(
+        "Activation patching (denoising swapped labels): heads, and the in-context heads' q/k/v",
+        "patching",
     ),
 }
 EXPERIMENT_NAMES: tuple[str, ...] = tuple(EXPERIMENTS)
