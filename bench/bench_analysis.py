@@ -28,10 +28,10 @@ from machine import ISA_ENV, apply_isa, cpu_model
 
 from model_worker.allocator import keep_freed_memory
 from model_worker.analysis.kernels import kernel_for, kernels
-from model_worker.analyze import analyze
-from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.linear_routing import default_linear_layers
 from model_worker.loading import LoadedModel, load_model
+from model_worker.run.analyze import analyze
+from model_worker.run.unembedding_cache import HeadUnembeddings
 
 
 def prompt_of(loaded: LoadedModel, tokens: int) -> str:

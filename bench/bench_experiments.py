@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from model_worker.analyze import analyze
 from model_worker.datasets import load_builtin
 from model_worker.experiments.data import prompts
 from model_worker.experiments.heads import head_table
 from model_worker.loading import load_model
+from model_worker.run.analyze import analyze
 
 
 def main() -> None:

@@ -27,8 +27,8 @@ import torch
 from bench_analysis import prompt_of
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-from model_worker.analyze import analyze
 from model_worker.loading import LoadedModel, freeze_loaded_objects, load_model, wrap_model
+from model_worker.run.analyze import analyze
 
 LENGTHS = (64, 512)
 

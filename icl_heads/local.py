@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from icl_heads.results import AnalysisResult, ExperimentResult
-from model_worker import analyze as engine_analyze
 from model_worker import loading
 from model_worker.experiments import job as engine_experiments
+from model_worker.run import analyze as engine_analyze
 
 
 @contextmanager

@@ -15,17 +15,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TypeVar
 
+import torch
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 from rq import get_current_job
 from rq.job import Job
+from rq.timeouts import JobTimeoutException
 
 from model_worker.analysis.kernels import recheck_due, recheck_now
-from model_worker.analyze import analyze, unembedding_builder
 from model_worker.budget import BudgetError, check_analysis, check_experiment
 from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
 from model_worker.errors import UserInputError
-from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.loading import LoadedModel, load_model
 from model_worker.queue.keys import COMPUTED_KEY, heads_stage_key, result_key
 from model_worker.queue.reaper import rq_queue
@@ -37,6 +37,9 @@ from model_worker.queue.result_parts import (
     result_parts,
 )
 from model_worker.queue.signing import ResultSigner, request_digest, result_signer
+from model_worker.run.analyze import analyze
+from model_worker.run.factored import unembedding_builder
+from model_worker.run.unembedding_cache import HeadUnembeddings
 from model_worker.settings import Settings
 
 #: Seconds between two progress writes to Redis (the last one is always written).
@@ -175,9 +178,9 @@ def failure_message(exc: BaseException) -> str:
 def _failure_message(exc: BaseException) -> str:
     if isinstance(exc, UserInputError | ResultRefused):
         return str(exc)
-    if type(exc).__name__ == "JobTimeoutException":
+    if isinstance(exc, JobTimeoutException):
         return f"timed out: {exc}"
-    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return (
             f"out of memory: {str(exc).splitlines()[0] if str(exc) else ''} (try a shorter prompt)"
         )
@@ -191,6 +194,8 @@ class WorkerState:
         self.loaded: LoadedModel | None = None
         self.settings: Settings | None = None
         self.current_job: str | None = None
+        #: Where results go (ICL_CACHE_REDIS_URL); None: the queue's Redis.
+        self.results: Redis | None = None
         self.jobs_done = 0
         self.mean_job_s: float | None = None
         self._lock = threading.Lock()
@@ -205,10 +210,10 @@ class WorkerState:
 STATE = WorkerState()
 
 
-def serve_model(loaded: LoadedModel, settings: Settings) -> None:
+def serve_model(loaded: LoadedModel, settings: Settings, results: Redis | None = None) -> None:
     """Make `loaded` the model the job functions of this process run on, within the limits of
-    `settings` (the worker's)."""
-    STATE.loaded, STATE.settings = loaded, settings
+    `settings` (the worker's), storing results in `results` (None: the queue's Redis)."""
+    STATE.loaded, STATE.settings, STATE.results = loaded, settings, results
 
 
 def _served() -> tuple[LoadedModel, Settings]:
@@ -238,9 +243,7 @@ def _job_context(job: Job) -> Iterator[None]:
 
 
 def _release_gpu_memory(exc: BaseException) -> None:
-    if type(exc).__name__ == "OutOfMemoryError":
-        import torch
-
+    if isinstance(exc, torch.OutOfMemoryError):
         torch.cuda.empty_cache()
 
 
@@ -295,10 +298,11 @@ def _data(value: bytes | str) -> bytes:
 
 
 def _current() -> tuple[Job, Redis]:
+    """The job, and the Redis its result goes to (the cache, or the queue's Redis)."""
     job = get_current_job()
     if job is None:
         raise RuntimeError("job functions run inside an RQ worker")
-    return job, job.connection
+    return job, STATE.results or job.connection
 
 
 def analysis_job(request_json: str, result_ttl_s: int) -> None:
@@ -317,7 +321,7 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         result = run_analysis(loaded, request, publish, settings=settings)
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
-    idle_work(loaded, lambda: _jobs_waiting(connection, job.origin))
+    idle_work(loaded, lambda: _jobs_waiting(job.connection, job.origin))
 
 
 def _jobs_waiting(connection: Redis, queue: str) -> bool:

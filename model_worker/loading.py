@@ -33,8 +33,8 @@ from model_worker.allocator import keep_freed_memory
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.errors import ModelLoadError
-from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.linear_routing import route_linear_layers
+from model_worker.run.unembedding_cache import HeadUnembeddings
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def load_model(
         if declared is not None:
             spec_for(declared)  # a family we do not know: say so, naming the supported ones
         raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
-    adapter_for(config)  # fail fast, before loading weights
+    adapter = adapter_for(config)  # fail fast, before loading weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModelForCausalLM.from_pretrained(
@@ -230,7 +230,7 @@ def load_model(
         raise ModelLoadError(f"cannot load model {name!r}: {_first_line(exc)}") from exc
     model.eval()
     fingerprint = fingerprint or str(getattr(config, "_commit_hash", "") or "")
-    loaded = wrap_model(model, tokenizer, name=name, fingerprint=fingerprint)
+    loaded = wrap_model(model, tokenizer, name=name, fingerprint=fingerprint, adapter=adapter)
     freeze_loaded_objects()
     keep_freed_memory()
     return loaded
@@ -246,11 +246,17 @@ def freeze_loaded_objects() -> None:
 
 
 def wrap_model(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, name: str, fingerprint: str = ""
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    name: str,
+    fingerprint: str = "",
+    adapter: Adapter | None = None,
 ) -> LoadedModel:
-    """A LoadedModel around an already built model (tests build tiny ones from configs)."""
+    """A LoadedModel around an already built model (tests build tiny ones from configs);
+    `adapter`: the one `load_model` resolved from the config already (resolved here if None)."""
     config = model.config
-    adapter = adapter_for(config)
+    adapter = adapter or adapter_for(config)
     if getattr(config, "_attn_implementation", "eager") != "eager":
         model.set_attn_implementation("eager")
     geometry = adapter.geometry(config)

@@ -15,7 +15,7 @@ def held_head_details(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Eve
     """Hold every analysis' head details until the returned event is set or the block ends
     (at the latest 30 s: then the job fails, saying the test never released them); after the
     block, analyses compute them at once again."""
-    from model_worker import analyze as analyze_module
+    from model_worker.run import analyze as analyze_module
 
     release = threading.Event()
     real = analyze_module.head_details

@@ -4,6 +4,7 @@ their JSON twins under `/api/analyses/{id}/...`."""
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Annotated, Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -62,10 +63,28 @@ async def stored_detail(backend: Backend, job_id: str, name: str) -> HeadDetail:
     return detail
 
 
+@dataclass(frozen=True)
+class HeadFound:
+    """The head's detail, stored with the analysis `source` (the analysis itself, or the
+    extra analysis that detailed it)."""
+
+    result: AnalysisSummary
+    source: str
+    detail: HeadDetail
+
+
+@dataclass(frozen=True)
+class HeadComputing:
+    """The head's detail is not stored yet: the job `computing` (the analysis, still on its
+    details, or an extra analysis detailing the head) will store it, or has failed."""
+
+    computing: JobState
+
+
 async def find_head(
     backend: Backend, job_id: str, name: str, job: str | None, client: str
-) -> tuple[AnalysisSummary, str, HeadDetail | None, JobState | None]:
-    """(result, id holding the detail, detail or None while pending, the extra job's state).
+) -> HeadFound | HeadComputing:
+    """Where head `name` of analysis `job_id` stands.
 
     A head outside the stored details is computed by a second analysis with
     `extra_heads=[name]`; `job` is that analysis' id once submitted. While the analysis
@@ -75,11 +94,11 @@ async def find_head(
     partial = await heads_stage(backend, state)
     if partial is not None:
         check_head(partial, name)
-        return partial, job_id, None, state
+        return HeadComputing(state)
     result = await done_summary(backend, job_id)
     check_head(result, name)
     if name in result.detail_mrr:
-        return result, job_id, await stored_detail(backend, job_id, name), None
+        return HeadFound(result, job_id, await stored_detail(backend, job_id, name))
     if job is None or job == job_id:
         served = {info.name for info in await backend.models()}
         model = result.model if result.model in served else None
@@ -93,8 +112,8 @@ async def find_head(
     else:
         extra = await job_state(backend, job)
     if extra.status == JobStatus.DONE:
-        return result, extra.id, await stored_detail(backend, extra.id, name), extra
-    return result, extra.id, None, extra
+        return HeadFound(result, extra.id, await stored_detail(backend, extra.id, name))
+    return HeadComputing(extra)
 
 
 # --- HTML partials and their JSON twins -----------------------------------------------------
@@ -177,11 +196,10 @@ async def head_view(
     backend: Backend, job_id: str, name: str, job: str | None, client: str
 ) -> HeadPanel | HeadPending:
     """Head `name` of analysis `job_id`: its panel, or the job computing it (see `find_head`)."""
-    result, source_id, detail, extra = await find_head(backend, job_id, name, job, client)
-    if detail is None:
-        assert extra is not None
-        return HeadPending.of(extra, job_id, name)
-    return HeadPanel.of(result, detail, job_id, source_id)
+    found = await find_head(backend, job_id, name, job, client)
+    if isinstance(found, HeadComputing):
+        return HeadPending.of(found.computing, job_id, name)
+    return HeadPanel.of(found.result, found.detail, job_id, found.source)
 
 
 @router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)

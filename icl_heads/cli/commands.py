@@ -69,9 +69,9 @@ def analyze(
         )
         if server is None:
             check_model_source(model)
-    from model_worker.analyze import analyze as run_analysis
     from model_worker.loading import load_model
     from model_worker.report import print_result
+    from model_worker.run.analyze import analyze as run_analysis
 
     settings = get_settings()
     with user_errors():
@@ -112,8 +112,13 @@ def models(
         typer.echo(f"{entry['family']:<12} {entry['title']:<20} {entry['block']}")
         typer.echo(f"{'':<12} {', '.join(entry['features'])}")
         typer.echo(f"{'':<12} e.g. {', '.join(entry['examples'])}")
-        real = entry["verified"]["real_checkpoints"]
+        verified = entry["verified"]
+        real = verified["real_checkpoints"]
         typer.echo(f"{'':<12} verified on a tiny random checkpoint (fp32, both norm modes)")
-        typer.echo(f"{'':<12} " + "; ".join(entry["verified"]["tiny_random_fp32"]))
+        typer.echo(f"{'':<12} " + "; ".join(verified["tiny_random_fp32"]))
+        names = [configuration["name"] for configuration in verified["configurations"]]
+        typer.echo(f"{'':<12} in the configurations: " + "; ".join(names))
+        if verified["rope_types"]:
+            typer.echo(f"{'':<12} rotary scaling: " + ", ".join(verified["rope_types"]))
         if real:
             typer.echo(f"{'':<12} and on {', '.join(real)}")

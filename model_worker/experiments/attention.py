@@ -5,6 +5,12 @@ three in-context heads with the largest mean increase (Fig. 7; here over all pro
 Attention on true (false) labels = the last row of the head's pattern summed over the label
 positions whose label is (is not) the input's true label. Subheadvalue increase =
 I(a_p v_p W_O^h | resid_pre) for the true label token.
+
+Hypothesis: the located heads attend more to true than to false labels. Quantity: per prompt,
+the located heads' mean attention on true labels minus on false labels; bootstrap interval over
+prompts, overall and per demonstration arrangement (under the paper's FFTT design the true
+labels are also the nearest ones, so only the counterbalanced design separates the two).
+Spearman's ρ carries a bootstrap interval over prompts (all of a prompt's points together).
 """
 
 from __future__ import annotations
@@ -12,16 +18,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from model_worker.analysis.contributions import logprob_increase
-from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult, head_name
-from model_worker.experiments import paper
-from model_worker.experiments.batching import Batch, Extra
+from model_worker.experiments import paper, stats
+from model_worker.experiments.batching import Batch, Extra, PromptRun
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.evidence import Evidence, adequacy, by_arrangement
 from model_worker.experiments.figure_data import bar_chart, scatter
 from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
@@ -29,6 +36,7 @@ from model_worker.experiments.report import comparison, header, table
 from model_worker.experiments.values import Values
 from model_worker.interventions import Head
 from model_worker.loading import LoadedModel
+from model_worker.run.state import final_projector
 
 BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)
 
@@ -79,10 +87,16 @@ def run(ctx: Context) -> ExperimentResult:
     for layer, h in location.heads:
         true = [float(r.attn_true[layer, h]) for r in runs]
         false = [float(r.attn_false[layer, h]) for r in runs]
+        true_interval = stats.bootstrap_mean(true)
+        false_interval = stats.bootstrap_mean(false)
         rows.append(
             {
                 "head": head_name(layer, h),
                 "attn_true_mean": statistics.fmean(true),
+                "attn_true_low": true_interval.low,
+                "attn_true_high": true_interval.high,
+                "attn_false_low": false_interval.low,
+                "attn_false_high": false_interval.high,
                 "attn_true_sd": statistics.pstdev(true),
                 "attn_false_mean": statistics.fmean(false),
                 "attn_false_sd": statistics.pstdev(false),
@@ -129,6 +143,27 @@ def run(ctx: Context) -> ExperimentResult:
         "true_gt_false": statistics.fmean(float(r["true_gt_false"] or 0) for r in rows),
         "spearman_attention_increase": rho,
     }
+    evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
+
+    def true_minus_false(r: PromptRun) -> float:
+        return statistics.fmean(
+            float(r.attn_true[head] - r.attn_false[head]) for head in location.heads
+        )
+
+    evidence.add(
+        "attn_true", stats.bootstrap_mean([_located_mean(r, location.heads, True) for r in runs])
+    )
+    evidence.add(
+        "attn_false", stats.bootstrap_mean([_located_mean(r, location.heads, False) for r in runs])
+    )
+    evidence.decide(
+        "the located heads attend more to true labels than to false labels",
+        "attn_true_minus_false",
+        stats.bootstrap_mean([true_minus_false(r) for r in runs]),
+        min_effect=0.02,
+    )
+    evidence.add("spearman_attention_increase", _rho_interval(true_points))
+    arrangements = by_arrangement(runs, true_minus_false, "attn_true_minus_false")
     figures = {
         "attention": bar_chart(
             f"Last-token attention on true vs false labels — {ctx.dataset.name}",
@@ -138,9 +173,13 @@ def run(ctx: Context) -> ExperimentResult:
                 "false labels": [float(r["attn_false_mean"] or 0) for r in rows],
             },
             ylabel="attention (sum)",
-            errors={
-                "true labels": [float(r["attn_true_sd"] or 0) for r in rows],
-                "false labels": [float(r["attn_false_sd"] or 0) for r in rows],
+            low={
+                "true labels": [float(r["attn_true_low"] or 0) for r in rows],
+                "false labels": [float(r["attn_false_low"] or 0) for r in rows],
+            },
+            high={
+                "true labels": [float(r["attn_true_high"] or 0) for r in rows],
+                "false labels": [float(r["attn_false_high"] or 0) for r in rows],
             },
         ),
         "attention_vs_increase": scatter(
@@ -169,6 +208,8 @@ def run(ctx: Context) -> ExperimentResult:
             f"**{metrics['attn_true']:.3f}**, on false labels **{metrics['attn_false']:.3f}**; "
             f"true > false in {100 * metrics['true_gt_false']:.0f}% of (head, prompt) pairs.\n",
             table(rows),
+            "\n### Per demonstration arrangement (true − false attention, located heads)\n",
+            table(arrangements),
             "\n### Attention vs subheadvalue increase (true labels, top-3 in-context heads)\n",
             f"Spearman ρ = {rho:.3f} over {len(true_points)} (prompt, head, label) points.\n",
             table(bins),
@@ -187,7 +228,54 @@ def run(ctx: Context) -> ExperimentResult:
     )
     return ctx.result(
         metrics,
-        {"attention": rows, "subheadvalues": points, "bins": bins, "location": location.candidates},
+        {
+            "attention": rows,
+            "by_arrangement": arrangements,
+            "subheadvalues": points,
+            "bins": bins,
+            "location": location.candidates,
+        },
         figures,
         report,
+        evidence,
     )
+
+
+def _located_mean(run: PromptRun, heads: Sequence[Head], true: bool) -> float:
+    """The mean over `heads` of the attention on the true (false) labels of one prompt."""
+    table = run.attn_true if true else run.attn_false
+    return statistics.fmean(float(table[head]) for head in heads)
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's ρ of continuous values (ranks by argsort; ties have measure zero)."""
+    if len(x) < 3:
+        return float("nan")
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    denominator = float(np.sqrt((rx**2).sum() * (ry**2).sum()))
+    return float((rx * ry).sum()) / denominator if denominator else float("nan")
+
+
+def _rho_interval(points: Sequence[Row], resamples: int = 500) -> stats.Interval:
+    """ρ(attention, increase) with a bootstrap interval over prompts (a prompt's points stay
+    together)."""
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for p in points:
+        groups.setdefault(int(p["prompt"] or 0), []).append(
+            (float(p["attention"] or 0), float(p["increase"] or 0))
+        )
+    blocks = [np.array(g) for g in groups.values()]
+    if not blocks:
+        return stats.Interval(float("nan"), float("nan"), float("nan"), 0, "bootstrap")
+    whole = np.concatenate(blocks)
+    rng = np.random.default_rng(stats.SEED)
+    draws = []
+    for _ in range(resamples):
+        picked = np.concatenate([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))])
+        draws.append(_spearman(picked[:, 0], picked[:, 1]))
+    low, high = np.nanpercentile(draws, [2.5, 97.5])
+    estimate = _spearman(whole[:, 0], whole[:, 1])
+    return stats.Interval(estimate, float(low), float(high), len(blocks), "bootstrap")

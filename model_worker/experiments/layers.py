@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.heads import layer_increase_table
-from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult
 from model_worker.experiments.batching import Batch, Extra, accuracy
@@ -21,6 +20,7 @@ from model_worker.experiments.context import Context, Row
 from model_worker.experiments.figure_data import line_chart
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.loading import LoadedModel
+from model_worker.run.state import final_projector
 
 PAPER = 'GPT2-large, one prompt: "almost all the improvements are caused by deep attention layers"'
 

@@ -4,27 +4,33 @@ vs random heads of the same layers (paper Fig. 5).
 For each label position p of every prompt, the unweighted value v_p W_O^h is projected onto the
 vocabulary (final norm frozen at the prompt's final residual, no biases: ranks do not depend on
 that scale) and the rank of p's own label token ("foo" or "bar") taken. MRR per head and label
-= mean 1/rank over all positions carrying that label. Each in-context head is compared with a
-random other head of its layer (model_worker/analysis/baseline.py: the dashboard's baseline
-head, drawn from the request's seed) and with the mean over all other non-located heads of that
-layer.
+= mean 1/rank over all positions carrying that label. Each in-context head is compared with
+random other heads of its layer, `DRAWS` draws of distinct heads (a draw never repeats a head:
+model_worker/experiments/controls.py; the table's `random_head` is draw 1's), and with the mean
+over all other non-located heads of that layer.
+
+Hypothesis: the located heads' label values rank the labels higher than random heads of the
+same layers. Quantity: per prompt, the located heads' mean reciprocal rank (over heads and
+label positions) minus the same for the random draws (mean over draws); paired bootstrap
+interval over prompts. Every MRR carries its bootstrap interval over prompts.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.metrics import mean_reciprocal_rank, rank_of
-from model_worker.analyze import final_projector
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult, head_name
-from model_worker.experiments import paper
+from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.controls import DRAWS, same_layer_draws
+from model_worker.experiments.evidence import Evidence, adequacy, interval_columns
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
@@ -32,6 +38,7 @@ from model_worker.experiments.report import comparison, header, table
 from model_worker.experiments.values import Values
 from model_worker.interventions import Head
 from model_worker.loading import LoadedModel
+from model_worker.run.state import final_projector
 
 
 def label_ranks(loaded: LoadedModel, layers: Sequence[int]) -> Extra:
@@ -77,9 +84,24 @@ def run(ctx: Context) -> ExperimentResult:
                     per.setdefault(token, []).append(int(table_ranks[i, h, p]))
     tokens = sorted({t for per in ranks.values() for t in per})
     rows: list[Row] = []
-    partners = random_heads(location.heads, g.n_heads, ctx.seed)
+    draws = same_layer_draws(location.heads, g.n_heads, ctx.seed, DRAWS)
+    partners = {head: draws[0][k] for k, head in enumerate(location.heads) if k < len(draws[0])}
+
+    def per_prompt(heads: list[Head], token: int | None = None) -> list[float]:
+        """Each prompt's mean reciprocal rank over `heads` and its label positions (of
+        `token` only, if given)."""
+        out = []
+        for r in runs:
+            table_ranks, ids = r.extra
+            keep = [p for p, t in enumerate(ids.tolist()) if token is None or t == token]
+            values = [
+                1.0 / float(table_ranks[layers.index(la), h, p]) for la, h in heads for p in keep
+            ]
+            out.append(statistics.fmean(values) if values else 0.0)
+        return out
+
     for head in location.heads:
-        partner = partners.get(head[0])
+        partner = partners.get(head)
         layer_others = [
             (head[0], o) for o in range(g.n_heads) if (head[0], o) not in location.heads
         ]
@@ -90,9 +112,15 @@ def run(ctx: Context) -> ExperimentResult:
                     "head": head_name(*head),
                     "label": ctx.loaded.token_text(token),
                     "mrr": mean_reciprocal_rank(own),
+                    **{
+                        f"mrr_{side}": getattr(
+                            stats.bootstrap_mean(per_prompt([head], token)), side
+                        )
+                        for side in ("low", "high")
+                    },
                     "median_rank": float(torch.tensor(own).float().median()) if own else None,
-                    "random_head": head_name(head[0], partner) if partner is not None else None,
-                    "random_mrr": mean_reciprocal_rank(ranks[(head[0], partner)].get(token, []))
+                    "random_head": head_name(*partner) if partner is not None else None,
+                    "random_mrr": mean_reciprocal_rank(ranks[partner].get(token, []))
                     if partner is not None
                     else None,
                     "layer_other_heads_mrr": sum(
@@ -112,6 +140,30 @@ def run(ctx: Context) -> ExperimentResult:
         "mrr_layer_others": sum(layer_means) / max(1, len(layer_means)),
         "min_mrr_in_context": min(located, default=0.0),
     }
+    evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
+    located_prompts = per_prompt(list(location.heads))
+    evidence.add("mrr_located", stats.bootstrap_mean(located_prompts))
+    draw_prompts = [per_prompt(draw) for draw in draws if draw]
+    draw_rows: list[Row] = []
+    for d, (draw, values) in enumerate(zip([d for d in draws if d], draw_prompts, strict=True)):
+        found = evidence.add(f"mrr_random_draw{d + 1}", stats.bootstrap_mean(values))
+        draw_rows.append(
+            {
+                "draw": d + 1,
+                "heads": " ".join(head_name(*h) for h in draw),
+                **interval_columns("mrr", found),
+            }
+        )
+    if draw_prompts:
+        random_mean = [statistics.fmean(column) for column in zip(*draw_prompts, strict=True)]
+        evidence.add("mrr_random_draws", stats.bootstrap_mean(random_mean))
+        evidence.decide(
+            "the located heads' label values rank the labels higher than random heads of the "
+            "same layers",
+            "mrr_located_minus_random",
+            stats.bootstrap_diff(located_prompts, random_mean, paired=True),
+            min_effect=0.01,
+        )
     names = [f"{r['head']} {str(r['label']).strip()}" for r in rows]
     figure = bar_chart(
         f"MRR of label tokens in label values — {ctx.dataset.name}",
@@ -124,6 +176,8 @@ def run(ctx: Context) -> ExperimentResult:
             ],
         },
         ylabel="MRR",
+        low={"in-context head": [float(r["mrr_low"] or 0) for r in rows]},
+        high={"in-context head": [float(r["mrr_high"] or 0) for r in rows]},
     )
     ratio = metrics["mrr_in_context"] / metrics["mrr_random"] if metrics["mrr_random"] else 0.0
     report = "\n".join(
@@ -135,6 +189,8 @@ def run(ctx: Context) -> ExperimentResult:
             f"{metrics['mrr_random']:.4f}, all other heads of those layers "
             f"{metrics['mrr_layer_others']:.4f}.\n",
             table(rows),
+            f"\n### Random same-layer heads: {len(draw_rows)} draws of distinct heads\n",
+            table(draw_rows),
             "",
             comparison(
                 [
@@ -149,5 +205,9 @@ def run(ctx: Context) -> ExperimentResult:
         ]
     )
     return ctx.result(
-        metrics, {"mrr": rows, "location": location.candidates}, {"mrr": figure}, report
+        metrics,
+        {"mrr": rows, "random_draws": draw_rows, "location": location.candidates},
+        {"mrr": figure},
+        report,
+        evidence,
     )

@@ -99,7 +99,7 @@ def test_the_heatmap_comes_first_then_the_details(
     permalink came with it or its spinner's long poll fetched it); a head opened meanwhile
     waits for them, then the whole body replaces the first one with that head kept."""
     from app.routes import pages
-    from model_worker import analyze as analyze_module
+    from model_worker.run import analyze as analyze_module
 
     monkeypatch.setattr(pages, "PAGE_WAIT_S", page_wait_s)
 
@@ -175,7 +175,7 @@ def test_analyse_shows_it_is_busy_then_the_permalink(
     """Analyse is sent by htmx (no page load): while the permalink waits for the per-head
     stage the button is disabled and says so; then the page is the permalink's."""
     from app.routes import pages
-    from model_worker import analyze as analyze_module
+    from model_worker.run import analyze as analyze_module
 
     monkeypatch.setattr(pages, "PAGE_WAIT_S", 30.0)
     stage = threading.Event()

@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from model_worker.analyze import analyze
 from model_worker.loading import LoadedModel, load_model, wrap_model
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisResult
 from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import pytest
 from bs4 import BeautifulSoup
 from nbclient import NotebookClient
 
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisResult
 from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

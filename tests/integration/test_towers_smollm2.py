@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_worker.analyze import analyze
 from model_worker.contracts import ExperimentRequest
 from model_worker.experiments.job import run_experiment
 from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 
 pytestmark = pytest.mark.slow

@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 import torch
 
-from model_worker import analyze as analyze_module
 from model_worker.analysis.contributions import head_outputs, logprob_increase
-from model_worker.analyze import analyze, final_projector
 from model_worker.capture import run_with_cache
 from model_worker.contracts import AnalysisResult
 from model_worker.errors import LabelError, PromptError
 from model_worker.loading import LoadedModel
+from model_worker.run import analyze as analyze_module
+from model_worker.run.analyze import analyze
+from model_worker.run.state import final_projector
 from tests.tiny_models import EXAMPLE_PROMPT
 
 

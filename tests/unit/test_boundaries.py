@@ -11,9 +11,9 @@ import grimp
 import pytest
 import torch
 
-from model_worker.analyze import analyze
 from model_worker.loading import load_model
 from model_worker.prompting import encode_prompt
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +54,8 @@ def test_results_draw_themselves_only_as_the_librarys_results() -> None:
     assert not hasattr(engine_result.head(engine_result.top_heads[0]), "_repr_html_")
     shown = AnalysisResult.of(engine_result)
     assert shown.heads is engine_result.heads
-    assert "<svg" in shown._repr_html_()
-    assert "<svg" in icl_heads.analyze(tiny_gpt2(), EXAMPLE_PROMPT, top_k_heads=1)._repr_html_()
+    assert 'data-figure="heatmap"' in shown._repr_html_()
+    assert 'data-figure="heatmap"' in icl_heads.analyze(tiny_gpt2(), EXAMPLE_PROMPT)._repr_html_()
     assert shown.model_dump_json() == engine_result.model_dump_json()
 
 

@@ -24,7 +24,7 @@ from icl_heads.client import (
     ServerUnavailable,
 )
 from icl_heads.results import AnalysisResult
-from model_worker.analyze import analyze
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -8,9 +8,7 @@ import pytest
 import torch
 
 from model_worker.analysis.baseline import random_heads
-from model_worker.analyze import analyze
 from model_worker.contracts import EXPERIMENT_NAMES, ExperimentRequest
-from model_worker.export_names import NAMES
 from model_worker.datasets import Dataset, Example, build_prompts
 from model_worker.errors import PromptError
 from model_worker.experiments import mrr
@@ -18,8 +16,10 @@ from model_worker.experiments.batching import make_batches, prepare, run_prompts
 from model_worker.experiments.bias import minority
 from model_worker.experiments.data import ExperimentInputError, arrange, orders
 from model_worker.experiments.job import run_experiment
-from model_worker.experiments.locate import Location, locate_heads, n_located
+from model_worker.experiments.locate import Location, locate_heads, location_note, n_located
+from model_worker.export_names import NAMES
 from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 
 SENTIMENT = ["love", "like", "hate", "good", "bad"]
@@ -117,9 +117,31 @@ def test_located_heads_are_deep_and_half_per_label() -> None:
     location = locate_heads(loaded, build_prompts(TINY, 8, seed=2), batch_size=4)
     assert len(location.heads) == n_located(3, 4) == 2
     assert all(layer >= 1 for layer, _ in location.heads)
-    located = [r for r in location.candidates if r["located"] == "yes"]
+    located = [r for r in location.candidates if r["located"] != "no"]
     assert sorted(r["label"] for r in located) == ["bar", "foo"]
     assert location.mean_increase.shape == (3, 4)
+
+
+def test_location_refuses_ties_it_cannot_break() -> None:
+    """A head is located outright only when its accuracy drop's interval lies above 0; a label
+    with no such candidate is reported refused and its heads marked 'by increase only'."""
+    location = locate_heads(tiny_gpt2(), build_prompts(TINY, 8, seed=2), batch_size=4)
+    for row in location.candidates:
+        low, high = float(row["accuracy_drop_low"] or 0), float(row["accuracy_drop_high"] or 0)
+        assert low <= float(row["accuracy_drop"] or 0) <= high
+        assert row["passes_drop_criterion"] == ("yes" if low > 0 else "no")
+        if row["located"] == "yes":
+            assert row["passes_drop_criterion"] == "yes"
+    for label in ("foo", "bar"):
+        rows = [r for r in location.candidates if r["label"] == label]
+        if label in location.refused:
+            assert all(r["passes_drop_criterion"] == "no" for r in rows)
+            assert {r["located"] for r in rows} <= {"by increase only", "no"}
+        else:
+            assert any(r["located"] == "yes" for r in rows)
+    assert "no head passes the drop criterion" in location_note(location).lower() or (
+        not location.refused
+    )
 
 
 def test_n_located_is_about_one_percent() -> None:

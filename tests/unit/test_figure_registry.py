@@ -9,10 +9,11 @@ import json
 from xml.etree import ElementTree
 
 import pytest
+from app.views.figure_kit.lines import Line, line_chart
+from model_worker.experiments.svg import bar_chart, heatmap, scatter
 
 from app.views.figure_kit.export import FORMATS, export, png_bytes, svg_file
 from app.views.figure_kit.figure import Figure
-from app.views.figure_kit.lines import Line, line_chart
 from app.views.figures.registry import (
     EXPERIMENT_FORMATS,
     FIGURES,
@@ -21,10 +22,9 @@ from app.views.figures.registry import (
     figure_entry,
     names,
 )
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisResult
-from model_worker.experiments.svg import bar_chart, heatmap, scatter
 from model_worker.export_text import FORMULA_START
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -8,11 +8,11 @@ import json
 from xml.etree import ElementTree
 
 import pytest
-
 from app.views.figure_kit.bars import Series, bar_chart
+from app.views.figure_kit.svg import visible
+
 from app.views.figure_kit.colors import diverging
 from app.views.figure_kit.export import export, json_file, png_bytes
-from app.views.figure_kit.svg import visible
 from app.views.figures.analysis import (
     attention_figure,
     diff_figure,
@@ -20,8 +20,8 @@ from app.views.figures.analysis import (
     layers_figure,
     margin_figure,
 )
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisResult
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 NS = "{http://www.w3.org/2000/svg}"

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-from model_worker import analyze as analyze_module
 from model_worker import jobs
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisResult
-from model_worker.head_unembeddings import HeadUnembeddings
 from model_worker.jobs import build_seen_heads, load_served_model
 from model_worker.loading import LoadedModel
+from model_worker.run import details as details_module
+from model_worker.run.analyze import analyze
+from model_worker.run.unembedding_cache import HeadUnembeddings
 from model_worker.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
@@ -83,7 +83,7 @@ def test_recurring_heads_project_through_their_unembeddings(
     new_head = next(h.name for h in first.heads if h.name not in first.head_details)
     mixed = analyze(tiny_model, SHORT_PROMPT, extra_heads=[new_head], **options)
     assert kept.nbytes == built  # the new head is seen once: projected directly
-    monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
+    monkeypatch.setattr(details_module, "factored_values", lambda **_: None)
     direct = analyze(tiny_model, SHORT_PROMPT, **options)
     for result in (first, second):
         agree(result, direct)
@@ -103,7 +103,7 @@ def test_a_long_prompt_builds_the_unembeddings_at_first_sight(
     kept = tiny_model.head_unembeddings = HeadUnembeddings()
     first = analyze(tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=4)
     assert all(kept.holds(head_key(name)) for name in first.head_details)
-    monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
+    monkeypatch.setattr(details_module, "factored_values", lambda **_: None)
     agree(first, analyze(tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=4))
 
 
@@ -178,7 +178,7 @@ def test_unembeddings_built_between_jobs_give_the_direct_numbers(
     assert all(kept.holds(head_key(name)) for name in heads if name)
     second = analyze(tiny_model, SHORT_PROMPT, **options)
     assert kept.nbytes == idle_built
-    monkeypatch.setattr(analyze_module, "factored_values", lambda **_: None)
+    monkeypatch.setattr(details_module, "factored_values", lambda **_: None)
     agree(second, analyze(tiny_model, SHORT_PROMPT, **options))
 
 

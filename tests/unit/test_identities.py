@@ -18,9 +18,9 @@ from model_worker.analysis.contributions import (
 from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.metrics import summarize_projections
 from model_worker.analysis.projection import FinalNorm, VocabProjector
-from model_worker.analyze import final_projector
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
+from model_worker.run.state import final_projector
 from tests.tiny_models import EXAMPLE_PROMPT
 
 ATOL = 1e-4

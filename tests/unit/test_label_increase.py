@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from model_worker.analysis import contributions
-from model_worker.analyze import analyze, final_projector
 from model_worker.capture import run_with_cache
 from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
+from model_worker.run.state import final_projector
 from tests.tiny_models import EXAMPLE_PROMPT
 
 ATOL = 1e-4

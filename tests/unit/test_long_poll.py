@@ -12,7 +12,6 @@ from app.job_news import JobNews
 from app.job_wait import drawable_state, next_state
 from app.queue.embedded import EmbeddedBackend
 from icl_heads.serving import embedded_backend
-from model_worker.analyze import analyze
 from model_worker.in_process import InProcessEngine
 from model_worker.queue.result_parts import (
     DETAILS_MESSAGE,
@@ -22,6 +21,7 @@ from model_worker.queue.result_parts import (
     head_part,
 )
 from model_worker.queue.states import JobState, JobStatus
+from model_worker.run.analyze import analyze
 from model_worker.settings import Settings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

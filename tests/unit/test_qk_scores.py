@@ -6,10 +6,12 @@ from __future__ import annotations
 import torch
 
 from model_worker.analysis.icl import detect_structure
-from model_worker.analyze import _Run, analyze, final_projector, offset_queries
 from model_worker.capture import run_with_cache
 from model_worker.loading import LoadedModel
 from model_worker.prompting import encode_prompt
+from model_worker.run.analyze import analyze
+from model_worker.run.queries import offset_queries
+from model_worker.run.state import PromptRun, final_projector
 from tests.tiny_models import EXAMPLE_PROMPT
 
 
@@ -59,7 +61,7 @@ def test_rotary_query_view_scores_each_label_key(tiny_model: LoadedModel) -> Non
         tiny_model.model, tiny_model.adapter, g, encoded.ids[None], record_qk=True
     )
     projector = final_projector(tiny_model, cache.resid_final[0, -1], "fixed")
-    run = _Run(tiny_model, cache, encoded, projector, 3, structure, 5)
+    run = PromptRun(tiny_model, cache, encoded, projector, 3, structure, 5)
     labels = run.label_positions
     for layer in range(g.n_layers):
         _, _, w_k = tiny_model.adapter.w_qk(tiny_model.model, layer, g)
@@ -83,7 +85,7 @@ def test_labels_carry_their_demonstration(tiny_model: LoadedModel) -> None:
 
 
 def test_rotary_query_views_cover_the_nearest_labels() -> None:
-    from model_worker.analyze import MAX_OFFSET_VIEWS
+    from model_worker.run.queries import MAX_OFFSET_VIEWS
     from tests.tiny_models import tiny_llama
 
     words = ["love", "like", "eight", "two", "hate", "one", "good", "three", "bad", "four"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from model_worker.analyze import analyze
 from model_worker.contracts import AnalysisResult, ExperimentResult
 from model_worker.loading import LoadedModel
 from model_worker.queue.result_parts import (
@@ -18,6 +17,7 @@ from model_worker.queue.result_parts import (
     size,
     summary,
 )
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 
 

@@ -11,9 +11,9 @@ import json
 import pytest
 
 import model_worker.queue.keys
-from model_worker.analyze import analyze
 from model_worker.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest, HeadDetail
 from model_worker.queue.keys import analysis_job_id
+from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 

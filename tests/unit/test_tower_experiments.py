@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_worker.analyze import analyze
 from model_worker.datasets import build_prompts
 from model_worker.experiments.batching import prepare, run_prompts
 from model_worker.experiments.flow import flows
@@ -17,6 +16,7 @@ from model_worker.experiments.layers import layer_table
 from model_worker.experiments.locate import locate_heads
 from model_worker.experiments.matching import matched
 from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
 from tests.tiny_models import tiny_gpt2
 from tests.unit.test_experiments import TINY, request
 
