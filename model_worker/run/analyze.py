@@ -1,0 +1,139 @@
+"""`analyze()`: locate-and-project on one prompt → an AnalysisResult (DESIGN.md, "Analysis
+definitions"), in the method's order: capture the prompt; project at its last position; every
+layer's and head's log-probability increase (the per-head stage: heatmap and top heads); then
+the top heads' per-position contributions and vocabulary views (the details)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from model_worker.analysis.heads import (
+    LabelSplit,
+    attention_sums,
+    head_increases,
+    head_writes,
+    label_split,
+)
+from model_worker.analysis.icl import demonstration_texts, detect_structure
+from model_worker.capture import run_with_cache
+from model_worker.contracts import AnalysisResult, NormMode, RankBy
+from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.loading import LoadedModel
+from model_worker.prompting import encode_prompt, parse_head_names, target_id
+from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
+from model_worker.run.details import head_details
+from model_worker.run.state import PromptRun, final_projector
+
+
+def analyze(
+    loaded: LoadedModel,
+    prompt: str,
+    *,
+    target: str | None = None,
+    labels: list[str] | None = None,
+    norm: NormMode = "fixed",
+    top_k_heads: int = 20,
+    top_k_tokens: int = 10,
+    extra_heads: list[str] | None = None,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    rank_by: RankBy = "increase",
+    on_heads: Callable[[AnalysisResult], None] | None = None,
+) -> AnalysisResult:
+    """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
+
+    `rank_by="label"` ranks the heads (and picks the detailed top K) by their label increase.
+    Two stages: the tokens, layer and per-head increases (what the heatmap and the top-heads
+    table need), then the details of the top and extra heads. `on_heads`, if given, receives
+    the first stage's result (`head_details` empty) before the details are computed.
+
+    Raises a UserInputError subclass with one clear line for bad input.
+    """
+    g = loaded.geometry
+    extra = parse_head_names(extra_heads or [], g.n_layers, g.n_heads)
+    encoded = encode_prompt(loaded, prompt, max_tokens)
+    structure = detect_structure(prompt, encoded.offsets, labels)
+    with loaded.lock:
+        ids = encoded.ids[None].to(loaded.device)
+        cache = run_with_cache(
+            loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True
+        )
+    logprobs = torch.log_softmax(cache.logits[0, -1], -1)  # the last position's
+    warnings: list[str] = []
+    if target is None:
+        target_token = int(logprobs.argmax())
+    else:
+        target_token, target_warnings = target_id(loaded, prompt, target)
+        warnings += target_warnings
+    warnings += [
+        f"label {span.word!r} at position {span.position} is several tokens; its first token "
+        "is its label position"
+        for span in structure.labels
+        if len(loaded.tokenizer(" " + span.word, add_special_tokens=False)["input_ids"]) > 1
+    ]
+    projector = final_projector(loaded, cache.resid_final[0, -1], norm)
+    run = PromptRun(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
+
+    # the per-head stage: I(head_{l,h} | resid_pre_l) of every head, ranked
+    c, last = cache, run.last
+    resid_pre = c.resid_pre[:, 0, last]
+    writes = head_writes(
+        z=c.z[:, 0, last] * c.attn_scale[:, 0, last],
+        v=c.v[:, 0],
+        pattern_row=c.pattern[:, 0, :, last],
+        attn_scale=c.attn_scale[:, 0, last],
+        w_o=[run.w_o(layer) for layer in range(g.n_layers)],
+        kv_index=run.kv_index(),
+        label_positions=run.label_positions,
+    )
+    increases = head_increases(
+        projector=projector,
+        resid_pre=resid_pre,
+        writes=writes,
+        target=target_token,
+        pre_logits=run.pre_logits,
+    )
+
+    def split_by_label() -> LabelSplit:
+        return label_split(
+            projector=projector,
+            resid_pre=resid_pre,
+            writes=writes,
+            whole=increases,
+            target=target_token,
+            pre_logits=run.pre_logits,
+        )
+
+    split = split_by_label() if rank_by == "label" else None  # else after the per-head stage
+    attn_true, attn_false = attention_sums(
+        pattern_row=c.pattern[:, 0, :, last],
+        true_positions=[p for p in run.label_positions if run.is_true(p)],
+        false_positions=[p for p in run.label_positions if not run.is_true(p)],
+    )
+    ranking = increases.increase if split is None else split.label
+    order = ranking.flatten().argsort(descending=True).tolist()
+    columns = {"increase": increases.increase, "attn_true": attn_true, "attn_false": attn_false}
+    summaries = head_summaries(g.n_heads, order, columns, split)
+    top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
+    heads_stage = heads_stage_result(
+        run,
+        prompt=prompt,
+        norm=norm,
+        rank_by=rank_by,
+        target=target_info(run, logprobs, given=target is not None),
+        demonstrations=demonstration_texts(prompt, structure),
+        summaries=summaries,
+        top=top,
+        warnings=warnings,
+    )
+    if on_heads is not None:
+        on_heads(heads_stage)
+
+    # the details of the top (and extra) heads
+    if split is None:
+        summaries = head_summaries(g.n_heads, order, columns, split_by_label())
+    details = head_details(run, list(dict.fromkeys(top + extra)), increases.increase)
+    return heads_stage.model_copy(
+        update={"heads": summaries, "head_details": {d.name: d for d in details}}
+    )

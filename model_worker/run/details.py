@@ -1,0 +1,95 @@
+"""The detailed heads' stage: per-position contributions and the Table 1 vocabulary views of
+the top (and extra) heads, computed in one batch, then assembled per head."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from model_worker.analysis.baseline import random_heads
+from model_worker.analysis.details import head_values, head_views
+from model_worker.analysis.head_unembedding import FactoredValues
+from model_worker.contracts import HeadDetail, head_name
+from model_worker.run.assembly import head_detail
+from model_worker.run.factored import factored_values
+from model_worker.run.queries import offset_queries, real_queries
+from model_worker.run.state import PromptRun
+
+
+def head_details(
+    run: PromptRun, heads: list[tuple[int, int]], increases: Tensor
+) -> list[HeadDetail]:
+    """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
+    if not heads:
+        return []
+    c, last, g = run.cache, run.last, run.loaded.geometry
+    labels, kv = run.label_positions, run.kv_index()
+    layers = sorted({layer for layer, _ in heads})
+    w_o = {layer: run.w_o(layer) for layer in layers}
+    adapter, model = run.loaded.adapter, run.loaded.model
+    w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
+    randoms = random_heads(heads, g.n_heads)
+    random_layers = list(randoms)
+    scale = c.attn_scale[:, 0, last]  # [L, 1]
+
+    def values_of(chosen: list[tuple[int, int]], v: Tensor) -> tuple[Tensor, FactoredValues | None]:
+        """The values of `chosen` heads from v [L, n, n_kv, d_head], and them factored."""
+        values = head_values(v=v, w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
+        factored = factored_values(
+            kept=run.loaded.head_unembeddings,
+            projector=run.projector,
+            geometry=g,
+            heads=chosen,
+            values=values,
+            v=v,
+            w_o=w_o,
+            attn_scale=scale,
+        )
+        return values, factored
+
+    values, factored = values_of(heads, c.v[:, 0])
+    baseline: Tensor | FactoredValues | None = None  # the random heads' values at the labels
+    if randoms:
+        plain, baseline = values_of(list(randoms.items()), c.v[:, 0][:, labels])
+        baseline = plain if baseline is None else baseline
+
+    offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
+    rotary = all(o is not None for o in offsets) and bool(labels)
+    layer_of = [layer for layer, _ in heads]
+    rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
+    views = head_views(
+        projector=run.projector,
+        values=values if factored is None else factored,
+        rows=rows,
+        bases=c.resid_pre[layer_of, 0, last],
+        base_logits=run.pre_logits[layer_of],
+        label_positions=labels,
+        label_ids=run.encoded.ids[labels],
+        target=run.target,
+        k=run.k,
+        margin_ids=run.margin_ids(),
+        random_values=baseline,
+        queries=real_queries(run, heads, w_k),
+        offsets=torch.stack([o for o in offsets if o is not None]) if rotary else None,
+        keys=c.normalized[layers, 0][:, labels],
+        prior=torch.stack([c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]),
+        resid_pre=c.resid_pre[layers, 0, last],
+    )
+    return [
+        head_detail(
+            run,
+            views,
+            i=i,
+            j=layers.index(layer),
+            layer=layer,
+            head=head,
+            increase=float(increases[layer, head]),
+            row=rows[i],
+            random_head=(
+                (head_name(layer, randoms[layer]), random_layers.index(layer))
+                if layer in randoms
+                else None
+            ),
+        )
+        for i, (layer, head) in enumerate(heads)
+    ]

@@ -1,0 +1,81 @@
+"""The factored unembedding of recurring heads: a head's values projected through its kept
+U_h = W_O^h · bs (DESIGN.md's `bs`), built where it pays for itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
+from model_worker.analysis.projection import VocabProjector
+from model_worker.architectures import HeadGeometry
+from model_worker.loading import LoadedModel
+from model_worker.run.state import final_projector
+from model_worker.run.unembedding_cache import HeadUnembeddings
+
+#: A recurring head's U_h is built where it pays for itself within this many more prompts: it
+#: costs d_head rows of the unembedding once and saves n (1 − d_head / D) a prompt (n: the
+#: head's vectors projected per prompt, all positions for a detailed head, the labels for a
+#: baseline head). Where building it and projecting through it already cost less than the n
+#: direct rows (d_head ≤ n (1 − d_head / D): long prompts), it is built at first sight.
+PAYBACK_PROMPTS = 4
+
+
+def factored_values(
+    *,
+    kept: HeadUnembeddings,
+    projector: VocabProjector,
+    geometry: HeadGeometry,
+    heads: list[tuple[int, int]],
+    values: Tensor,
+    v: Tensor,
+    w_o: dict[int, Tensor],
+    attn_scale: Tensor,
+) -> FactoredValues | None:
+    """The heads' values [K, n, D], those of heads detailed before projected through their
+    U_h from `kept` (fixed mode, and where d_head ≤ PAYBACK_PROMPTS · n; at first sight where
+    that is cheaper already); None: all as they are. v [L, n, n_kv, d_head] at the values'
+    positions, w_o per layer [H, d_head, D], attn_scale [L, 1] at the analysed position."""
+    n, d_head = v.shape[1], geometry.d_head
+    if projector.mode != "fixed" or d_head > PAYBACK_PROMPTS * n:
+        return None
+    at_first_sight = d_head <= n * (1 - d_head / geometry.d_model)
+    unembeddings = [
+        kept.recurring(
+            (layer, head),
+            partial(head_unembedding, projector, w_o[layer][head]),
+            at_first_sight=at_first_sight,
+        )
+        for layer, head in heads
+    ]
+    if all(u is None for u in unembeddings):
+        return None
+    z = torch.stack(
+        [v[layer][:, geometry.kv_head(head)] * attn_scale[layer] for layer, head in heads]
+    )  # [K, n, d_head]
+    return FactoredValues(values, z, unembeddings)
+
+
+def unembedding_builder(loaded: LoadedModel) -> Callable[[tuple[int, int]], Tensor] | None:
+    """Builds the U_h of a head (layer, head) of `loaded` from its weights alone, as
+    `factored_values` does in an analysis: for `HeadUnembeddings.build_seen` between jobs.
+    None where the weights span several devices (an analysis builds U_h on its capture's)."""
+    devices = {p.device for p in loaded.model.parameters()}
+    if len(devices) != 1:
+        return None
+    (device,) = devices
+    g = loaded.geometry
+    # U_h does not involve the frozen final scale: any final residual serves
+    projector = final_projector(loaded, torch.ones(g.d_model, device=device), "fixed")
+    w_o: dict[int, Tensor] = {}
+
+    def build(key: tuple[int, int]) -> Tensor:
+        layer, head = key
+        if layer not in w_o:
+            w_o[layer] = loaded.adapter.w_out(loaded.model, layer, g).to(device)
+        return head_unembedding(projector, w_o[layer][head])
+
+    return build

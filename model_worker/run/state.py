@@ -1,0 +1,93 @@
+"""One captured prompt at its analysed (last) position, and the final projector `bs(·)` there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from model_worker.analysis.icl import IclStructure
+from model_worker.analysis.metrics import VocabSummary
+from model_worker.analysis.projection import FinalNorm, VocabProjector
+from model_worker.capture import RunCache
+from model_worker.contracts import NormMode
+from model_worker.loading import LoadedModel
+from model_worker.prompting import Encoded
+
+
+def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:
+    """The VocabProjector of `loaded` at the analysed position's final residual `x_final` [D]."""
+    adapter, device = loaded.adapter, x_final.device
+    norm = adapter.final_norm(loaded.model)
+    w_u, b_u = loaded.unembedding()
+    return VocabProjector.at(
+        FinalNorm(
+            norm.kind,
+            norm.weight.to(device),
+            None if norm.bias is None else norm.bias.to(device),
+            norm.eps,
+        ),
+        w_u.to(device),
+        None if b_u is None else b_u.to(device),
+        mode,
+        x_final,
+        adapter.final_softcap,
+    )
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """One captured prompt at its analysed (last) position, with its target and labels."""
+
+    loaded: LoadedModel
+    cache: RunCache
+    encoded: Encoded
+    projector: VocabProjector
+    target: int
+    structure: IclStructure
+    k: int
+
+    @cached_property
+    def pre_logits(self) -> Tensor:
+        """bs(resid_pre_l) at the last position for every layer [L, V]: the base of the
+        attention layers, of every head and of every subheadvalue."""
+        return self.projector.logits(self.cache.resid_pre[:, 0, self.last])
+
+    @property
+    def last(self) -> int:
+        return len(self.encoded.texts) - 1
+
+    @property
+    def label_positions(self) -> list[int]:
+        return [span.position for span in self.structure.labels]
+
+    def is_true(self, position: int) -> bool:
+        return int(self.encoded.ids[position]) == self.target
+
+    def margin_ids(self) -> tuple[int, int] | None:
+        """(target-side label, other label) token ids when the prompt has exactly two labels."""
+        ids = list(dict.fromkeys(int(self.encoded.ids[p]) for p in self.label_positions))
+        if len(ids) != 2:
+            return None
+        return (ids[1], ids[0]) if ids[1] == self.target else (ids[0], ids[1])
+
+    def w_o(self, layer: int) -> Tensor:
+        """Each head's write into the residual per unit of z (W_O, post-norm γ folded in)."""
+        g = self.loaded.geometry
+        return self.loaded.adapter.w_out(self.loaded.model, layer, g).to(self.cache.z.device)
+
+    def kv_index(self) -> Tensor:
+        g = self.loaded.geometry
+        return torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
+
+    def tops(self, summary: VocabSummary, *index: int) -> list[dict[str, Any]]:
+        """The top tokens of one projected vector, as TopToken fields (~16,000 per analysis:
+        validated in one pass with their HeadDetail, much faster than one model each)."""
+        ids, values = summary.top_lists
+        for i in index:
+            ids, values = ids[i], values[i]
+        text = self.loaded.token_text
+        return [{"id": i, "token": text(i), "value": v} for i, v in zip(ids, values, strict=True)]
