@@ -378,3 +378,59 @@ def towers(
         n_terms=n_terms,
         n_slots=n_slots,
     )
+
+
+def detail_towers(
+    loaded: LoadedModel,
+    cache: RunCache,
+    layer: int,
+    head: int,
+    texts: Sequence[str],
+    labels: Sequence[tuple[int, bool]],
+) -> list[Towers]:
+    """The head panel's decompositions of head (layer, head) at the last position of a
+    single-prompt capture (`record_qk=True`): the label it attends to most (the most attended
+    position without labels), then, when `labels` [(position, is_true)] has both kinds, the
+    most attended true label versus the most attended false one."""
+    last = len(texts) - 1
+    row = cache.pattern[layer, 0, head, last]
+
+    def most(positions: Sequence[int]) -> int:
+        return max(positions, key=lambda p: float(row[p]))
+
+    attended = most([p for p, _ in labels] or range(last + 1))
+    true, false = [p for p, t in labels if t], [p for p, t in labels if not t]
+    pair = (most(true), most(false)) if true and false else None
+    keys = list(dict.fromkeys([attended, *(pair or ())]))
+    found = dict(zip(keys, decompose(loaded, cache, layer, head, last, keys), strict=True))
+    record = layer_record(cache, layer)
+    kv = loaded.geometry.kv_head(head)
+
+    def score(position: int) -> float:
+        return model_score(record, head, kv, last, position)
+
+    name = head_name(layer, head)
+    out = [
+        summary(
+            found[attended],
+            model=loaded.name,
+            head=name,
+            texts=texts,
+            model_score=score(attended),
+            softcap=record.softcap,
+        )
+    ]
+    if pair is not None:
+        p, q = pair
+        out.append(
+            summary(
+                found[p].minus(found[q]),
+                model=loaded.name,
+                head=name,
+                texts=texts,
+                model_score=score(p) - score(q),
+                softcap=record.softcap,
+                versus=q,
+            )
+        )
+    return out

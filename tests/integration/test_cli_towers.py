@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from icl_heads.cli import app
+from model_worker.capture import run_with_cache
 from model_worker.errors import UserInputError
-from model_worker.towers import towers
+from model_worker.towers import detail_towers, towers
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 runner = CliRunner()
@@ -100,3 +101,19 @@ def test_library_default_position_is_the_most_attended_label() -> None:
     assert len(result.terms) == result.n_terms
     with pytest.raises(UserInputError):
         towers(loaded, EXAMPLE_PROMPT, head="L2H2", position=100)
+
+
+def test_panel_decompositions_attended_then_true_versus_false() -> None:
+    loaded = tiny_llama()
+    ids = loaded.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    cache = run_with_cache(loaded.model, loaded.adapter, loaded.geometry, ids, record_qk=True)
+    texts = [loaded.token_text(int(i)) for i in ids[0]]
+    labels = [(2, False), (5, False), (8, True), (11, True)]
+    attended, versus = detail_towers(loaded, cache, 2, 1, texts, labels)
+    row = cache.pattern[2, 0, 1, -1]
+    assert attended.versus is None
+    assert attended.position == max((p for p, _ in labels), key=lambda p: float(row[p]))
+    assert versus.position in (8, 11) and versus.versus in (2, 5)
+    each = {p: towers(loaded, EXAMPLE_PROMPT, head="L2H1", position=p).score for p in range(12)}
+    assert versus.score == pytest.approx(each[versus.position] - each[versus.versus], abs=1e-4)
+    assert versus.model_score == pytest.approx(versus.score, abs=1e-4)
