@@ -1,34 +1,121 @@
-"""Slow clients (slow loris): a request's headers and its body must arrive in bounded time.
+"""Slow clients: a request's headers and body must arrive, and its response must be taken, in
+bounded time, and one client holds a bounded number of connections.
 
 uvicorn bounds only the idle time between two requests of a connection (keep-alive); a client
 that sends its headers or its body a byte at a time holds a connection (and, for a body, a
-request handler) for as long as it likes. This HTTP protocol (uvicorn's httptools one) closes a
-connection whose request headers are not complete within `header_timeout_s` of the request's
-first byte (or of the connection's opening), and answers 408 to a request whose body is not
-complete within `body_timeout_s` of its headers.
+request handler) for as long as it likes, and one that stops reading holds its whole response
+in the server's memory for ever (closing waits for the buffer to drain; 495 stalled downloads
+of a 4.8 MB result held +1.7 GB). This HTTP protocol (uvicorn's httptools one):
+- closes a connection whose request headers are not complete within `header_timeout_s` of the
+  request's first byte (or of the connection's opening), and answers 408 to a request whose
+  body is not complete within `body_timeout_s` of its headers (slow loris);
+- cuts off (aborts, dropping the buffered response) a connection whose reader takes less than
+  MIN_SEND_RATE bytes/s of a response for `send_timeout_s` while the transport's buffer is
+  full, and the oldest stalled ones as soon as all stalled responses together buffer more than
+  `stalled.max_bytes` (slow readers);
+- answers 429 (Retry-After, then closes) on a client's connection beyond
+  `client_connections.limit` open ones, the client being its IPv4 address or IPv6 /64; a
+  trusted proxy's connections (ICL_TRUSTED_PROXIES) are not counted: its clients are told
+  apart above this layer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 import uvicorn
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.security.client_slots import ClientSlots
+from app.security.clients import client_key
 from model_worker.settings import Settings
+
+#: Slowest reading a response may go on at while the server's buffer for it is full (bytes/s).
+MIN_SEND_RATE = 1024
+log = logging.getLogger("uvicorn.error")
+
+
+class StalledSends:
+    """The connections whose reader stopped taking their response (writing paused), oldest
+    first; together they buffer at most `max_bytes`, beyond which the oldest are cut off."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._paused: dict[DeadlineProtocol, None] = {}  # insertion order: oldest first
+
+    def held_bytes(self) -> int:
+        return sum(protocol.buffered() for protocol in self._paused)
+
+    def add(self, protocol: DeadlineProtocol) -> None:
+        self._paused[protocol] = None
+        total = self.held_bytes()
+        while total > self.max_bytes and self._paused:
+            oldest = next(iter(self._paused))
+            total -= oldest.buffered()
+            oldest.cut_off("stalled responses hold the server's memory for them")
+
+    def discard(self, protocol: DeadlineProtocol) -> None:
+        self._paused.pop(protocol, None)
+
+
+def is_trusted(peer: str, proxies: Iterable[str]) -> bool:
+    """Whether the peer address is one of ICL_TRUSTED_PROXIES (addresses, networks or `*`)."""
+    for proxy in proxies:
+        if proxy == "*":
+            return True
+        try:
+            if ipaddress.ip_address(peer) in ipaddress.ip_network(proxy, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def too_many_connections(limit: int) -> Any:
+    """The ASGI app a connection over the client's share runs: 429, Retry-After, close."""
+    detail = (
+        f"too many connections from this client (at most {limit} open at once, "
+        "ICL_CLIENT_CONNECTIONS); retry in 5 s"
+    )
+    body = json.dumps({"detail": detail}).encode()
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"5"),
+            (b"x-content-type-options", b"nosniff"),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return refuse
 
 
 class DeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with header and body deadlines (class attributes)."""
+    """uvicorn's httptools protocol with header, body and send deadlines, a connection share
+    per client and a bound on stalled responses (class attributes: `deadline_protocol`)."""
 
     header_timeout_s = 10.0
     body_timeout_s = 60.0
+    send_timeout_s = 20.0
+    client_connections = ClientSlots(32)
+    stalled = StalledSends(256 * 1024 * 1024)
+    trusted_proxies: tuple[str, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
+        self._buffered_then = 0
+        self._client_key: str | None = None
 
     def _arm(self, seconds: float, handler: Any) -> None:
         self._disarm()
@@ -41,11 +128,65 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        peer = self.client[0] if self.client else None
+        if peer is not None and not is_trusted(peer, self.trusted_proxies):
+            key = client_key(peer)
+            if self.client_connections.take(key):
+                self._client_key = key
+            else:  # its request (once its headers are in) is answered 429, then closed
+                self.app = too_many_connections(self.client_connections.limit)
         self._arm(self.header_timeout_s, self._headers_too_slow)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_send_watch()
+        if self._client_key is not None:
+            self.client_connections.give_back(self._client_key)
+            self._client_key = None
         super().connection_lost(exc)
+
+    # --- slow readers: the transport calls these when its buffer passes its high-water mark
+    # and when it has drained below its low-water mark.
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._buffered_then = self.buffered()
+        self._send_deadline = self.loop.call_later(self.send_timeout_s, self._check_reader)
+        self.stalled.add(self)
+
+    def resume_writing(self) -> None:
+        self._stop_send_watch()
+        super().resume_writing()
+
+    def buffered(self) -> int:
+        """Bytes of responses waiting in this connection's buffer."""
+        try:
+            return int(self.transport.get_write_buffer_size())
+        except (AttributeError, RuntimeError):
+            return 0
+
+    def _stop_send_watch(self) -> None:
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+        self.stalled.discard(self)
+
+    def _check_reader(self) -> None:
+        """`send_timeout_s` after the buffer filled (or the last check): cut the connection
+        off unless its reader took at least MIN_SEND_RATE bytes/s meanwhile."""
+        self._send_deadline = None
+        now = self.buffered()
+        if self._buffered_then - now >= MIN_SEND_RATE * self.send_timeout_s:
+            self._buffered_then = now
+            self._send_deadline = self.loop.call_later(self.send_timeout_s, self._check_reader)
+            return
+        self.cut_off(f"it took under {MIN_SEND_RATE} bytes/s for {self.send_timeout_s:g} s")
+
+    def cut_off(self, why: str) -> None:
+        """Abort the connection: its buffered response is dropped at once."""
+        self._stop_send_watch()
+        log.warning("cutting off a slow reader (%s): %s", self.client, why)
+        self.transport.abort()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -88,17 +229,25 @@ class DeadlineProtocol(HttpToolsProtocol):
 
 
 def deadline_protocol(settings: Settings) -> type[DeadlineProtocol]:
-    """The protocol class with the settings' deadlines."""
+    """The protocol class with the settings' deadlines and bounds (its own counters: one
+    class per server)."""
     return type(
         "SettingsDeadlineProtocol",
         (DeadlineProtocol,),
-        {"header_timeout_s": settings.header_timeout_s, "body_timeout_s": settings.body_timeout_s},
+        {
+            "header_timeout_s": settings.header_timeout_s,
+            "body_timeout_s": settings.body_timeout_s,
+            "send_timeout_s": settings.send_timeout_s,
+            "client_connections": ClientSlots(settings.client_connections),
+            "stalled": StalledSends(settings.stalled_send_bytes),
+            "trusted_proxies": tuple(settings.trusted_proxies),
+        },
     )
 
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
-    """uvicorn's configuration for `icl-heads serve`: the slow-client deadlines, host and port
-    (`options` add to or override them)."""
+    """uvicorn's configuration for `icl-heads serve`: the slow-client deadlines and bounds,
+    host and port (`options` add to or override them)."""
     defaults: dict[str, Any] = {"host": settings.host, "port": settings.port}
     defaults |= {"http": deadline_protocol(settings), "timeout_keep_alive": 5}
     return uvicorn.Config(app, **(defaults | options))
