@@ -4,9 +4,11 @@ aliases, so routes name what they need)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Query, Request, status
+from pydantic import AfterValidator
 
 from app.queue.interface import Backend
 from app.security.clients import client_of
@@ -41,6 +43,28 @@ _JOB_ID_DOC = "A job id: `a-` (analysis) or `e-` (experiment) and 32 hex digits.
 #: a template's URL or RQ (which raises on ids with other characters).
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description=_JOB_ID_DOC)]
 JobIdQuery = Annotated[str, Query(pattern=JOB_ID_PATTERN, description=_JOB_ID_DOC)]
+
+#: An analysis id inside a pasted permalink (`http://host/a/a-…?head=L3H1`) or on its own.
+_ANALYSIS_ID_IN = re.compile(r"(?:^|/)(a-[0-9a-f]{32})(?=$|[/?#&])")
+
+
+def analysis_id_of(value: str) -> str:
+    """The analysis id that `value` is or whose permalink it is; ValueError otherwise."""
+    found = _ANALYSIS_ID_IN.findall(value.strip()[:2000])
+    if len(set(found)) != 1:
+        raise ValueError(
+            f"{value.strip()[:80]!r} is not an analysis id (a- and 32 hex digits) or the "
+            "permalink of one (…/a/a-…)"
+        )
+    return str(found[0])
+
+
+#: An analysis in a query: its id or its permalink (422 with the reason for anything else).
+AnalysisRefQuery = Annotated[
+    str,
+    Query(max_length=2000, description="An analysis id (`a-…`) or its permalink."),
+    AfterValidator(analysis_id_of),
+]
 
 # --- lookups: the job, its finished analysis, a head; each raises the HTTP error that fits ---
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Request, Response, status
+from fastapi import APIRouter, Form, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from app.deps import (
+    AnalysisRefQuery,
     BackendDep,
     ClientDep,
     HeadQuery,
     JobId,
     JobIdQuery,
+    analysis_id_of,
     check_head,
     heads_stage,
 )
@@ -77,6 +80,24 @@ COMPARE_PRESETS = {
 }
 
 
+async def loading_text(backend: Backend) -> str | None:
+    """ "loading smollm2 (about 40 s)" while the served model loads (the embedded backend knows
+    how long it took last time); "loading M" for a worker's model still warming up; else None."""
+    eta_of = getattr(backend, "loading_eta_s", None)
+    eta = eta_of() if callable(eta_of) else None
+    if eta is not None:
+        return f"loading {backend.default_model} (about {max(1, math.ceil(eta))} s)"
+    waiting = [info.name for info in await backend.models() if not info.ready]
+    return f"loading {', '.join(waiting)}" if waiting else None
+
+
+@router.get("/loading", response_class=HTMLResponse)
+async def loading_note(request: Request, backend: BackendDep) -> HTMLResponse:
+    """The home page's loading note, polled every 2 s while a model loads."""
+    context = {"loading": await loading_text(backend)}
+    return render(request, "partials/_loading.html", context)
+
+
 async def _home(
     request: Request,
     backend: Backend,
@@ -85,6 +106,7 @@ async def _home(
     status_code: int = 200,
 ) -> HTMLResponse:
     context = {
+        "loading": await loading_text(backend),
         "models": await backend.models(),
         "default_model": backend.default_model,
         "presets": PRESETS,
@@ -184,17 +206,28 @@ async def compare_submit(
     return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
 
 
+#: What the compare form takes for A and B: an id or a pasted permalink (checked below).
+PastedRef = Annotated[str, Query(max_length=2000)]
+
+
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request,
-    backend: BackendDep,
-    a: JobIdQuery | None = None,
-    b: JobIdQuery | None = None,
-) -> HTMLResponse:
-    """Two analyses side by side with the difference heatmap (B − A)."""
-    context: dict[str, Any] = {"a": a or "", "b": b or "", "compare_presets": COMPARE_PRESETS}
-    if not (a and b):
+    request: Request, backend: BackendDep, a: PastedRef = "", b: PastedRef = ""
+) -> Response:
+    """Two analyses side by side with the difference heatmap (B − A). A and B may be ids or
+    permalinks (pasted): a permalink is redirected to the ids' URL; anything else comes back
+    in the form with the reason, as typed."""
+    context: dict[str, Any] = {"a": a, "b": b, "compare_presets": COMPARE_PRESETS}
+    if not (a.strip() and b.strip()):
         return render(request, "pages/compare.html", context)
+    try:
+        ids = (analysis_id_of(a), analysis_id_of(b))
+    except ValueError as exc:
+        context["form_error"] = str(exc)
+        return render(request, "pages/compare.html", context, 422)
+    if ids != (a, b):
+        canonical = url_path(request, "compare_page", {"a": ids[0], "b": ids[1]})
+        return RedirectResponse(canonical, status_code=status.HTTP_303_SEE_OTHER)
     context |= await compare_context(backend, a, b)
     twin = url_path(request, "compare_json", {"a": a, "b": b})
     return render(request, "pages/compare.html", context, alternate=twin)
@@ -234,8 +267,9 @@ async def compare_panel(
     response_model=Comparison,
     responses={409: {"description": "An analysis is unfinished or failed"}},
 )
-async def compare_json(backend: BackendDep, a: JobIdQuery, b: JobIdQuery) -> Comparison:
-    """JSON twin of the comparison: per-head increases of A and B and their difference."""
+async def compare_json(backend: BackendDep, a: AnalysisRefQuery, b: AnalysisRefQuery) -> Comparison:
+    """JSON twin of the comparison: per-head increases of A and B and their difference (A and B:
+    ids or permalinks)."""
     context = await compare_context(backend, a, b)
     comparison: Comparison | None = context.get("comparison")
     if comparison is None:

@@ -11,6 +11,7 @@ from typing import Any, Literal, Self
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, PrivateAttr
 
+from app.views.compare_checks import comparison_warnings
 from app.views.figure_kit.figure import Figure, Row
 from app.views.figures.analysis import (
     attention_figure,
@@ -35,6 +36,7 @@ from model_worker.contracts import (
     LabelMrr,
     LayerFlow,
     LayerIncrease,
+    ResultWarning,
     Target,
     TokenInfo,
 )
@@ -87,7 +89,7 @@ class TokensPanel(Panel):
     labels: list[LabelInfo]
     target: Target
     separator: str | None
-    warnings: list[str]
+    warnings: list[ResultWarning]
 
     @property
     def kinds(self) -> dict[int, str]:
@@ -291,6 +293,8 @@ class Comparison(BaseModel):
     a: str
     b: str
     heads: list[HeadDifference]
+    #: how A and B differ beyond their prompts (target, model, labels, norm, ranking)
+    warnings: list[str] = []
     _left: AnalysisView = PrivateAttr()
     _right: AnalysisView = PrivateAttr()
     _figure: Figure | None = PrivateAttr(default=None)
@@ -301,7 +305,12 @@ class Comparison(BaseModel):
         """Analyses `a` and `b` compared (B − A), each with its panels (cells not clickable)."""
         problem = comparable(result_a, result_b)
         figure = None if problem else diff_figure(result_a, result_b)
-        comparison = cls(a=a, b=b, heads=[] if figure is None else figure.rows)
+        comparison = cls(
+            a=a,
+            b=b,
+            heads=[] if figure is None else figure.rows,
+            warnings=comparison_warnings(result_a, result_b),
+        )
         comparison._left = AnalysisView.of(result_a, a, link=False)
         comparison._right = AnalysisView.of(result_b, b, link=False)
         comparison._figure, comparison._problem = figure, problem

@@ -513,6 +513,7 @@ def test_token_strings_are_escaped(client: TestClient) -> None:
         "/static/vendor/htmx-2.0.11.min.js",
         "/static/js/htmx-guard.js",
         "/static/js/heatmap.js",
+        "/static/js/recent.js",
     ]
     assert page.select("[onerror]") == []
     prompt = page.select_one("[data-prompt]")
