@@ -47,7 +47,8 @@ class InProcessEngine:
         if self._tokenizer is None:
             self._tokenizer = copy.deepcopy(loaded.tokenizer)
         n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
-        parse_head_names(request.extra_heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
+        for heads in (request.extra_heads, request.towers):
+            parse_head_names(heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
         check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
         check_analysis(n_tokens, request, self._settings.max_analysis_cost)
 

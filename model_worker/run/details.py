@@ -14,6 +14,7 @@ from model_worker.run.assembly import head_detail
 from model_worker.run.factored import factored_values
 from model_worker.run.queries import offset_queries, real_queries
 from model_worker.run.state import PromptRun
+from model_worker.towers import detail_towers
 
 
 def head_details(
@@ -93,3 +94,13 @@ def head_details(
         )
         for i, (layer, head) in enumerate(heads)
     ]
+
+
+def with_towers(run: PromptRun, detail: HeadDetail) -> HeadDetail:
+    """`detail` with its score decomposed into the two towers (docs/towers.md): at the label
+    it attends to most, and the top true label versus the top false one."""
+    labels = [(p, run.is_true(p)) for p in run.label_positions]
+    found = detail_towers(
+        run.loaded, run.cache, detail.layer, detail.head, run.encoded.texts, labels
+    )
+    return detail.model_copy(update={"towers": found})
