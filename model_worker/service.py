@@ -63,6 +63,10 @@ class ModelWorker:
         self.loaded = loaded
         self.settings = settings
         self.connection = connection
+        #: where results go: the cache (ICL_CACHE_REDIS_URL) or the queue's Redis
+        self.results = (
+            redis_for_worker(settings.cache_redis_url) if settings.cache_redis_url else connection
+        )
         self.name = name or f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
         self.queue = rq_queue(queue_name(loaded.name), connection)
         self.beat = WorkerBeat(
@@ -94,7 +98,7 @@ class ModelWorker:
         write_beat(self.connection, beat, self.settings.worker_heartbeat_s)
         self._publish_tokenizer()
         live = {other.name for other in live_beats(self.connection)}
-        reap_abandoned(self.queue, live)
+        reap_abandoned(self.queue, live, results=self.results)
 
     def _publish_tokenizer(self) -> None:
         """Share the tokenizer (once per fingerprint, again after Redis lost it), so the web
@@ -114,7 +118,7 @@ class ModelWorker:
 
     def run(self, burst: bool = False) -> None:
         """Serve jobs until SIGTERM/SIGINT (or, with `burst`, until the queue is empty)."""
-        serve_model(self.loaded, self.settings)
+        serve_model(self.loaded, self.settings, self.results)
         self.heartbeat()
         beating = threading.Thread(target=self._beat_forever, name="icl-heartbeat", daemon=True)
         beating.start()
@@ -174,7 +178,7 @@ class ModelWorker:
         enqueued again if Redis lost it: never lost silently."""
         if job is None:
             return
-        if self.connection.exists(result_key(job.id)):
+        if self.results.exists(result_key(job.id)):
             _drop(job.id, self.connection)
             log.info("job %s finished while Redis was away; its result is stored", job.id)
             return
@@ -192,7 +196,7 @@ class ModelWorker:
         elif status == JobStatus.STARTED:
             live = {beat.name for beat in live_beats(self.connection)} - {self.name}
             for _ in range(40):  # another reaper may hold the lock for a moment
-                if job.id in reap_abandoned(self.queue, live, why=LOST_REDIS):
+                if job.id in reap_abandoned(self.queue, live, LOST_REDIS, self.results):
                     log.warning("job %s handed back after losing Redis", job.id)
                     return
                 time.sleep(0.25)

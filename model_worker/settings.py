@@ -41,6 +41,12 @@ class Settings(BaseSettings):
         True, description="Analyse a built-in prompt twice at start-up (first request at speed)."
     )
     redis_url: str | None = Field(None, description="Redis URL; unset = embedded single process.")
+    cache_redis_url: str | None = Field(
+        None,
+        description="Redis URL for finished results on their way to the web tier: a cache "
+        "apart from the queue (maxmemory + allkeys-lru, so a full cache evicts instead of "
+        "refusing writes); unset = the queue's Redis.",
+    )
     result_ttl_s: int = Field(
         3600,
         ge=1,

@@ -112,6 +112,10 @@ class RedisBackend(PartsReader):
         }
         self._redis = Redis.from_url(self._url, **options)
         self._aredis = AsyncRedis.from_url(self._url, **options)
+        # finished results on their way from the workers: the cache, else the queue's Redis
+        cache = settings.cache_redis_url
+        self._results = Redis.from_url(cache, **options) if cache else self._redis
+        self._aresults = AsyncRedis.from_url(cache, **options) if cache else self._aredis
         self._watch = JobWatch(self._aredis)  # long polls: one mark read per tick
         self._store = store or open_store(settings)
         self._persisted: set[str] = set()  # jobs whose end this process put in the store
@@ -356,7 +360,7 @@ class RedisBackend(PartsReader):
         """The per-head stage the worker published (model_worker.jobs.heads_publisher), if its
         signature holds (a forged or stale one is ignored, with a log line)."""
         try:
-            stored = await self._aredis.get(heads_stage_key(job_id))
+            stored = await self._aresults.get(heads_stage_key(job_id))
         except RedisError as exc:
             raise self._unreachable(exc) from exc
         if stored is None:
@@ -398,7 +402,7 @@ class RedisBackend(PartsReader):
         if job_id in self._persisted:
             return True
         try:
-            raw = self._redis.hgetall(result_key(job_id))
+            raw = self._results.hgetall(result_key(job_id))
         except ResponseError:  # not a hash: not written by a worker of this version
             raw = {b"": b""}
         if not raw:
@@ -409,17 +413,17 @@ class RedisBackend(PartsReader):
         if parts is None:
             why = "no such accepted job" if digest is None else "unsigned or altered"
             log.warning("discarded the result of job %s found in Redis (%s)", job_id, why)
-            self._redis.delete(result_key(job_id))
+            self._results.delete(result_key(job_id))
             return False
         self._save(job_id, parts)
-        self._redis.expire(result_key(job_id), min(ADOPTED_TTL_S, self._settings.result_ttl_s))
+        self._results.expire(result_key(job_id), min(ADOPTED_TTL_S, self._settings.result_ttl_s))
         return True
 
     def _finished(self, job_id: str) -> bool:
         """The job's result is in the store (adopted from Redis if a worker just left it)."""
         if job_id in self._persisted or self._store.has_result(job_id):
             return True
-        return bool(self._redis.exists(result_key(job_id))) and self._adopt(job_id)
+        return bool(self._results.exists(result_key(job_id))) and self._adopt(job_id)
 
     def _status(self, job_id: str) -> JobState | None:
         """The job's state, never its result. QUEUED while a submit holds the claim between
@@ -562,7 +566,7 @@ class RedisBackend(PartsReader):
         beats = self._beats()
         queue = rq_queue(job.origin, self._redis)
         if status == RqStatus.STARTED:
-            reap_abandoned(queue, {beat.name for beat in beats})
+            reap_abandoned(queue, {beat.name for beat in beats}, results=self._results)
             status = job.get_status(refresh=True)
             job.refresh()
         if status in QUEUED and not any(beat.queue == job.origin for beat in beats):
@@ -621,6 +625,9 @@ class RedisBackend(PartsReader):
         await self._watch.close()
         await self._aredis.aclose()
         self._redis.close()
+        if self._results is not self._redis:
+            await self._aresults.aclose()
+            self._results.close()
         self._store.close()
 
 

@@ -29,12 +29,16 @@ def fetch_job(job_id: str, connection: Redis) -> Job:
 
 
 def reap_abandoned(
-    queue: Queue, live_workers: set[str], why: str = "stopped (killed or crashed)"
+    queue: Queue,
+    live_workers: set[str],
+    why: str = "stopped (killed or crashed)",
+    results: Redis | None = None,
 ) -> list[str]:
     """Hand back the started jobs of `queue` whose worker has no live heartbeat; their ids.
 
     RQ's own cleanup then re-enqueues a job that has a retry left, or fails it (saying the worker
-    `why`). A job whose result is already stored is done: it is dropped, never run again.
+    `why`). A job whose result is already stored (in `results`, else the queue's Redis) is
+    done: it is dropped, never run again.
     """
     connection = queue.connection
     if not connection.set(reap_lock_key(queue.name), 1, nx=True, ex=2):
@@ -51,7 +55,7 @@ def reap_abandoned(
                 continue
             if job.get_status() != JobStatus.STARTED or job.worker_name in live_workers:
                 continue
-            if connection.exists(result_key(job_id)):  # finished before its worker went
+            if (results or connection).exists(result_key(job_id)):  # finished before it went
                 job.delete()
                 continue
             if not job.retries_left:

@@ -39,7 +39,7 @@ def test_schema_check_catches_a_mistake() -> None:
 
 def test_compose_has_redis_web_and_a_gpu_worker_with_health_checks() -> None:
     services = COMPOSE["services"]
-    assert set(services) == {"redis", "web", "worker"}
+    assert set(services) == {"redis", "cache", "web", "worker"}
     assert all("healthcheck" in service for service in services.values())
     devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
@@ -47,8 +47,30 @@ def test_compose_has_redis_web_and_a_gpu_worker_with_health_checks() -> None:
     assert "model-cache" in COMPOSE["volumes"]
     for name in ("web", "worker"):
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert services[name]["depends_on"]["cache"]["condition"] == "service_healthy"
         url = services[name]["environment"]["ICL_REDIS_URL"]
         assert url == "redis://:${ICL_REDIS_PASSWORD:?set ICL_REDIS_PASSWORD}@redis:6379/0"
+        cache = services[name]["environment"]["ICL_CACHE_REDIS_URL"]
+        assert cache == "redis://:${ICL_REDIS_PASSWORD:?set ICL_REDIS_PASSWORD}@cache:6379/0"
+        assert services[name]["environment"]["ICL_RESULT_KEYS"].startswith("${ICL_RESULT_KEYS:?")
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_a_full_redis_cannot_wedge_the_service() -> None:
+    """Issue 24.6: the queue never evicts (no job is lost), and it holds no results; the
+    results' Redis is bounded and evicts the least recently used key when full instead of
+    refusing writes (an evicted result is computed again)."""
+    queue = COMPOSE["services"]["redis"]["command"]
+    cache = COMPOSE["services"]["cache"]["command"]
+    assert option(queue, "--maxmemory-policy") == "noeviction"
+    assert option(cache, "--maxmemory-policy") == "allkeys-lru"
+    assert option(cache, "--maxmemory").startswith("${ICL_CACHE_MAXMEMORY:-")
+    assert option(cache, "--appendonly") == "no" and option(cache, "--save") == ""
+    assert "ports" not in COMPOSE["services"]["cache"]
+    assert "requirepass $$ICL_REDIS_PASSWORD" in cache[2]
 
 
 def test_redis_needs_a_password_and_publishes_no_port() -> None:
