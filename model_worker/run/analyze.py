@@ -16,12 +16,13 @@ from model_worker.analysis.heads import (
     head_writes,
     label_split,
 )
-from model_worker.analysis.icl import demonstration_texts, detect_structure
+from model_worker.analysis.icl import demonstration_texts, detect_structure, label_words
 from model_worker.capture import run_with_cache
-from model_worker.contracts import AnalysisResult, NormMode, RankBy
+from model_worker.checks import analysis_warnings
+from model_worker.contracts import AnalysisResult, NormMode, RankBy, ResultWarning
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.loading import LoadedModel
-from model_worker.prompting import encode_prompt, parse_head_names, target_id
+from model_worker.prompting import encode_prompt, parse_head_names, read_labels, target_id
 from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
 from model_worker.run.details import head_details
 from model_worker.run.state import PromptRun, final_projector
@@ -52,26 +53,22 @@ def analyze(
     """
     g = loaded.geometry
     extra = parse_head_names(extra_heads or [], g.n_layers, g.n_heads)
-    encoded = encode_prompt(loaded, prompt, max_tokens)
-    structure = detect_structure(prompt, encoded.offsets, labels)
+    # labels whose first tokens coincide are read where they differ (the shared prefix appended)
+    _, words = label_words(prompt, labels)
+    reading = read_labels(loaded, prompt, [word for word, _ in words])
+    encoded = encode_prompt(loaded, reading.analysed, max_tokens)
+    structure = detect_structure(prompt, encoded.offsets, labels, skip=reading.skip)
     with loaded.lock:
         ids = encoded.ids[None].to(loaded.device)
         cache = run_with_cache(
             loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True
         )
     logprobs = torch.log_softmax(cache.logits[0, -1], -1)  # the last position's
-    warnings: list[str] = []
+    warnings: list[ResultWarning] = []
     if target is None:
         target_token = int(logprobs.argmax())
     else:
-        target_token, target_warnings = target_id(loaded, prompt, target)
-        warnings += target_warnings
-    warnings += [
-        f"label {span.word!r} at position {span.position} is several tokens; its first token "
-        "is its label position"
-        for span in structure.labels
-        if len(loaded.tokenizer(" " + span.word, add_special_tokens=False)["input_ids"]) > 1
-    ]
+        target_token, warnings = target_id(loaded, prompt, target, reading)
     projector = final_projector(loaded, cache.resid_final[0, -1], norm)
     run = PromptRun(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
 
@@ -126,7 +123,10 @@ def analyze(
         summaries=summaries,
         top=top,
         warnings=warnings,
+        notes=reading.notes,
     )
+    checked = [*analysis_warnings(heads_stage), *heads_stage.warnings]
+    heads_stage = heads_stage.model_copy(update={"warnings": checked})
     if on_heads is not None:
         on_heads(heads_stage)
 

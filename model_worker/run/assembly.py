@@ -23,6 +23,7 @@ from model_worker.contracts import (
     LayerIncrease,
     NormMode,
     RankBy,
+    ResultWarning,
     Target,
     TokenInfo,
     head_name,
@@ -124,10 +125,11 @@ def heads_stage_result(
     demonstrations: list[str],
     summaries: list[HeadSummary],
     top: list[tuple[int, int]],
-    warnings: list[str],
+    warnings: list[ResultWarning],
+    notes: list[str] | None = None,
 ) -> AnalysisResult:
     """The per-head stage's result: tokens, target, labels, layer chart, flow and every head's
-    summary; `head_details` empty."""
+    summary; `head_details` empty; `notes`: how the prompt was read."""
     loaded, encoded, g = run.loaded, run.encoded, run.loaded.geometry
     margin = run.margin_ids()
     return AnalysisResult(
@@ -160,6 +162,7 @@ def heads_stage_result(
         top_heads=[head_name(layer, head) for layer, head in top],
         head_details={},
         warnings=warnings,
+        notes=notes or [],
     )
 
 
