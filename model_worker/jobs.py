@@ -122,6 +122,7 @@ def run_analysis(
         top_k_heads=request.top_k_heads,
         top_k_tokens=request.top_k_tokens,
         extra_heads=request.extra_heads,
+        towers=request.towers,
         max_tokens=settings.max_prompt_tokens,
         rank_by=request.rank_by,
         on_heads=heads_stage,

@@ -31,16 +31,23 @@ from model_worker.contracts import AnalysisCore, AnalysisRequest, AnalysisSummar
 from model_worker.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["panels"])
+#: ask for the head's score decomposed into the two towers (docs/towers.md)
+TowersQuery = Annotated[
+    bool, Query(description="Decompose the head's QK score into its components (two towers).")
+]
 
 
 def extra_head_request(
-    result: AnalysisSummary, name: str, model: str | None, top_k_tokens: int
+    result: AnalysisSummary, name: str, model: str | None, top_k_tokens: int, towers: bool = False
 ) -> AnalysisRequest:
-    """The request that reproduces `result` (same prompt and options) with `name` detailed:
-    the stored request when the result has one, else one rebuilt from the result (with
-    `top_k_tokens`, what its details show)."""
+    """The request that reproduces `result` (same prompt and options) with `name` detailed
+    (and, with `towers`, its score decomposed): the stored request when the result has one,
+    else one rebuilt from the result (with `top_k_tokens`, what its details show)."""
+    decomposed = [name] if towers else []
     if result.request is not None:
-        return result.request.model_copy(update={"model": model, "extra_heads": [name]})
+        return result.request.model_copy(
+            update={"model": model, "extra_heads": [name], "towers": decomposed}
+        )
     words = sorted({label.word for label in result.labels})
     return AnalysisRequest(
         prompt=result.prompt,
@@ -51,6 +58,7 @@ def extra_head_request(
         top_k_heads=max(1, len(result.top_heads)),
         top_k_tokens=top_k_tokens,
         extra_heads=[name],
+        towers=decomposed,
         rank_by=result.rank_by,
     )
 
@@ -82,13 +90,14 @@ class HeadComputing:
 
 
 async def find_head(
-    backend: Backend, job_id: str, name: str, job: str | None, client: str
+    backend: Backend, job_id: str, name: str, job: str | None, client: str, towers: bool = False
 ) -> HeadFound | HeadComputing:
     """Where head `name` of analysis `job_id` stands.
 
-    A head outside the stored details is computed by a second analysis with
-    `extra_heads=[name]`; `job` is that analysis' id once submitted. While the analysis
-    itself is still computing its head details, it is the job to wait for.
+    A head outside the stored details (or, with `towers`, stored without its score
+    decomposition) is computed by a second analysis with `extra_heads=[name]` (and
+    `towers=[name]`); `job` is that analysis' id once submitted. While the analysis itself is
+    still computing its head details, it is the job to wait for.
     """
     state = await job_state(backend, job_id)
     partial = await heads_stage(backend, state)
@@ -98,7 +107,9 @@ async def find_head(
     result = await done_summary(backend, job_id)
     check_head(result, name)
     if name in result.detail_mrr:
-        return HeadFound(result, job_id, await stored_detail(backend, job_id, name))
+        stored = await stored_detail(backend, job_id, name)
+        if stored.towers or not towers:
+            return HeadFound(result, job_id, stored)
     if job is None or job == job_id:
         served = {info.name for info in await backend.models()}
         model = result.model if result.model in served else None
@@ -107,7 +118,7 @@ async def find_head(
             top_k_tokens = len(
                 (await stored_detail(backend, job_id, next(iter(result.detail_mrr)))).query
             )
-        request = extra_head_request(result, name, model, top_k_tokens)
+        request = extra_head_request(result, name, model, top_k_tokens, towers)
         extra = await backend.submit(request, client)
     else:
         extra = await job_state(backend, job)
@@ -193,10 +204,10 @@ for _slug, _model in ANALYSIS_PANELS.items():
 
 
 async def head_view(
-    backend: Backend, job_id: str, name: str, job: str | None, client: str
+    backend: Backend, job_id: str, name: str, job: str | None, client: str, towers: bool = False
 ) -> HeadPanel | HeadPending:
     """Head `name` of analysis `job_id`: its panel, or the job computing it (see `find_head`)."""
-    found = await find_head(backend, job_id, name, job, client)
+    found = await find_head(backend, job_id, name, job, client, towers)
     if isinstance(found, HeadComputing):
         return HeadPending.of(found.computing, job_id, name)
     return HeadPanel.of(found.result, found.detail, job_id, found.source)
@@ -210,14 +221,19 @@ async def head_panel(
     backend: BackendDep,
     client: ClientDep,
     job: JobIdQuery | None = None,
+    towers: TowersQuery = False,
 ) -> Response:
-    """A head's panel; polls while a head outside the stored details is being computed."""
-    panel = await head_view(backend, job_id, name, job, client)
-    query = {"job": panel.job} if panel.job != job_id else None
-    twin = url_path(request, "head_json", query, job_id=job_id, name=name)
+    """A head's panel; polls while a head outside the stored details (or its score
+    decomposition, with `towers`) is being computed."""
+    panel = await head_view(backend, job_id, name, job, client, towers)
+    query: dict[str, str] = {"job": panel.job} if panel.job != job_id else {}
+    if towers:
+        query["towers"] = "true"
+    twin = url_path(request, "head_json", query or None, job_id=job_id, name=name)
     pending = isinstance(panel, HeadPending)
     template = "partials/_head_pending.html" if pending else "partials/_head.html"
-    return render(request, template, {"panel": panel}, alternate=twin)
+    context = {"panel": panel, "towers": towers}
+    return render(request, template, context, alternate=twin)
 
 
 @router.get(
@@ -232,9 +248,11 @@ async def head_json(
     client: ClientDep,
     response: Response,
     job: JobIdQuery | None = None,
+    towers: TowersQuery = False,
 ) -> HeadPanel | HeadPending:
-    """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`)."""
-    panel = await head_view(backend, job_id, name, job, client)
+    """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`).
+    With `towers`, the detail carries its score decomposition (`detail.towers`)."""
+    panel = await head_view(backend, job_id, name, job, client, towers)
     if isinstance(panel, HeadPending):
         response.status_code = status.HTTP_202_ACCEPTED
     return panel

@@ -24,7 +24,7 @@ from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.loading import LoadedModel
 from model_worker.prompting import encode_prompt, parse_head_names, read_labels, target_id
 from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
-from model_worker.run.details import head_details
+from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
 
 
@@ -38,6 +38,7 @@ def analyze(
     top_k_heads: int = 20,
     top_k_tokens: int = 10,
     extra_heads: list[str] | None = None,
+    towers: list[str] | None = None,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
     rank_by: RankBy = "increase",
     on_heads: Callable[[AnalysisResult], None] | None = None,
@@ -48,11 +49,13 @@ def analyze(
     Two stages: the tokens, layer and per-head increases (what the heatmap and the top-heads
     table need), then the details of the top and extra heads. `on_heads`, if given, receives
     the first stage's result (`head_details` empty) before the details are computed.
+    `towers`: heads (detailed too) whose score is decomposed into the two towers (docs/towers.md).
 
     Raises a UserInputError subclass with one clear line for bad input.
     """
     g = loaded.geometry
     extra = parse_head_names(extra_heads or [], g.n_layers, g.n_heads)
+    decomposed = parse_head_names(towers or [], g.n_layers, g.n_heads)
     # labels whose first tokens coincide are read where they differ (the shared prefix appended)
     _, words = label_words(prompt, labels)
     reading = read_labels(loaded, prompt, [word for word, _ in words])
@@ -133,7 +136,8 @@ def analyze(
     # the details of the top (and extra) heads
     if split is None:
         summaries = head_summaries(g.n_heads, order, columns, split_by_label())
-    details = head_details(run, list(dict.fromkeys(top + extra)), increases.increase)
+    details = head_details(run, list(dict.fromkeys(top + extra + decomposed)), increases.increase)
+    details = [with_towers(run, d) if (d.layer, d.head) in decomposed else d for d in details]
     return heads_stage.model_copy(
         update={"heads": summaries, "head_details": {d.name: d for d in details}}
     )
