@@ -34,6 +34,7 @@ from model_worker.prompting import token_limit
 from model_worker.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
 from model_worker.queue.keys import queue_name, result_key, tokenizer_key
 from model_worker.queue.reaper import fetch_job, reap_abandoned, rq_queue
+from model_worker.queue.signing import result_signer
 from model_worker.rq_worker import RqWorker, no_retry_after_exception
 from model_worker.settings import Settings
 
@@ -118,6 +119,11 @@ class ModelWorker:
 
     def run(self, burst: bool = False) -> None:
         """Serve jobs until SIGTERM/SIGINT (or, with `burst`, until the queue is empty)."""
+        if not result_signer(self.settings).configured:  # (short keys raise here, at start)
+            log.warning(
+                "ICL_RESULT_KEYS is not set: results are signed with the development key, and "
+                "anyone able to write to Redis can forge them (docs/deployment.md)"
+            )
         serve_model(self.loaded, self.settings, self.results)
         self.heartbeat()
         beating = threading.Thread(target=self._beat_forever, name="icl-heartbeat", daemon=True)

@@ -55,7 +55,7 @@ def bind_refusal(host: str, settings: Settings, insecure: bool = False) -> str |
         assert settings.auth_token is not None
         weakness = token_weakness(settings.auth_token.get_secret_value())
         if weakness is None:
-            return None
+            return unsigned_results_refusal(host, settings)
         return (
             f"refusing to listen on {host!r} with a weak ICL_AUTH_TOKEN: {weakness}. Use a "
             f"random token of at least {MIN_TOKEN_LENGTH} characters, e.g. the output of "
@@ -67,6 +67,20 @@ def bind_refusal(host: str, settings: Settings, insecure: bool = False) -> str |
         f"refusing to listen on {host!r} without an access token: anyone who can reach this "
         f"machine could use it. Set ICL_AUTH_TOKEN (e.g. to the output of {GENERATE}), bind to "
         "127.0.0.1, or pass --insecure if the network is trusted."
+    )
+
+
+def unsigned_results_refusal(host: str, settings: Settings) -> str | None:
+    """Why a public server in Redis mode is refused without ICL_RESULT_KEYS (anyone able to
+    write to Redis could then plant results: model_worker.queue.signing), or None."""
+    if not settings.redis_url or (
+        settings.result_keys and settings.result_keys.get_secret_value().strip()
+    ):
+        return None
+    return (
+        f"refusing to listen on {host!r} in Redis mode without ICL_RESULT_KEYS: results from "
+        "Redis could not be told from forged ones. Set ICL_RESULT_KEYS to the same secret for "
+        f"the web tier and the workers (e.g. the output of {GENERATE})."
     )
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from app.main import create_app
 from app.queue.redis_backend import RedisBackend
 from model_worker.contracts import AnalysisRequest
 from model_worker.jobs import store_parts
@@ -28,8 +31,16 @@ from model_worker.queue.result_parts import CORE, result_parts
 from model_worker.queue.signing import ResultSigner, request_digest, result_signer
 from model_worker.queue.states import JobStatus
 from model_worker.run.analyze import analyze
+from tests.integration.burst_worker import burst_worker
 from tests.integration.conftest import MODEL
-from tests.integration.redis_support import CLAIM, signed_as_worker
+from tests.integration.redis_support import (
+    CLAIM,
+    private_db,
+    save_tiny_model,
+    signed_as_worker,
+    web_settings,
+)
+from tests.tiny_models import tiny_llama
 
 pytestmark = pytest.mark.redis
 
@@ -207,3 +218,34 @@ def test_settings_accept_rotating_keys() -> None:
     from model_worker.settings import Settings
 
     assert Settings(result_keys=SecretStr("a" * 16 + "," + "b" * 16)).result_keys is not None
+
+
+@pytest.mark.slow
+def test_with_a_real_worker_only_its_signed_result_is_served_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Web tier and worker share ICL_RESULT_KEYS; an attacker with Redis access (not the key)
+    plants results for the job before and after the worker computes it."""
+    monkeypatch.setenv("ICL_RESULT_KEYS", "a-real-secret-shared-by-web-and-workers")
+    model = save_tiny_model(tmp_path / "tiny-llama")
+    forged = forged_parts(tiny_llama())
+    request = {"prompt": REQUEST.prompt, "target": "foo"}
+    with private_db() as url, burst_worker(model, url) as worker:
+        with TestClient(create_app(web_settings(model, url))) as client:
+            job_id = client.post("/api/analyses", json=request).json()["id"]
+            worker.connection.hset(result_key(job_id), mapping=forged)  # type: ignore[arg-type]
+            assert client.get(f"/api/analyses/{job_id}").json()["status"] == "queued"
+            worker.connection.hset(result_key(job_id), mapping=forged)  # type: ignore[arg-type]
+            worker.drain()  # the worker does not take the planted result for its own
+            body = client.get(f"/api/analyses/{job_id}").json()
+            assert body["status"] == "done" and body["result"]["target"]["token"] == "foo"
+            genuine = client.get(f"/api/analyses/{job_id}").content
+
+            worker.connection.delete(result_key(job_id))  # rewrite Redis's copy, then flush
+            worker.connection.hset(result_key(job_id), mapping=forged)  # type: ignore[arg-type]
+        with TestClient(create_app(web_settings(model, url))) as fresh:  # no in-process copy
+            assert fresh.get(f"/api/analyses/{job_id}").content == genuine
+            for key in worker.connection.scan_iter():
+                if key != CLAIM.encode():
+                    worker.connection.delete(key)  # FLUSHALL, but for the test's claim
+            assert fresh.get(f"/api/analyses/{job_id}").content == genuine

@@ -79,3 +79,15 @@ def test_keys_come_from_the_settings() -> None:
     with pytest.raises(SigningKeyError, match="fewer than 16"):
         result_signer(Settings(result_keys=SecretStr("short")))
     assert not result_signer(Settings()).configured  # the development key: nothing authenticated
+
+
+def test_a_public_server_in_redis_mode_needs_result_keys() -> None:
+    from app.security.bind import bind_refusal
+
+    token = "kR3v-9xQ_t2LmZ8pW4sN"
+    redis = {"auth_token": token, "redis_url": "redis://127.0.0.1:6379/0"}
+    refusal = bind_refusal("0.0.0.0", Settings(**redis))
+    assert refusal is not None and "ICL_RESULT_KEYS" in refusal
+    assert bind_refusal("0.0.0.0", Settings(**redis, result_keys=SecretStr(NEW.decode()))) is None
+    assert bind_refusal("127.0.0.1", Settings(**redis)) is None  # local: the dev key will do
+    assert bind_refusal("0.0.0.0", Settings(auth_token=token)) is None  # embedded: no Redis
