@@ -3,22 +3,29 @@ answered prompts (paper Fig. 3/4), and their overlap with another dataset's top 
 
 Increase of a head = I(head | resid_pre) for the true label token at the last position
 (DESIGN.md); prompts use both label assignments.
+
+Each top head's mean increase carries its bootstrap interval over prompts. Hypothesis: the top
+20 lie in the deep half more often than the half of all heads that are deep; quantity: the
+deep share of the top 20 minus 0.5, its interval from the same bootstrap (the top 20 re-ranked
+in every resample of the prompts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from model_worker.contracts import ExperimentResult, head_name
-from model_worker.datasets import Dataset, load_builtin
+from model_worker.datasets import Dataset, Design, load_builtin
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
-from model_worker.experiments import paper
+from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import other_builtin, prompts
+from model_worker.experiments.evidence import Evidence, adequacy
 from model_worker.experiments.figure_data import bar_chart, heatmap
 from model_worker.experiments.locate import ranked
 from model_worker.experiments.progress import ProgressFn, Stages
@@ -38,10 +45,11 @@ def head_table(
     batch_size: int,
     progress: ProgressFn,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    design: Design = "counterbalanced",
 ) -> tuple[list[PromptRun], Tensor]:
     """Runs of `n` prompts (each within `max_tokens`) and the [L, H] mean head increase over
     the correct ones."""
-    items = prepare(loaded, prompts(dataset, n, seed), max_tokens)
+    items = prepare(loaded, prompts(dataset, n, seed, design=design), max_tokens)
     runs = run_prompts(
         loaded,
         items,
@@ -77,7 +85,13 @@ def run(ctx: Context) -> ExperimentResult:
     stages = Stages(ctx.progress, {"main": 1.0, "other": 1.0})
     common = {"batch_size": ctx.batch_size, "max_tokens": ctx.max_tokens}
     runs, mean = head_table(
-        ctx.loaded, ctx.dataset, ctx.n, ctx.seed, progress=stages.stage("main"), **common
+        ctx.loaded,
+        ctx.dataset,
+        ctx.n,
+        ctx.seed,
+        progress=stages.stage("main"),
+        design=ctx.request.design,
+        **common,
     )
     other_runs, other_mean = head_table(
         ctx.loaded,
@@ -85,6 +99,7 @@ def run(ctx: Context) -> ExperimentResult:
         ctx.n,
         ctx.seed,
         progress=stages.stage("other"),
+        design=ctx.request.design,
         **common,
     )
     top = [head_name(*h) for h in ranked(mean)[:TOP]]
@@ -103,13 +118,34 @@ def run(ctx: Context) -> ExperimentResult:
         "top20_overlap": float(overlap),
         "other_accuracy": accuracy(other_runs),
     }
+    evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
+    increases = [r.increases.flatten().tolist() for r in runs if r.increases is not None]
+    if increases:
+        draws = _resampled_means(increases)  # [R, L·H]
+        for row in rows:
+            index = int(row["layer"] or 0) * g.n_heads + _head_index(str(row["head"]))
+            low, high = np.percentile(draws[:, index], [2.5, 97.5])
+            row["mean_increase_low"], row["mean_increase_high"] = float(low), float(high)
+        top_in_resample = np.argsort(-draws, axis=1)[:, :TOP] // g.n_heads  # layers
+        shares = (top_in_resample >= g.n_layers // 2).mean(1)
+        low, high = np.percentile(shares, [2.5, 97.5])
+        estimate = metrics["top20_in_deep_layers"] - 0.5
+        evidence.decide(
+            f"the top {TOP} heads lie in the deep half more often than half of them",
+            "top20_deep_share_minus_half",
+            stats.Interval(
+                estimate, float(low) - 0.5, float(high) - 0.5, len(increases), "bootstrap"
+            ),
+            min_effect=0.1,
+        )
     figures = {
         "top_heads": bar_chart(
             f"Top {TOP} heads by mean log-prob increase — {ctx.dataset.name}",
             [str(r["head"]) for r in rows],
             {"mean increase": [float(r["mean_increase"] or 0) for r in rows]},
             ylabel="log-prob increase",
-            errors={"mean increase": [float(r["sd"] or 0) for r in rows]},
+            low={"mean increase": [float(r.get("mean_increase_low") or 0) for r in rows]},
+            high={"mean increase": [float(r.get("mean_increase_high") or 0) for r in rows]},
         ),
         "other_top_heads": bar_chart(
             f"Top {TOP} heads by mean log-prob increase — {other_name}",
@@ -149,4 +185,22 @@ def run(ctx: Context) -> ExperimentResult:
             ),
         ]
     )
-    return ctx.result(metrics, {"top_heads": rows, "other_top_heads": other_rows}, figures, report)
+    return ctx.result(
+        metrics, {"top_heads": rows, "other_top_heads": other_rows}, figures, report, evidence
+    )
+
+
+def _head_index(name: str) -> int:
+    """The head index of `L{layer}H{head}`."""
+    return int(name.split("H")[1])
+
+
+def _resampled_means(rows: list[list[float]], resamples: int = 1000) -> np.ndarray:
+    """[R, K]: the column means of `rows` [N, K] over bootstrap resamples of the rows, as
+    resample counts times the rows (no [R, N, K] copy)."""
+    data = np.asarray(rows, dtype=np.float64)
+    n = data.shape[0]
+    picks = np.random.default_rng(stats.SEED).integers(0, n, size=(resamples, n))
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], picks), 1.0)
+    return counts @ data / n

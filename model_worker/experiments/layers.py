@@ -5,6 +5,9 @@ Per prompt, at the last token, for the true label token: I(attn_l | resid_pre_l)
 I(ffn_l | resid_mid_l) (fixed norm mode, as `analyze()`), averaged over the correctly answered
 prompts (all of them with none correct). The paper's claim: the attention layers of the deep
 half carry the label information; the report says whether the FFN layers dominate instead.
+Hypothesis: the deep attention layers add more than the deep FFN layers; quantity: per prompt,
+the deep half's summed attention increases minus its summed FFN increases (bootstrap interval
+over prompts). Every layer's mean carries its bootstrap interval.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from torch import Tensor
 from model_worker.analysis.heads import layer_increase_table
 from model_worker.capture import RunCache
 from model_worker.contracts import ExperimentResult
+from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, Extra, accuracy
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.evidence import Evidence, adequacy, interval_columns
 from model_worker.experiments.figure_data import line_chart
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.loading import LoadedModel
@@ -61,6 +66,10 @@ def run(ctx: Context) -> ExperimentResult:
         }
         for layer in range(n_layers)
     ]
+    bounds = stats.bootstrap_means(tables.reshape(len(used), -1).double().numpy())
+    for layer in range(n_layers):
+        rows[layer].update(interval_columns("attn_increase", bounds[layer]))
+        rows[layer].update(interval_columns("ffn_increase", bounds[n_layers + layer]))
     deep = range(n_layers // 2, n_layers)
     attn_deep = sum(float(mean[0, la]) for la in deep)
     ffn_deep = sum(float(mean[1, la]) for la in deep)
@@ -77,12 +86,32 @@ def run(ctx: Context) -> ExperimentResult:
         "top_ffn_layer": float(top_ffn),
         "attn_share_positive": sum(float(v) > 0 for v in mean[0][n_layers // 2 :]) / len(deep),
     }
+    evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
+    per_prompt_attn = tables[:, 0, n_layers // 2 :].sum(-1)
+    per_prompt_ffn = tables[:, 1, n_layers // 2 :].sum(-1)
+    evidence.add("attn_deep_total", stats.bootstrap_mean(per_prompt_attn.tolist()))
+    evidence.add("ffn_deep_total", stats.bootstrap_mean(per_prompt_ffn.tolist()))
+    evidence.decide(
+        "the deep attention layers add more to the true label's log-probability than the deep "
+        "FFN layers",
+        "deep_attention_minus_deep_ffn",
+        stats.bootstrap_mean((per_prompt_attn - per_prompt_ffn).tolist()),
+        min_effect=0.1,
+    )
     figure = line_chart(
         f"Mean attention vs FFN log-prob increase per layer — {ctx.dataset.name}",
         list(range(n_layers)),
         {"attention": [float(v) for v in mean[0]], "FFN": [float(v) for v in mean[1]]},
         xlabel="layer",
         ylabel="log-prob increase (true label)",
+        low={
+            "attention": [float(r["attn_increase_low"] or 0) for r in rows],
+            "FFN": [float(r["ffn_increase_low"] or 0) for r in rows],
+        },
+        high={
+            "attention": [float(r["attn_increase_high"] or 0) for r in rows],
+            "FFN": [float(r["ffn_increase_high"] or 0) for r in rows],
+        },
     )
     dominant = "attention" if attn_deep >= ffn_deep else "FFN"
     verdict = (
@@ -103,4 +132,4 @@ def run(ctx: Context) -> ExperimentResult:
             comparison([("which layers carry the label", PAPER, verdict)]),
         ]
     )
-    return ctx.result(metrics, {"layers": rows}, {"layers": figure}, report)
+    return ctx.result(metrics, {"layers": rows}, {"layers": figure}, report, evidence)

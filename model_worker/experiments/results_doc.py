@@ -1,0 +1,327 @@
+"""`docs/results.md`, generated from stored experiment outputs (torch-free).
+
+`store(result, folder)` writes one experiment's result (seeds combined) as a small JSON file,
+without figures or report; `render(folder)` turns every stored file into the Markdown document,
+deterministically (same files → same bytes): every number in it comes from a stored file, every
+verdict from the rule written beside it, and the summary says which of the paper's claims the
+model supports, contradicts or cannot test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from model_worker.contracts import EXPERIMENT_NAMES, ExperimentResult
+from model_worker.experiments import paper
+from model_worker.experiments.evidence import RULE_TEXT
+from model_worker.experiments.seeds import COMBINED_RULE
+
+#: tables too large for the stored file (one row per point), left out
+LEFT_OUT = ("subheadvalues",)
+
+TITLES = {
+    "accuracy": "1. ICL accuracy (paper Table 2)",
+    "heads": "2. Where the in-context heads are (Fig. 3/4)",
+    "mrr": "3. Label-value MRR, located vs random heads (Fig. 5)",
+    "attention": "4. Attention on true vs false labels (Fig. 6, 7)",
+    "layers": "4b. Attention vs FFN layers over the dataset (Fig. 2)",
+    "flow": "4c. Information flow per layer (Fig. 1a)",
+    "matching": "4d. Matching test of the metric",
+    "imbalance": "5a. Imbalanced prompts (Fig. 8/10)",
+    "reorder": "5b. Reordered prompts (Fig. 9/11)",
+    "ablation": "6. Zeroing the in-context heads (later paper version)",
+    "bias": "7. Bias reduction (later paper version)",
+}
+
+#: (claim, what the paper reports, experiment, verdict quantity); `unverified` numbers come
+#: from public summaries of the later (EMNLP 2024) version, not checked against its PDF
+CLAIMS: tuple[tuple[str, str, str, str], ...] = (
+    ("ICL solves the word tasks", "87–100% (GPT2-large)", "accuracy", "accuracy_minus_chance"),
+    (
+        "the label comes from the input, not from the demonstrations' positions",
+        "implied",
+        "accuracy",
+        "accuracy_true_nearest_minus_false_nearest",
+    ),
+    (
+        "in-context heads' label values rank the labels high (MRR ≫ random heads)",
+        paper.MRR,
+        "mrr",
+        "mrr_located_minus_random",
+    ),
+    (
+        "attention on true labels ≫ on false labels",
+        paper.ATTENTION,
+        "attention",
+        "attn_true_minus_false",
+    ),
+    (
+        "deep attention layers carry the label (Fig. 2)",
+        '"almost all" the increase',
+        "layers",
+        "deep_attention_minus_deep_ffn",
+    ),
+    (
+        "shallow layers: demonstrations → labels (attention, sink excluded)",
+        "Fig. 1a (Wang et al.)",
+        "flow",
+        "demo_to_label_nosink_shallow_minus_deep",
+    ),
+    (
+        "deep layers: labels → last token (attention, sink excluded)",
+        "Fig. 1a (Wang et al.)",
+        "flow",
+        "label_to_last_nosink_deep_minus_shallow",
+    ),
+    (
+        "shallow layers: demonstrations → labels (saliency)",
+        "Wang et al.'s S_wp",
+        "flow",
+        "saliency_demo_to_label_shallow_minus_deep",
+    ),
+    (
+        "deep layers: labels → last token (saliency)",
+        "Wang et al.'s S_pq",
+        "flow",
+        "saliency_label_to_last_deep_minus_shallow",
+    ),
+    (
+        "query/key measure input–demonstration similarity (matching test)",
+        "hypothesis",
+        "matching",
+        "located_own_label_minus_chance",
+    ),
+    (
+        "imbalanced prompts lower the located heads' true-label attention",
+        paper.IMBALANCE,
+        "imbalance",
+        "located_attn_true_drop",
+    ),
+    (
+        "reordered prompts lower the located heads' true-label attention",
+        paper.REORDER,
+        "reorder",
+        "located_attn_true_drop",
+    ),
+    (
+        "zeroing ~1% of heads (the located ones) hurts more than random heads",
+        f"{paper.ABLATION_BEFORE:.1%} → {paper.ABLATION_AFTER:.1%} on Llama-7B "
+        "(later version, unverified)",
+        "ablation",
+        "accuracy_random_minus_in_context_zeroed",
+    ),
+    (
+        "majority-label bias reduction through the located heads (a_c = 0.03)",
+        f"{paper.MAJORITY_REDUCTION:.0%} on average (later version, unverified)",
+        "bias",
+        "majority_reduction",
+    ),
+    (
+        "… which is more than adding the minority label (net gain with the control, a_c = 0.03)",
+        "not tested in the paper",
+        "bias",
+        "net_gain_ac0.03",
+    ),
+    (
+        "recency bias reduction (SD of accuracy across orders)",
+        f"{paper.RECENCY_REDUCTION:.0%} on average (later version, unverified)",
+        "bias",
+        "recency_reduction",
+    ),
+)
+
+PREAMBLE = """\
+# Reproducing the paper's dataset experiments on SmolLM2-135M
+
+<!-- Generated by `python scripts/results.py render` from docs/results/*.json: do not edit;
+edit model_worker/experiments/results_doc.py or rerun the experiments instead. -->
+
+Yu & Ananiadou, *How do Large Language Models Learn In-Context? Query and Key Matrices of
+In-Context Heads are Two Towers for Metric Learning*, report their experiments on GPT2-large,
+Llama and (later version) GPT-J. Here every experiment is rerun on the model named in each
+section (SmolLM2-135M-Instruct: 30 layers × 9 query heads), CPU only, with
+`python scripts/results.py run NAME … --seeds 0,1,2 --n N` (the same runner as
+`icl-heads experiment`), which stores each experiment's result, seeds combined, in
+`docs/results/NAME.json`; this document is rendered from those files alone.
+
+**Design.** Prompts are counterbalanced unless a section says otherwise: every order of the two
+true (T) and two false (F) demonstrations — FFTT, FTFT, FTTF, TFFT, TFTF, TTFF — comes equally
+often, each with both label assignments (`foo`/`bar`) and both input classes. The paper's
+design puts the true demonstrations nearest the input (FFTT) in every prompt, which lets a
+model score well by copying the nearest label; it stays available as `--design fftt`.
+
+**Uncertainty.** Every accuracy, rate, mean, difference and reduction carries a 95% interval:
+exact binomial (Clopper–Pearson) for accuracies and rates, otherwise a percentile bootstrap
+over prompts (2,000 resamples, fixed seed; paired when two conditions share prompts). Between
+seeds (other evaluation and location prompts) each metric's mean, SD, min and max are given.
+
+**Verdicts.** Each hypothesis is decided from its interval, for each seed: {rule} Combined
+over seeds: {combined}
+
+**Model adequacy.** Before head-level claims, each experiment checks that the model does the
+task above chance under counterbalanced order (the accuracy interval's lower bound above 50%);
+when it does not, its head-level results describe a model that is not doing ICL on the task.
+
+Numbers marked *(later version, unverified)* come from public summaries of the later (EMNLP
+2024) version of the paper and were not checked against its PDF.
+"""
+
+
+def store(result: ExperimentResult, folder: Path) -> Path:
+    """Write `result` without figures, report and the per-point tables to
+    `folder/<name>.json` (sorted keys: the same result gives the same bytes)."""
+    data = result.model_dump(mode="json", exclude={"figures", "report_markdown"})
+    data["tables"] = {k: v for k, v in data["tables"].items() if k not in LEFT_OUT}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.name}.json"
+    path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def _num(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value).replace("|", "\\|")
+
+
+def _interval(interval: dict[str, Any]) -> str:
+    return f"{_num(interval['estimate'])} [{_num(interval['low'])}, {_num(interval['high'])}]"
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_num(row.get(c)) for c in columns) + " |" for row in rows]
+    return lines
+
+
+def _by_seed(data: dict[str, Any], quantity: str) -> str:
+    rows = [r for r in data["tables"].get("verdicts_by_seed", []) if r["quantity"] == quantity]
+    return "; ".join(
+        f"seed {r['seed']}: {_num(r['estimate'])} [{_num(r['low'])}, {_num(r['high'])}] "
+        f"{r['outcome']}"
+        for r in rows
+    )
+
+
+def section(data: dict[str, Any]) -> list[str]:
+    """The Markdown lines of one stored experiment."""
+    seeds = data.get("seeds") or [data["seed"]]
+    lines = [
+        f"## {TITLES.get(data['name'], data['name'])}",
+        "",
+        f"Run: `{data['name']}` on {_num(data['model'])}, dataset {_num(data['dataset'])}, "
+        f"design {data['design']}, n = {data['n']} per prompt set, seeds "
+        f"{', '.join(map(str, seeds))}.",
+        "",
+    ]
+    if data.get("adequacy"):
+        lines += [f"**Model adequacy (seed {data['seed']}).** {data['adequacy']['note']}", ""]
+    if data["verdicts"]:
+        lines += [
+            "| hypothesis | seed " + str(data["seed"]) + " [95% interval] | each seed | verdict |"
+        ]
+        lines += ["|---|---|---|---|"]
+        for v in data["verdicts"]:
+            lines.append(
+                f"| {_num(v['hypothesis'])} (`{v['quantity']}`; null {v['null']:g}, smallest "
+                f"effect {v['min_effect']:g}) | {_interval(v['interval'])} | "
+                f"{_by_seed(data, v['quantity']) or '—'} | **{v['outcome']}** |"
+            )
+        lines.append("")
+    spread = data.get("seed_spread", {})
+    if data["intervals"]:
+        lines += [
+            f"| quantity | seed {data['seed']} [95% interval] | method | n | across seeds: "
+            "mean ± SD (min–max) |",
+            "|---|---|---|---|---|",
+        ]
+        for name, interval in sorted(data["intervals"].items()):
+            across = spread.get(name)
+            seen = (
+                f"{_num(across['mean'])} ± {_num(across['sd'])} ({_num(across['min'])}–"
+                f"{_num(across['max'])})"
+                if across and len(seeds) > 1
+                else "—"
+            )
+            lines.append(
+                f"| `{name}` | {_interval(interval)} | {interval['method']} | {interval['n']} | "
+                f"{seen} |"
+            )
+        lines.append("")
+    arrangements = data["tables"].get("by_arrangement")
+    if arrangements:
+        lines += [f"Per demonstration arrangement (seed {data['seed']}):", ""]
+        lines += _table(arrangements, list(arrangements[0]))
+        lines.append("")
+    located = [r for r in data["tables"].get("location", []) if r.get("located") != "no"]
+    if located:
+        lines += [f"Located heads (seed {data['seed']}; accuracy drop when zeroed alone):", ""]
+        lines += _table(
+            located,
+            [
+                "label",
+                "head",
+                "mean_increase",
+                "label_share",
+                "accuracy_drop",
+                "accuracy_drop_low",
+                "accuracy_drop_high",
+                "located",
+            ],
+        )
+        lines.append("")
+    return lines
+
+
+def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
+    text, reported, name, quantity = claim
+    data = stored.get(name)
+    found = (
+        None
+        if data is None
+        else next((v for v in data["verdicts"] if v["quantity"] == quantity), None)
+    )
+    if data is None or found is None:
+        return f"| {text} | {reported} | not run | cannot test (not run) |"
+    measured = _interval(found["interval"])
+    adequacy = data.get("adequacy")
+    if adequacy is not None and not adequacy["adequate"] and name != "accuracy":
+        word = "cannot test: the model is not doing ICL on the task (counterbalanced)"
+    else:
+        word = {
+            "supported": "supports",
+            "not supported": "contradicts",
+            "inconclusive": "cannot test at this n (inconclusive)",
+        }[found["outcome"]]
+    return f"| {text} | {reported} | `{quantity}` = {measured} | **{word}** |"
+
+
+def render(folder: Path) -> str:
+    """The whole document from every `folder/*.json` (sorted: deterministic)."""
+    stored = {}
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        stored[data["name"]] = data
+    lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(". Each")[0] + ".")]
+    for name in EXPERIMENT_NAMES:
+        if name in stored:
+            lines += section(stored[name])
+    lines += [
+        "## Summary: the paper's claims on this model",
+        "",
+        "Each claim's verdict is the combined verdict of the quantity named (seeds combined); "
+        "*supports* = supported, *contradicts* = not supported (the interval excludes an "
+        "effect of the smallest size that matters, or points the other way), *cannot test* = "
+        "inconclusive, not run, or the model fails the adequacy gate.",
+        "",
+        "| claim | paper | measured (first seed) [95% interval] | this model |",
+        "|---|---|---|---|",
+    ]
+    lines += [_claim_row(claim, stored) for claim in CLAIMS]
+    return "\n".join(lines).rstrip() + "\n"

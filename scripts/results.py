@@ -1,0 +1,72 @@
+"""Run the dataset experiments for docs/results.md, store their outputs, render the document.
+
+    .venv/bin/python scripts/results.py run accuracy attention --seeds 0,1,2 --n 240
+    .venv/bin/python scripts/results.py render          # docs/results/*.json → docs/results.md
+
+`run` loads the model once, runs each experiment under each seed (counterbalanced design unless
+`--design fftt`), combines the seeds (model_worker.experiments.seeds) and stores the result in
+`docs/results/NAME.json`; `render` writes docs/results.md from those files only, so rerunning it
+on the same files gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from model_worker.experiments.results_doc import render, store  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results"
+DOCUMENT = ROOT / "docs" / "results.md"
+
+
+def run(args: argparse.Namespace) -> None:
+    from model_worker.contracts import ExperimentRequest
+    from model_worker.experiments.job import run_experiment
+    from model_worker.experiments.seeds import combine_seeds
+    from model_worker.loading import load_model
+
+    loaded = load_model(args.model)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for name in args.names:
+        started = time.perf_counter()
+        results = []
+        for seed in seeds:
+            request = ExperimentRequest(
+                name=name, dataset=args.dataset, n=args.n, seed=seed, design=args.design
+            )
+            results.append(run_experiment(loaded, request, batch_size=args.batch_size))
+            print(f"{name} seed {seed}: {time.perf_counter() - started:.0f} s", flush=True)
+        path = store(combine_seeds(results), Path(args.out))
+        print(f"stored {path}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    runner = commands.add_parser("run", help="run experiments and store their results")
+    runner.add_argument("names", nargs="+")
+    runner.add_argument("--seeds", default="0,1,2")
+    runner.add_argument("--n", type=int, default=240)
+    runner.add_argument("--dataset", default="sentiment-number")
+    runner.add_argument("--design", default="counterbalanced", choices=("counterbalanced", "fftt"))
+    runner.add_argument("--model", default=None)
+    runner.add_argument("--batch-size", type=int, default=16)
+    runner.add_argument("--out", default=str(RESULTS))
+    renderer = commands.add_parser("render", help="write docs/results.md from stored results")
+    renderer.add_argument("--results", default=str(RESULTS))
+    renderer.add_argument("--out", default=str(DOCUMENT))
+    args = parser.parse_args()
+    if args.command == "run":
+        run(args)
+    else:
+        Path(args.out).write_text(render(Path(args.results)), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
