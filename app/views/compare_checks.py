@@ -31,3 +31,15 @@ def comparison_warnings(a: AnalysisCore, b: AnalysisCore) -> list[str]:
     if a.rank_by != b.rank_by:
         warnings.append(f"A and B rank heads differently (A by {a.rank_by}, B by {b.rank_by}).")
     return warnings
+
+
+def shared_domain(a: AnalysisCore, b: AnalysisCore) -> tuple[float, float]:
+    """One colour scale for A's and B's heatmaps: ± the largest |value| either draws (the label
+    increase where an analysis ranks by it), so equal colours mean equal increases."""
+    values = [
+        abs(getattr(h, "label_increase" if r.rank_by == "label" else "increase") or 0.0)
+        for r in (a, b)
+        for h in r.heads
+    ]
+    limit = max(values, default=0.0) or 1e-9
+    return (-limit, limit)

@@ -39,11 +39,19 @@ def spaced_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
 
 
+def spaced_model() -> LoadedModel:
+    """A tiny random GPT-2 over VOCAB with the spaced tokenizer: `tiny-spaced`."""
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(VOCAB), n_positions=64, n_embd=16, n_layer=2, n_head=2, bos_token_id=0
+    )
+    config.eos_token_id = 0
+    return wrap_model(GPT2LMHeadModel(config), spaced_tokenizer(), name="tiny-spaced")
+
+
 @pytest.fixture(scope="module")
 def spaced() -> LoadedModel:
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(VOCAB), n_positions=64, n_embd=16, n_layer=2, n_head=2)
-    return wrap_model(GPT2LMHeadModel(config), spaced_tokenizer(), name="tiny-spaced")
+    return spaced_model()
 
 
 def test_common_prefix_length() -> None:
