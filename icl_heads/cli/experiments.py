@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from app.views.figure_kit.export import png_bytes, svg_file
+from app.views.figure_kit.export import draw
+from app.views.figures.experiments import experiment_figure
 from icl_heads.cli import remote as cli_remote
 from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
 from model_worker.contracts import (
@@ -22,6 +23,7 @@ from model_worker.contracts import (
     ExperimentResult,
     RankBy,
 )
+from model_worker.contracts.evidence import Design
 from model_worker.errors import UserInputError
 from model_worker.export_names import file_stems
 from model_worker.export_text import csv_text
@@ -39,11 +41,11 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
         written.append(out / f"{tables[name]}.csv")
         written[-1].write_text(csv_text(rows), encoding="utf-8")
     figures = file_stems(result.figures, "figure")
-    for name, svg in result.figures.items():
-        written.append(out / f"{figures[name]}.svg")
-        written[-1].write_text(svg_file(svg, declaration=False), encoding="utf-8")
-        written.append(out / f"{figures[name]}.png")
-        written[-1].write_bytes(png_bytes(svg))
+    for name, data in result.figures.items():
+        figure = experiment_figure(name, data)  # drawn here from the result's data
+        for fmt in ("svg", "png"):
+            written.append(out / f"{figures[name]}.{fmt}")
+            written[-1].write_bytes(draw(figure.spec("light", offscreen=True), fmt))
     return written
 
 
@@ -64,6 +66,22 @@ def experiment(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the prompt sets.")] = 0,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Several seeds, e.g. 0,1,2: one run each, combined (spread between seeds, "
+            "verdicts per seed). Overrides --seed.",
+        ),
+    ] = None,
+    design: Annotated[
+        Design,
+        typer.Option(
+            "--design",
+            help="Demonstration orders: counterbalanced (every true/false arrangement equally "
+            "often), or fftt (the paper's: true demonstrations nearest the input).",
+        ),
+    ] = "counterbalanced",
     locate_by: Annotated[
         RankBy,
         typer.Option("--locate-by", help="Locate in-context heads by: increase, or label."),
@@ -83,6 +101,7 @@ def experiment(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from model_worker.experiments.job import run_experiment
+    from model_worker.experiments.seeds import combine_seeds, parse_seeds
     from model_worker.loading import load_model
 
     settings = get_settings()
@@ -98,10 +117,17 @@ def experiment(
                     "seed": seed,
                     "locate_by": locate_by,
                     "correct_only": correct_only,
+                    "design": design,
                 }
             )
         except ValidationError as exc:
             raise UserInputError(exc.errors()[0]["msg"]) from None
+        try:
+            seed_list = parse_seeds(seeds) if seeds is not None else [seed]
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
+        if server is not None and (seeds is not None or design != "counterbalanced"):
+            raise UserInputError("--seeds and --design run locally only (not with --server)")
         if server is not None:
             remote = cli_remote.experiment(
                 server,
@@ -133,13 +159,17 @@ def experiment(
             def progress(fraction: float, message: str) -> None:
                 bar.update(task, completed=fraction, description=f"{name}: {message}")
 
-            result = run_experiment(
-                loaded,
-                request,
-                progress,
-                batch_size=batch_size,
-                max_tokens=settings.max_prompt_tokens,
-            )
+            results = [
+                run_experiment(
+                    loaded,
+                    request.model_copy(update={"seed": one}),
+                    progress,
+                    batch_size=batch_size,
+                    max_tokens=settings.max_prompt_tokens,
+                )
+                for one in seed_list
+            ]
+        result = results[0] if seeds is None else combine_seeds(results)
     emit(result, out, as_json)
 
 

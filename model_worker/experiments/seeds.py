@@ -89,3 +89,19 @@ def combine_seeds(results: Sequence[ExperimentResult]) -> ExperimentResult:
             "tables": {**first.tables, "verdicts_by_seed": rows},
         }
     )
+
+
+#: most seeds one command runs
+MAX_SEEDS = 20
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`0,1,2` → [0, 1, 2] (duplicates dropped); ValueError for anything else or more than
+    MAX_SEEDS seeds."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(p.isascii() and p.lstrip("-").isdigit() and len(p) < 10 for p in parts):
+        raise ValueError(f"--seeds must be integers separated by commas, got {text[:40]!r}")
+    found = list(dict.fromkeys(int(p) for p in parts))
+    if len(found) > MAX_SEEDS:
+        raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {len(found)}")
+    return found

@@ -10,12 +10,15 @@ import pytest
 import torch
 
 from model_worker.analysis.flow_sink import COLUMNS, sinkless_flow
+from model_worker.contracts import ExperimentResult
 from model_worker.datasets import build_prompts
 from model_worker.experiments import stats
 from model_worker.experiments.batching import make_batches, prepare
 from model_worker.experiments.controls import pool_draws, same_layer_draws
 from model_worker.experiments.job import run_experiment
+from model_worker.experiments.results_doc import render, store
 from model_worker.experiments.saliency import saliency
+from model_worker.experiments.seeds import combine_seeds, parse_seeds
 from tests.tiny_models import tiny_gpt2
 from tests.unit.test_experiments import TINY, request
 
@@ -185,3 +188,64 @@ def test_bias_result_holds_the_minority_false_control(tmp_path: Path) -> None:
     assert result.adequacy is not None and result.design == "counterbalanced"
     data = result.model_dump(mode="json")
     assert data["intervals"]["control_gain_ac1"]["method"] == "paired bootstrap"
+
+
+# --- seeds and the generated document --------------------------------------------------------
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("0,1, 2") == [0, 1, 2]
+    assert parse_seeds("3,3") == [3]
+    for bad in ("", "a", "1,,2", "1.5", "0x1", ",".join(map(str, range(30)))):
+        with pytest.raises(ValueError, match="--seeds"):
+            parse_seeds(bad)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[ExperimentResult]]:
+    """accuracy and ablation of the tiny model under seeds 0 and 1."""
+    loaded, folder = tiny_gpt2(), tmp_path_factory.mktemp("tiny")
+    return {
+        name: [
+            run_experiment(loaded, request(name, folder, n=12, seed=seed), batch_size=6)
+            for seed in (0, 1)
+        ]
+        for name in ("accuracy", "ablation")
+    }
+
+
+def test_seeds_combine_into_one_result(tiny_results: dict[str, list[ExperimentResult]]) -> None:
+    results = tiny_results["accuracy"]
+    combined = combine_seeds(results)
+    assert combined.seeds == [0, 1]
+    spread = combined.seed_spread["accuracy"]
+    values = [r.metrics["accuracy"] for r in results]
+    assert spread.values == values and spread.mean == pytest.approx(sum(values) / 2)
+    rows = combined.tables["verdicts_by_seed"]
+    assert {row["seed"] for row in rows} == {0, 1}
+    for verdict in combined.verdicts:
+        outcomes = {row["outcome"] for row in rows if row["quantity"] == verdict.quantity}
+        expected = outcomes.pop() if len(outcomes) == 1 else "inconclusive"
+        assert verdict.outcome == expected and verdict.rule.startswith("combined over seeds")
+    with pytest.raises(ValueError, match="differ in their seed only"):
+        combine_seeds([results[0], tiny_results["ablation"][1]])
+
+
+def test_generated_results_document_is_byte_identical_on_a_second_run(
+    tiny_results: dict[str, list[ExperimentResult]], tmp_path: Path
+) -> None:
+    folder = tmp_path / "results"
+    for results in tiny_results.values():
+        store(combine_seeds(results), folder)
+    first = render(folder)
+    assert render(folder) == first
+    stored = sorted(p.read_bytes() for p in folder.glob("*.json"))
+    for results in tiny_results.values():  # storing the same results again: same bytes
+        store(combine_seeds(results), folder)
+    assert sorted(p.read_bytes() for p in folder.glob("*.json")) == stored
+    assert render(folder) == first
+    for results in tiny_results.values():
+        for verdict in combine_seeds(results).verdicts:
+            assert f"`{verdict.quantity}`" in first and f"**{verdict.outcome}**" in first
+    assert "(later version, unverified)" in first
+    assert "| zeroing ~1% of heads" in first and "cannot test" in first  # gate or n
