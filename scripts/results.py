@@ -1,6 +1,7 @@
 """Run the dataset experiments for docs/results.md, store their outputs, render the document.
 
     .venv/bin/python scripts/results.py run accuracy attention --seeds 0,1,2 --n 240
+    .venv/bin/python scripts/results.py run bias:0 attention:0,1 --n 72   # seeds per experiment
     .venv/bin/python scripts/results.py render          # docs/results/*.json → docs/results.md
 
 `run` loads the model once, runs each experiment under each seed (counterbalanced design unless
@@ -28,12 +29,13 @@ DOCUMENT = ROOT / "docs" / "results.md"
 def run(args: argparse.Namespace) -> None:
     from model_worker.contracts import ExperimentRequest
     from model_worker.experiments.job import run_experiment
-    from model_worker.experiments.seeds import combine_seeds
+    from model_worker.experiments.seeds import combine_seeds, parse_seeds
     from model_worker.loading import load_model
 
     loaded = load_model(args.model)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    for name in args.names:
+    for entry in args.names:
+        name, _, own = entry.partition(":")
+        seeds = parse_seeds(own or args.seeds)
         started = time.perf_counter()
         results = []
         for seed in seeds:
