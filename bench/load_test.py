@@ -10,9 +10,15 @@ are answered), `--restart-redis-after N` (stop Redis for `--outage-s`, then star
 `--abuser` (one abusive client beside the normal ones, see `abuse`). Every virtual user has its
 own loopback address (127.0.1.N), the abuser 127.0.0.66: per-client limits see them apart.
 
+`--floods slow-readers,long-polls,png,ipv6` (or `all`) runs, in one run on one stack, each flood
+pattern of issue 24 as a pair of phases: the normal users alone, then the same load with one
+abuser doing only that (see `FLOODS`); it prints the normal users' p50/p99 of both phases and
+the server's peak memory.
+
     .venv/bin/python bench/load_test.py [--total 200] [--users 16] [--workers 2]
     .venv/bin/python bench/load_test.py --workers 0   # the embedded single process instead
     .venv/bin/python bench/load_test.py --abuser      # the normal clients' view under attack
+    .venv/bin/python bench/load_test.py --floods all --total 40 --users 8
 """
 
 from __future__ import annotations
@@ -28,16 +34,20 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
+from redis import Redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import cpu_model  # noqa: E402
+from model_worker.queue.heartbeats import WorkerBeat, write_beat  # noqa: E402
+from model_worker.queue.keys import queue_name  # noqa: E402
 from tests.integration.redis_support import (  # noqa: E402
     OwnRedis,
     free_port,
@@ -299,6 +309,201 @@ async def abuse(base_url: str, counts: Counter[str], token: str | None = TOKEN) 
         )
 
 
+#: A model served by a heartbeat only (no process): its jobs stay queued, so long polls on
+#: them wait for their whole `wait` without using any worker's time.
+GHOST = "ghost-model"
+#: The abuser of `--floods ipv6` reaches the server through this address, a trusted proxy
+#: (ICL_TRUSTED_PROXIES), so that its X-Forwarded-For can name any IPv6 address.
+PROXY = "127.0.0.67"
+
+
+def heavy_body(n: int) -> dict[str, Any]:
+    """A distinct analysis at the budget's edge (~40 tokens, every head, 50 tokens a view)."""
+    prompt = distinct_prompts(1, seed=60_000 + n)[0]
+    return {"prompt": prompt[:-1] * 3 + ":", "top_k_heads": 12, "top_k_tokens": 50}
+
+
+async def done_heavy(client: httpx.AsyncClient, n: int) -> str:
+    """The id of a finished heavy analysis (submitted and polled to its end)."""
+    answer = await client.post("/api/analyses", json=heavy_body(n))
+    job_id = str(answer.json()["id"])
+    while (await client.get(f"/api/analyses/{job_id}")).json()["status"] not in FINAL:
+        await asyncio.sleep(0.1)
+    return job_id
+
+
+async def flood_slow_readers(base_url: str, counts: Counter[str], token: str = TOKEN) -> None:
+    """500 connections that ask for a finished heavy result and never read a byte."""
+    async with client_from(base_url, ABUSER, token) as client:
+        job_id = await done_heavy(client, 0)
+        size = len((await client.get(f"/api/analyses/{job_id}")).content)
+        counts[f"result of {size:,} bytes"] += 1
+    port = int(base_url.rsplit(":", 1)[1])
+    request = (
+        f"GET /api/analyses/{job_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {token}\r\n\r\n"
+    ).encode()
+    held: list[asyncio.StreamWriter] = []
+    try:
+        while True:
+            if len(held) < 500:
+                try:
+                    _, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, local_addr=(ABUSER, 0), limit=1
+                    )
+                    # never take a byte of the answer
+                    cast(asyncio.Transport, writer.transport).pause_reading()
+                    writer.write(request)
+                    held.append(writer)
+                    counts["stalled downloads opened"] += 1
+                except OSError:
+                    counts["connection refused"] += 1
+            closed = [w for w in held if w.transport.is_closing() or w.is_closing()]
+            for writer in closed:
+                held.remove(writer)
+            await asyncio.sleep(0.01)
+    finally:
+        for writer in held:
+            writer.transport.abort()
+
+
+async def flood_long_polls(base_url: str, counts: Counter[str], token: str = TOKEN) -> None:
+    """600 concurrent `?wait=30` polls on queued jobs (of a model no process serves)."""
+    async with client_from(base_url, ABUSER, token, connections=700) as client:
+        ids = []
+        for n in range(10):
+            body = {"prompt": distinct_prompts(1, seed=70_000 + n)[0], "model": GHOST}
+            answer = await client.post("/api/analyses", json=body)
+            if answer.status_code == 202:
+                ids.append(answer.json()["id"])
+        counts[f"{len(ids)} queued jobs polled"] += 1
+
+        async def poll(n: int) -> None:
+            while True:
+                try:
+                    answer = await client.get(f"/a/{ids[n % len(ids)]}/status?wait=30", timeout=40)
+                    counts[f"long poll {answer.status_code}"] += 1
+                    if answer.status_code == 429:
+                        await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
+                except httpx.HTTPError:
+                    counts["long poll error"] += 1
+                    await asyncio.sleep(0.5)
+
+        await asyncio.gather(*(poll(n) for n in range(600)))
+
+
+async def flood_png(base_url: str, counts: Counter[str], token: str = TOKEN) -> None:
+    """Three loops downloading the PNG of a finished heavy analysis' heatmap and of its first
+    head's attention figure."""
+    async with client_from(base_url, ABUSER, token) as client:
+        job_id = await done_heavy(client, 1)
+        head = (await client.get(f"/api/analyses/{job_id}")).json()["result"]["top_heads"][0]
+        urls = [f"/figures/{job_id}/heatmap.png", f"/figures/{job_id}/heads/{head}/attention.png"]
+
+        async def loop(lane: int) -> None:
+            for n in range(lane, 10**9):
+                try:
+                    answer = await client.get(urls[n % 2], timeout=60)
+                    counts[f"PNG {answer.status_code}"] += 1
+                except httpx.HTTPError:
+                    counts["PNG error"] += 1
+
+        await asyncio.gather(*(loop(lane) for lane in range(3)))
+
+
+async def flood_ipv6(base_url: str, counts: Counter[str], token: str = TOKEN) -> None:
+    """Heavy analyses from a new IPv6 address of one /64 each time (through a trusted proxy's
+    X-Forwarded-For): every address a newcomer, if the server keys on exact addresses."""
+    async with client_from(base_url, PROXY, token, connections=16) as client:
+
+        async def lane(offset: int) -> None:
+            for n in range(offset, 10**9, 4):
+                forwarded = {"X-Forwarded-For": f"2001:db8:66:1::{n % 65536:x}"}
+                try:
+                    answer = await client.post(
+                        "/api/analyses", json=heavy_body(1000 + n), headers=forwarded
+                    )
+                    counts[f"POST {answer.status_code}"] += 1
+                except httpx.HTTPError:
+                    counts["POST error"] += 1
+                await asyncio.sleep(0.02)
+
+        await asyncio.gather(*(lane(offset) for offset in range(4)))
+
+
+FLOODS: dict[str, Callable[[str, Counter[str]], Coroutine[Any, Any, None]]] = {
+    "slow-readers": flood_slow_readers,
+    "long-polls": flood_long_polls,
+    "png": flood_png,
+    "ipv6": flood_ipv6,
+}
+
+
+def peak_rss_mb(pid: int, samples: list[float]) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A sampler appending `pid`'s resident memory (MB) to `samples` every 0.25 s."""
+
+    async def sample() -> None:
+        while True:
+            try:
+                with open(f"/proc/{pid}/status") as status:
+                    for line in status:
+                        if line.startswith("VmRSS:"):
+                            samples.append(int(line.split()[1]) / 1024)
+            except OSError:
+                pass
+            await asyncio.sleep(0.25)
+
+    return sample
+
+
+def phase_line(label: str, report: Report, rss: list[float]) -> str:
+    answer_s = [a.seconds for a in report.analyses if a.status in FINAL]
+    answered = report.count("done") + report.count("failed")
+    return (
+        f"  {label:<13} HTTP p50 {pct(report.request_seconds, 50):>7} p99 "
+        f"{pct(report.request_seconds, 99):>7} | submit→answer p50 {pct(answer_s, 50):>8} p99 "
+        f"{pct(answer_s, 99):>8} | answered {answered}/{len(report.analyses)}, errors "
+        f"{report.errors}, 429 {report.http_codes.get(429, 0)} | server RSS peak "
+        f"{max(rss, default=0):.0f} MB"
+    )
+
+
+async def flood_phase(
+    stack: Stack, name: str | None, bodies: list[dict[str, Any]], users: int, timeout: float
+) -> tuple[Report, Counter[str], list[float]]:
+    """The normal users' load, beside flood `name` (None: alone), which starts 5 s before
+    them and stops with them; the server's memory sampled throughout."""
+    assert stack.server is not None
+    counts: Counter[str] = Counter()
+    rss: list[float] = []
+    side: list[asyncio.Task[None]] = [asyncio.create_task(peak_rss_mb(stack.server.pid, rss)())]
+    if name is not None:
+        side.append(asyncio.create_task(FLOODS[name](stack.base_url, counts)))
+        await asyncio.sleep(5)
+    try:
+        report = await run_load(stack.base_url, bodies, users, timeout)
+    finally:
+        for task in side:
+            task.cancel()
+        await asyncio.gather(*side, return_exceptions=True)
+    return report, counts, rss
+
+
+def run_floods(stack: Stack, names: list[str], total: int, users: int, timeout: float) -> None:
+    """Each flood in `names`: the normal load alone, then beside the abuser (fresh prompts in
+    every phase: no cache hits)."""
+    for index, name in enumerate(names):
+        print(f"flood {name}:", flush=True)
+        for with_abuser in (False, True):
+            seed = 100_000 + 1000 * (2 * index + with_abuser)
+            bodies = [{"prompt": p} for p in distinct_prompts(total, seed=seed)]
+            phase = flood_phase(stack, name if with_abuser else None, bodies, users, timeout)
+            report, counts, rss = asyncio.run(phase)
+            print(phase_line("with abuser" if with_abuser else "normal only", report, rss))
+            if with_abuser:
+                print(f"    the abuser was answered: {dict(sorted(counts.items()))}", flush=True)
+
+
 async def when_answered(report: Report, count: int, timeout_s: float = 300) -> None:
     """Wait until `count` analyses are answered (a trigger for faults)."""
     deadline = time.monotonic() + timeout_s
@@ -344,6 +549,22 @@ class Stack:
             stop(process, signal.SIGKILL)
         if self.redis is not None:
             self.redis.stop()
+
+    def ghost_worker(self) -> None:
+        """A heartbeat for GHOST with no process behind it (its jobs stay queued)."""
+        assert self.redis is not None
+        beat = WorkerBeat(
+            name="ghost-worker",
+            model=GHOST,
+            fingerprint="0" * 16,
+            queue=queue_name(GHOST),
+            device="cpu",
+            host="nowhere",
+            pid=0,
+            started_at=time.time(),
+        )
+        with Redis.from_url(self.redis.url) as connection:
+            write_beat(connection, beat, period_s=3600)
 
     def start_worker(self, n: int) -> None:
         assert self.redis is not None
@@ -405,8 +626,27 @@ def main() -> None:
     parser.add_argument(
         "--client-jobs", type=int, default=None, help="ICL_CLIENT_QUEUED_JOBS of the server"
     )
+    parser.add_argument(
+        "--floods", default="", help=f"comma-separated of {', '.join(FLOODS)}, or 'all'"
+    )
     args = parser.parse_args()
     env = {} if args.client_jobs is None else {"ICL_CLIENT_QUEUED_JOBS": str(args.client_jobs)}
+    floods = list(FLOODS) if args.floods == "all" else [f for f in args.floods.split(",") if f]
+    if floods:  # the default per-client rate limits, as deployed (users have addresses)
+        env |= {"ICL_RATE_LIMIT_PER_MINUTE": "1200", "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "60"}
+        env["ICL_TRUSTED_PROXIES"] = f'["{PROXY}"]'
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            Stack(Path(tmp), args.workers, args.delay, **env) as stack,
+        ):
+            stack.ghost_worker()
+            print(
+                f"{cpu_model()}; {os.cpu_count()} CPUs; {args.workers} workers, tiny model; "
+                f"{args.users} normal users × {args.total} analyses a phase",
+                flush=True,
+            )
+            run_floods(stack, floods, args.total, args.users, args.timeout)
+        return
     abuser_counts: Counter[str] = Counter()
     with (
         tempfile.TemporaryDirectory() as tmp,
