@@ -15,7 +15,17 @@ from fastapi.staticfiles import StaticFiles
 
 from app import security
 from app.queue.interface import Backend, BackendError
-from app.routes import analyses, auth, experiments, families, figures, health, pages, panels
+from app.routes import (
+    analyses,
+    auth,
+    experiments,
+    families,
+    figures,
+    health,
+    pages,
+    panels,
+    pins,
+)
 from app.security.client_slots import ClientSlots
 from app.security.responses import error_response
 from model_worker.log_safety import redact
@@ -84,6 +94,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(auth.router)
     app.include_router(experiments.router)
     app.include_router(families.router)
+    app.include_router(pins.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -376,6 +376,9 @@ class EmbeddedBackend(PartsReader):
             "queued": len(self._pending),
         }
 
+    async def pin(self, job_id: str, pinned: bool = True) -> bool:
+        return bool(await self._stored(self._store.pin, job_id, pinned))
+
     async def maintain(self) -> None:
         """The store's retention (the worker thread stores each result itself)."""
         await self._stored(self._retention.run)

@@ -187,6 +187,11 @@ class Backend(Protocol):
         jobs a queue lost enqueued again."""
         ...
 
+    async def pin(self, job_id: str, pinned: bool = True) -> bool:
+        """Keep (or stop keeping) a job's result whatever the store's retention removes;
+        False when no such job was accepted."""
+        ...
+
     async def health(self) -> dict[str, Any]:
         """A JSON-able health report."""
         ...

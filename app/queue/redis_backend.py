@@ -484,6 +484,9 @@ class RedisBackend(PartsReader):
         request = stored.parsed_request()
         return self._enqueue(stored.id, request, stored.model, stored.fingerprint, same, None)
 
+    async def pin(self, job_id: str, pinned: bool = True) -> bool:
+        return await self._call(self._store.pin, job_id, pinned)
+
     async def maintain(self) -> None:
         """One pass over the store's pending jobs: results copied, failures recorded, lost
         jobs enqueued again (so nothing depends on a client polling)."""

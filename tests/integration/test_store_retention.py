@@ -3,6 +3,7 @@ results first, pinned permalinks and pending jobs kept; uploaded datasets stored
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -121,3 +122,46 @@ def test_a_store_of_an_earlier_version_is_upgraded(tmp_path: Path) -> None:
     assert stored is not None and stored.state == "done"
     assert store.pin("a-1") and store.prune(max_bytes=1) == []
     store.close()
+
+
+def test_a_pinned_permalink_outlives_the_retention_that_removes_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.store import Retention
+    from tests.app_clients import embedded_client
+    from tests.integration.redis_support import wait_for
+
+    monkeypatch.setattr(Retention, "PRUNE_EVERY_S", 0.0)
+    settings = Settings(
+        model="tiny-llama",
+        data_dir=tmp_path,
+        store_max_bytes=0,  # unbounded until the results are in
+        rate_limit_per_minute=0,
+        write_rate_limit_per_minute=0,
+    )
+    with embedded_client(settings) as client:
+        ids = [
+            client.post("/api/analyses", json={"prompt": f"cat : foo dog{n} : bar cat :"}).json()[
+                "id"
+            ]
+            for n in range(2)
+        ]
+        for job_id in ids:
+            wait_for(
+                lambda job_id=job_id: (
+                    client.get(f"/api/analyses/{job_id}").json()["status"] == "done"
+                ),
+                60,
+                job_id,
+            )
+        kept, dropped = ids
+        assert client.put(f"/api/pins/{kept}").json() == {"id": kept, "pinned": True}
+        assert client.put("/api/pins/a-" + "0" * 32).status_code == 404
+        assert client.put("/api/pins/not-an-id").status_code == 422
+        backend = client.app.state.backend  # type: ignore[attr-defined]
+        store = backend._store
+        settings.store_max_bytes = 1  # now every unpinned finished result is over the bound
+        asyncio.run(backend.maintain())
+        assert store.parts(kept) is not None  # pinned: kept
+        assert store.job(dropped) is None and store.parts(dropped) is None
+        assert client.delete(f"/api/pins/{kept}").json() == {"id": kept, "pinned": False}
