@@ -428,6 +428,10 @@ EXPERIMENTS: dict[str, Experiment] = {
         "Activation patching (denoising swapped labels): heads, and the in-context heads' q/k/v",
         "patching",
     ),
+    "atlas": Experiment(
+        "Head atlas: in-context, induction, previous-token, function-vector, saliency, sink",
+        "atlas",
+    ),
 }
 EXPERIMENT_NAMES: tuple[str, ...] = tuple(EXPERIMENTS)
 if TYPE_CHECKING:

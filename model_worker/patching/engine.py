@@ -217,3 +217,35 @@ def _no_gradient(loaded: LoadedModel) -> str:
         f"the {loaded.adapter.family} model gives no gradient through its attention, so "
         "attribution patching cannot run on it"
     )
+
+
+def label_saliency(
+    loaded: LoadedModel, ids: Tensor, target: int, positions: Sequence[int]
+) -> Tensor:
+    """Wang et al.'s saliency of the label words, per head: |A ⊙ ∂L/∂A| of the attention
+    from the last position, summed over `positions`, with L = −log p(target) at the last
+    position; [L, H]. One forward and one backward pass of `ids` [S]."""
+    patterns: dict[int, Tensor] = {}
+
+    def keep(site: Site, layer: int, tensor: Tensor) -> Tensor | None:
+        if site == "resid_pre" and layer == 0:
+            return tensor.detach().requires_grad_(True)
+        if site == "pattern":
+            patterns[layer] = tensor
+        return None
+
+    model = loaded.model
+    with loaded.lock, default_linear_layers(model), hooked(loaded, keep), torch.enable_grad():
+        logits = model(input_ids=_ids(loaded, ids), use_cache=False, logits_to_keep=1).logits
+        loss = -torch.log_softmax(logits[0, -1].float(), -1)[target]
+        layers = sorted(patterns)
+        grads = torch.autograd.grad(loss, [patterns[la] for la in layers], allow_unused=True)
+    if len(layers) != loaded.geometry.n_layers or any(g is None for g in grads):
+        raise PatchingError(_no_gradient(loaded))
+    where = list(positions)
+    rows = [
+        (patterns[la][0, :, -1, where] * grad[0, :, -1, where]).abs().sum(-1).detach().float()
+        for la, grad in zip(layers, grads, strict=True)
+        if grad is not None
+    ]
+    return torch.stack(rows).cpu()

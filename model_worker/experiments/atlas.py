@@ -1,0 +1,365 @@
+"""Experiment `atlas`: the in-context heads beside the other head types the field has named,
+one row per head, with Spearman correlations between the rankings and an ablation that zeroes
+the top heads of one type while keeping those of another.
+
+Scores per head (L·H rows):
+- `in_context`: mean direct increase I(head | resid_pre) of the true label over the dataset's
+  prompts (the ranking that locates the in-context heads); `label_share`: the share of it
+  that comes from the label positions;
+- `induction`, `previous_token`: attention scores on random token sequences repeated once
+  (model_worker.analysis.atlas);
+- `function_vector`: Todd et al.'s indirect effect: the mean head output at the last position
+  over the ICL prompts patched into prompts with shuffled labels; the change of
+  LD = logit[true] − logit[false], by attribution patching (every head), and exactly for the top
+  heads;
+- `saliency`: Wang et al.'s label-word flow |A ⊙ ∂L/∂A| from the labels to the last token;
+- `sink`: attention from the last position to position 0.
+
+Correlations: Spearman's ρ between two scores over the heads, 95% interval by bootstrap over
+heads (the heads are the units ranked). Verdicts ("in-context heads are X heads on this model")
+from the interval: supported if its low end > 0, not supported if its high end < 0.3 (no more
+than a weak correlation), inconclusive otherwise.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+from itertools import combinations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from model_worker.analysis.atlas import (
+    induction_scores,
+    previous_token_scores,
+    repeated_sequences,
+    spearman,
+    top_k,
+)
+from model_worker.capture import run_with_cache
+from model_worker.contracts import ExperimentResult, head_name
+from model_worker.datasets import IclPrompt, format_prompt
+from model_worker.experiments import stats
+from model_worker.experiments.batching import Batch, PromptRun, run_prompts
+from model_worker.experiments.context import Context, Row
+from model_worker.experiments.data import prompts
+from model_worker.experiments.evidence import Evidence
+from model_worker.experiments.figure_data import bar_chart, scatter
+from model_worker.experiments.locate import n_located, zeroing
+from model_worker.experiments.progress import ProgressFn, Stages
+from model_worker.experiments.report import comparison, header, pct, table
+from model_worker.patching.engine import (
+    Activations,
+    Patch,
+    attribution,
+    label_saliency,
+    record,
+    run_patched,
+)
+
+#: Prompts for the per-prompt passes (function vectors, saliency), random sequences, their half.
+SUBSET = 16
+SEQUENCES, HALF = 8, 24
+FV_EXACT = 10
+SCORES = (
+    "in_context",
+    "label_share",
+    "induction",
+    "previous_token",
+    "function_vector",
+    "saliency",
+    "sink",
+)
+TYPES = {
+    "in-context": "in_context",
+    "function-vector": "function_vector",
+    "induction": "induction",
+    "previous-token": "previous_token",
+}
+ABLATIONS = [
+    ("in-context", "function-vector"),
+    ("function-vector", "in-context"),
+    ("in-context", "induction"),
+    ("induction", "in-context"),
+]
+WEAK = 0.3
+PAPER = (
+    "Yu & Ananiadou locate in-context heads by their direct effect; Todd et al. locate "
+    "function-vector heads by their indirect effect; no paper puts them side by side"
+)
+
+
+def _last_row(loaded_runs: list[PromptRun]) -> tuple[Tensor, Tensor]:
+    """Mean z at the last position [L, H·d] and mean sink attention [L, H] over the runs."""
+    z = torch.stack([r.extra[0] for r in loaded_runs]).mean(0)
+    sink = torch.stack([r.extra[1] for r in loaded_runs]).mean(0)
+    return z, sink
+
+
+def _within(stage: ProgressFn, i: int, n: int, fraction: float, message: str) -> None:
+    """Progress of step `i` of `n` inside one stage."""
+    stage((i + fraction) / n, message)
+
+
+def shuffled(prompt: IclPrompt, rng: random.Random) -> IclPrompt:
+    """`prompt` with its demonstrations' labels shuffled among them (Todd et al.)."""
+    labels = [label for _, label in prompt.demonstrations]
+    rng.shuffle(labels)
+    demos = tuple(
+        (text, label) for (text, _), label in zip(prompt.demonstrations, labels, strict=True)
+    )
+    return IclPrompt(
+        text=format_prompt(demos, prompt.input),
+        input=prompt.input,
+        true_label=prompt.true_label,
+        false_label=prompt.false_label,
+        demonstrations=demos,
+        variant=prompt.variant,
+    )
+
+
+def run(ctx: Context) -> ExperimentResult:
+    loaded, g = ctx.loaded, ctx.loaded.geometry
+    n_heads = g.n_layers * g.n_heads
+    stages = Stages(
+        ctx.progress,
+        {
+            "scores": 1.0,
+            "sequences": 0.2,
+            "function vectors": 1.0,
+            "saliency": 0.5,
+            "ablation": 2.0,
+        },
+    )
+    items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed))
+
+    def extra(batch: Batch, cache: object) -> list[tuple[Tensor, Tensor]]:
+        out = []
+        for row, item in enumerate(batch.items):
+            last = item.last
+            out.append(
+                (
+                    cache.z[:, row, last].cpu(),  # type: ignore[attr-defined]
+                    cache.pattern[:, row, :, last, 0].cpu(),  # type: ignore[attr-defined]
+                )
+            )
+        return out
+
+    runs = run_prompts(
+        loaded,
+        items,
+        batch_size=ctx.batch_size,
+        increases="all",
+        label_increases=True,
+        extra=extra,
+        progress=stages.stage("scores"),
+        label="direct effects",
+    )
+    increase = torch.stack([r.increases for r in runs if r.increases is not None]).mean(0)
+    label_increase = torch.stack(
+        [r.label_increases for r in runs if r.label_increases is not None]
+    ).mean(0)
+    mean_z, sink = _last_row(runs)
+    share = torch.where(increase > 0, label_increase / increase.clamp(min=1e-12), torch.nan)
+
+    stages.stage("sequences")(0.0, "random repeated sequences")
+    generator = torch.Generator().manual_seed(ctx.seed)
+    special = set(loaded.tokenizer.all_special_ids)
+    vocabulary = [i for i in range(min(len(loaded.tokenizer), 50_000)) if i not in special]
+    sequences = repeated_sequences(vocabulary, SEQUENCES, HALF, generator)
+    with loaded.lock:
+        cache = run_with_cache(loaded.model, loaded.adapter, g, sequences.to(loaded.device))
+    induction = induction_scores(cache.pattern.cpu(), HALF)
+    previous = previous_token_scores(cache.pattern[:, :, :, :HALF, :HALF].cpu())
+
+    subset = items[:SUBSET]
+    rng = random.Random(ctx.seed)
+    fv_items = ctx.prepare([shuffled(item.prompt, rng) for item in subset])
+    fv_stage = stages.stage("function vectors")
+    fv_estimates, fv_bases = [], []
+    for i, item in enumerate(fv_items):
+        fv_stage(i / len(fv_items), f"prompt {i + 1} of {len(fv_items)}")
+        base = record(loaded, item.ids)
+        sites = dict(base.sites)
+        for layer in range(g.n_layers):
+            z = sites[("z", layer)].clone()
+            z[item.last] = mean_z[layer].to(z.device, z.dtype)
+            sites[("z", layer)] = z
+        source = Activations(sites, base.logits)
+        found = attribution(loaded, item.ids, source, item.true_id, item.false_id)
+        fv_estimates.append(found.z[:, item.last].flatten().double())
+        fv_bases.append(source)
+    function_vector = torch.stack(fv_estimates).mean(0)  # [L·H], LD change
+    fv_top = top_k(function_vector.numpy(), min(FV_EXACT, n_heads))
+    exact_fv = np.zeros(len(fv_top))
+    for item, source in zip(fv_items, fv_bases, strict=True):
+        rows: list[list[Patch]] = [[]]
+        rows += [[Patch("z", h // g.n_heads, h % g.n_heads, (item.last,))] for h in fv_top]
+        logits = run_patched(loaded, item.ids, source, rows).logits
+        ld = (logits[:, item.true_id] - logits[:, item.false_id]).double().numpy()
+        exact_fv += (ld[1:] - ld[0]) / len(fv_items)
+
+    sal_stage = stages.stage("saliency")
+    saliencies = []
+    for i, item in enumerate(subset):
+        sal_stage(i / len(subset), f"prompt {i + 1} of {len(subset)}")
+        saliencies.append(label_saliency(loaded, item.ids, item.true_id, item.label_positions))
+    saliency = torch.stack(saliencies).mean(0)
+
+    columns = {
+        "in_context": increase.flatten(),
+        "label_share": share.flatten(),
+        "induction": induction.flatten(),
+        "previous_token": previous.flatten(),
+        "function_vector": function_vector.float(),
+        "saliency": saliency.flatten(),
+        "sink": sink.flatten(),
+    }
+    values = {name: columns[name].double().numpy() for name in SCORES}
+    exact_of = dict(zip(fv_top, exact_fv.tolist(), strict=True))
+    rank_of = {
+        name: np.argsort(np.argsort(-np.nan_to_num(v, nan=-np.inf))) for name, v in values.items()
+    }
+    head_rows: list[Row] = []
+    for flat in range(n_heads):
+        layer, head = divmod(flat, g.n_heads)
+        row: Row = {"name": head_name(layer, head), "layer": layer, "head": head}
+        for name in SCORES:
+            value = float(values[name][flat])
+            row[name] = None if np.isnan(value) else value
+            row[f"{name}_rank"] = int(rank_of[name][flat]) + 1
+        row["function_vector_exact"] = exact_of.get(flat)
+        head_rows.append(row)
+
+    evidence = Evidence()
+    correlations: list[Row] = []
+    for a, b in combinations(SCORES, 2):
+        keep = ~(np.isnan(values[a]) | np.isnan(values[b]))
+        pair = np.stack([values[a][keep], values[b][keep]])
+        interval = stats.bootstrap_stat(pair, spearman, seed=ctx.seed)
+        correlations.append(
+            {
+                "score_a": a,
+                "score_b": b,
+                "spearman": interval.estimate,
+                "low": interval.low,
+                "high": interval.high,
+                "heads": int(keep.sum()),
+            }
+        )
+        if a == "in_context" and b in (
+            "function_vector",
+            "induction",
+            "previous_token",
+            "saliency",
+        ):
+            kind = b.replace("_", "-")
+            evidence.decide(
+                f"in-context heads are {kind} heads on this model (ρ > 0 over the heads)",
+                f"spearman(in_context, {b})",
+                interval,
+                min_effect=WEAK,
+            )
+
+    k = n_located(g.n_layers, g.n_heads)
+    tops = {kind: top_k(np.nan_to_num(values[col], nan=-np.inf), k) for kind, col in TYPES.items()}
+    plan: list[tuple[str, str, list[int]]] = [("none", "", [])]
+    plan += [
+        (zeroed, kept, [h for h in tops[zeroed] if h not in tops[kept]])
+        for zeroed, kept in ABLATIONS
+    ]
+    ablation_stage = stages.stage("ablation")
+    ablation_rows: list[Row] = []
+    for i, (zeroed, kept, flat_heads) in enumerate(plan):
+        heads = [divmod(h, g.n_heads) for h in flat_heads]
+        done = run_prompts(
+            loaded,
+            items,
+            batch_size=ctx.batch_size,
+            intervene=zeroing(loaded, heads) if heads else None,
+            progress=partial(_within, ablation_stage, i, len(plan)),
+        )
+        interval = stats.rate([r.correct for r in done])
+        ablation_rows.append(
+            {
+                "zeroed": zeroed,
+                "kept": kept or "—",
+                "heads": " ".join(head_name(*h) for h in heads) or "—",
+                "n_zeroed": len(heads),
+                "accuracy": interval.estimate,
+                "low": interval.low,
+                "high": interval.high,
+            }
+        )
+
+    fv_rho = next(
+        r
+        for r in correlations
+        if r["score_b"] == "function_vector" and r["score_a"] == "in_context"
+    )
+    metrics = {
+        "heads": float(n_heads),
+        "k": float(k),
+        "spearman_in_context_function_vector": float(fv_rho["spearman"] or 0),
+        "accuracy": float(ablation_rows[0]["accuracy"] or 0),
+        "top_overlap_in_context_function_vector": float(
+            len(set(tops["in-context"]) & set(tops["function-vector"]))
+        ),
+    }
+    figures = {
+        f"atlas_{b}": scatter(
+            f"Per head: in-context increase vs {b.replace('_', ' ')}",
+            {
+                "heads": list(
+                    zip(
+                        values["in_context"].tolist(),
+                        np.nan_to_num(values[b]).tolist(),
+                        strict=True,
+                    )
+                )
+            },
+            xlabel="in-context (mean direct increase)",
+            ylabel=b.replace("_", " "),
+        )
+        for b in ("function_vector", "induction", "previous_token", "saliency")
+    }
+    figures["atlas_ablation"] = bar_chart(
+        f"Accuracy with the top {k} heads of one type zeroed, another's kept (95% intervals)",
+        [f"{r['zeroed']} − {r['kept']}" if r["kept"] != "—" else "none" for r in ablation_rows],
+        {"accuracy": [float(r["accuracy"] or 0) for r in ablation_rows]},
+        ylabel="accuracy",
+        low={"accuracy": [float(r["low"] or 0) for r in ablation_rows]},
+        high={"accuracy": [float(r["high"] or 0) for r in ablation_rows]},
+    )
+    outcome = {v.quantity: v.outcome for v in evidence.verdicts}
+    summary = (
+        f"ρ(in-context, function vector) = {float(fv_rho['spearman'] or 0):+.2f} "
+        f"[{float(fv_rho['low'] or 0):+.2f}, {float(fv_rho['high'] or 0):+.2f}] "
+        f"({outcome.get('spearman(in_context, function_vector)', '—')}); top-{k} overlap "
+        f"{int(metrics['top_overlap_in_context_function_vector'])}; accuracy "
+        f"{pct(metrics['accuracy'])}"
+    )
+    report = "\n".join(
+        [
+            header(ctx, "Head atlas — in-context heads beside the other head types"),
+            f"Scores over {len(items)} prompts (function vectors and saliency over the first "
+            f"{len(subset)}); induction and previous-token scores on {SEQUENCES} random "
+            f"sequences of {HALF} tokens repeated once.\n",
+            f"Summary: {summary}.\n",
+            "## Spearman correlations (bootstrap over heads)\n",
+            table(correlations),
+            "",
+            "## Ablation: top-k of one type zeroed, another's top-k kept\n",
+            table(ablation_rows),
+            "",
+            comparison([("in-context heads vs function-vector heads", PAPER, summary)]),
+        ]
+    )
+    tables = {
+        "atlas": head_rows,
+        "atlas_correlations": correlations,
+        "atlas_ablation": ablation_rows,
+    }
+    return ctx.result(metrics, tables, figures, report, evidence)
