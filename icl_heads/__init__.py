@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from icl_heads.local import analyze as analyze
     from icl_heads.local import load_model as load_model
     from icl_heads.local import run_experiment as run_experiment
+    from icl_heads.patching import patch as patch
     from icl_heads.results import (
         AnalysisResult as AnalysisResult,
     )
@@ -71,6 +72,8 @@ if TYPE_CHECKING:
     from model_worker.contracts import (
         HeadSummary as HeadSummary,
     )
+    from model_worker.contracts.patching import PatchingResult as PatchingResult
+    from model_worker.contracts.patching import PatchRequest as PatchRequest
     from model_worker.loading import LoadedModel as LoadedModel
 
 #: Public name → the module that defines it.
@@ -79,6 +82,9 @@ _EXPORTS = {
     "LoadedModel": "model_worker.loading",
     "analyze": "icl_heads.local",
     "run_experiment": "icl_heads.local",
+    "patch": "icl_heads.patching",
+    "PatchRequest": "model_worker.contracts.patching",
+    "PatchingResult": "model_worker.contracts.patching",
     "AnalysisRequest": "model_worker.contracts",
     "AnalysisResult": "icl_heads.results",
     "ExperimentRequest": "model_worker.contracts",

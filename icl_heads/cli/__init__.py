@@ -4,12 +4,13 @@ exits with code 2."""
 
 from __future__ import annotations
 
-from icl_heads.cli import experiments, serve, towers, worker
+from icl_heads.cli import experiments, patch, serve, towers, worker
 from icl_heads.cli.commands import app
 
 worker.register(app)
 experiments.register(app)
 towers.register(app)
+patch.register(app)
 serve.register(app)
 
 __all__ = ["app"]
