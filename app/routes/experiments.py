@@ -3,18 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile, status
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
 from app.deps import BackendDep, ClientDep, ExperimentStateDep
+from app.figure_files import ThemeQuery, figure_response
 from app.queue.interface import Backend, BackendError
 from app.submission import ExperimentForm, form_problem, submit_responses, submitted
 from app.templating import render, url_path
-from app.views.figure_kit.export import MEDIA_TYPES, png_bytes, svg_file
-from app.views.figures.registry import EXPERIMENT_FORMATS
+from app.views.figure_kit.export import FORMATS, Format
+from app.views.figures.experiments import experiment_figure
 from app.views.panels import ExperimentPanel
 from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
@@ -127,9 +128,14 @@ async def experiment_status(
 
 @router.get("/e/{job_id}/download/{item}")
 async def experiment_download(
-    item: str, state: ExperimentStateDep, backend: BackendDep
+    request: Request,
+    item: str,
+    state: ExperimentStateDep,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
 ) -> Response:
-    """`report.md`, `result.json`, `<table>.csv`, `<figure>.svg` or `.png` of a done experiment."""
+    """`report.md`, `result.json`, `<table>.csv`, or a figure as `<figure>.svg`, `.png`, `.csv`
+    (its data) or `.json` (its Vega-Lite specification) of a done experiment."""
     result = await _done_experiment(backend, state)
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")
@@ -145,14 +151,32 @@ async def experiment_download(
         return Response(
             csv_text(result.tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
         )
-    if suffix in EXPERIMENT_FORMATS and stem in result.figures:
-        svg = result.figures[stem]
-        if suffix == "png":
-            return Response(png_bytes(svg), media_type=MEDIA_TYPES["png"], headers=attachment)
-        return Response(
-            svg_file(svg, declaration=False), media_type=MEDIA_TYPES["svg"], headers=attachment
-        )
+    if suffix in FORMATS and stem in result.figures:
+        figure = experiment_figure(stem, result.figures[stem])
+        fmt = cast(Format, suffix)
+        return await figure_response(request, figure, fmt, theme, f"{result.name}-{item}")
     raise HTTPException(status.HTTP_404_NOT_FOUND, f"no download {item!r} in this experiment")
+
+
+@router.get("/e/{job_id}/figures/{name}.{fmt}")
+async def experiment_figure_file(
+    request: Request,
+    name: str,
+    fmt: Format,
+    state: ExperimentStateDep,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
+) -> Response:
+    """Figure `name` of a done experiment as SVG, PNG, CSV (its data) or JSON (its Vega-Lite
+    specification)."""
+    result = await _done_experiment(backend, state)
+    if result is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")
+    if name not in result.figures:
+        known = ", ".join(result.figures) or "none"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no figure {name!r}; this has: {known}")
+    figure = experiment_figure(name, result.figures[name])
+    return await figure_response(request, figure, fmt, theme, f"{result.name}-{name}.{fmt}")
 
 
 @router.post(

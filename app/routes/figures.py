@@ -1,55 +1,48 @@
-"""Figure downloads: every registered figure (app.views.figures.registry) in each of its formats."""
+"""Figure downloads: every registered figure (app.views.figures.registry) in each of its formats
+and themes. SVG and PNG are drawn off the event loop by the bounded render pool
+(app.views.figure_kit.render_pool) and kept once drawn; CSV and JSON are written here.
+
+An unknown figure or format is a 404, an unknown theme a 422 (FastAPI validates the query); a
+result too large to draw is a 413; a pool that is full or a drawing past its time a 503.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.deps import BackendDep, JobId, check_head, done_summary
-from app.views.figure_kit.export import MEDIA_TYPES, Format, export
-from app.views.figure_kit.figure import Figure
+from app.figure_files import ThemeQuery, built, figure_response, registered
+from app.views.figure_kit.export import Format
 from app.views.figures.analysis import comparable
-from app.views.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
 
 router = APIRouter(prefix="/figures", tags=["figures"])
 
 
-def registered(kind: FigureKind, name: str, fmt: Format) -> FigureEntry:
-    """The registry's entry of `name`, or 404 naming the known figures (or their formats)."""
-    try:
-        entry = figure_entry(kind, name)
-    except UnknownFigure as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-    if fmt not in entry.formats:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND,
-            f"figure {name!r} downloads as {', '.join(entry.formats)}, not {fmt}",
-        )
-    return entry
-
-
-def download(entry: FigureEntry, figure: Figure | None, fmt: Format, prefix: str) -> Response:
-    """The figure in `fmt`, as an attachment named `{prefix}-{stem}.{fmt}` (404 when the
-    result cannot draw it)."""
-    if figure is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, entry.missing)
-    filename = f"{prefix}-{figure.stem}.{fmt}"
-    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
-    return Response(export(figure, fmt), media_type=MEDIA_TYPES[fmt], headers=headers)
-
-
 @router.get("/{job_id}/{name}.{fmt}")
 async def analysis_figure_file(
-    job_id: JobId, name: str, fmt: Format, backend: BackendDep
+    request: Request,
+    job_id: JobId,
+    name: str,
+    fmt: Format,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
 ) -> Response:
     """An analysis figure (heatmap, layers, flow) of analysis `job_id`."""
     entry = registered("analysis", name, fmt)
     result = await done_summary(backend, job_id)
-    return download(entry, entry.build(result), fmt, job_id[:10])
+    figure = built(entry, result)
+    return await figure_response(request, figure, fmt, theme, f"{job_id[:10]}-{name}.{fmt}")
 
 
 @router.get("/{job_id}/heads/{name}/{figure}.{fmt}")
 async def head_figure_file(
-    job_id: JobId, name: str, figure: str, fmt: Format, backend: BackendDep
+    request: Request,
+    job_id: JobId,
+    name: str,
+    figure: str,
+    fmt: Format,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
 ) -> Response:
     """A head's figure from analysis `job_id` (which must hold that head's detail)."""
     entry = registered("head", figure, fmt)
@@ -61,12 +54,19 @@ async def head_figure_file(
             status.HTTP_404_NOT_FOUND,
             f"analysis {job_id} has no detail for {name}; open its panel to compute it",
         )
-    return download(entry, entry.build(result, detail), fmt, job_id[:10])
+    drawn = built(entry, result, detail)
+    return await figure_response(request, drawn, fmt, theme, f"{job_id[:10]}-{name}-{figure}.{fmt}")
 
 
 @router.get("/compare/{a}/{b}/{name}.{fmt}")
 async def compare_figure_file(
-    a: JobId, b: JobId, name: str, fmt: Format, backend: BackendDep
+    request: Request,
+    a: JobId,
+    b: JobId,
+    name: str,
+    fmt: Format,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
 ) -> Response:
     """A figure of two analyses compared (the difference heatmap B − A)."""
     entry = registered("compare", name, fmt)
@@ -74,4 +74,5 @@ async def compare_figure_file(
     problem = comparable(ra, rb)
     if problem:
         raise HTTPException(status.HTTP_409_CONFLICT, problem)
-    return download(entry, entry.build(ra, rb), fmt, f"{a[:10]}-{b[:10]}")
+    figure = built(entry, ra, rb)
+    return await figure_response(request, figure, fmt, theme, f"{a[:10]}-{b[:10]}-{name}.{fmt}")

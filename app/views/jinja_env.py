@@ -8,8 +8,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from app.views.figure_kit.svg import signed, visible
-from app.views.figures.registry import EXPERIMENT_FORMATS, download_formats
+from app.views.figure_kit.export import svg_data_uri
+from app.views.figure_kit.text import signed, visible
+from app.views.figure_kit.themes import figure_theme
+from app.views.figures.registry import download_formats
 from model_worker.contracts import NORM_MODES, RANKINGS
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -26,9 +28,12 @@ ENV.globals["norm_modes"] = NORM_MODES
 ENV.globals["rankings"] = RANKINGS
 # download menus are generated from the figure registry
 ENV.globals["figure_formats"] = download_formats
-ENV.globals["experiment_figure_formats"] = EXPERIMENT_FORMATS
+# figures are drawn in the page's theme; notebooks show them as images
+ENV.globals["figure_theme"] = figure_theme
+ENV.filters["svg_data_uri"] = svg_data_uri
 
 
 def render_text(name: str, context: dict[str, Any]) -> str:
-    """`name` rendered to a string outside any request (the notebook views)."""
-    return ENV.get_template(name).render(context)
+    """`name` rendered to a string outside any request (the notebook views: figures as
+    static SVG images)."""
+    return ENV.get_template(name).render({"static_figures": True, **context})

@@ -11,7 +11,7 @@ from typing import Any, Literal, Self
 from markdown_it import MarkdownIt
 from pydantic import BaseModel, PrivateAttr
 
-from app.views.compare_checks import comparison_warnings
+from app.views.compare_checks import comparison_warnings, shared_domain
 from app.views.figure_kit.figure import Figure, Row
 from app.views.figures.analysis import (
     attention_figure,
@@ -25,6 +25,8 @@ from app.views.figures.analysis import (
     ranked_demonstrations,
     scores_figure,
 )
+from app.views.figures.experiments import experiment_figure
+from app.views.figures.towers import towers_figures
 from model_worker.contracts import (
     AnalysisCore,
     AnalysisResult,
@@ -43,7 +45,12 @@ from model_worker.contracts import (
 from model_worker.queue.result_parts import detail_mrr
 from model_worker.queue.states import JobState, JobStatus
 
-_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+#: experiment reports: text, emphasis and tables only (no raw HTML, links or images from a worker)
+_markdown = (
+    MarkdownIt("commonmark", {"html": False})
+    .enable("table")
+    .disable(["link", "image", "autolink"])
+)
 Analysis = AnalysisSummary | AnalysisResult
 
 
@@ -131,7 +138,7 @@ class HeatmapPanel(Panel):
 
     @cached_property
     def figure(self) -> Figure:
-        return heatmap_figure(self.result, focusable=self._link)
+        return heatmap_figure(self.result, clickable=self._link)
 
     @property
     def link(self) -> bool:
@@ -252,6 +259,15 @@ class HeadPanel(_Linked):
     def demonstrations(self) -> list[Row]:
         return ranked_demonstrations(self._result, self.detail)
 
+    @cached_property
+    def towers(self) -> dict[str, list[Figure]]:
+        """The score decomposition's figures (docs/towers.md): `attended` (the most attended
+        label) and `versus` (top true label − top false label); empty when not computed."""
+        return {
+            view: towers_figures(self._result, self.detail, versus)
+            for view, versus in (("attended", False), ("versus", True))
+        }
+
 
 class HeadPending(_Linked):
     """A head outside the stored details while the analysis `job` computes it (or why it
@@ -299,6 +315,7 @@ class Comparison(BaseModel):
     _right: AnalysisView = PrivateAttr()
     _figure: Figure | None = PrivateAttr(default=None)
     _problem: str | None = PrivateAttr(default=None)
+    _heatmaps: dict[str, Figure] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def of(cls, a: str, result_a: Analysis, b: str, result_b: Analysis) -> Comparison:
@@ -313,8 +330,18 @@ class Comparison(BaseModel):
         )
         comparison._left = AnalysisView.of(result_a, a, link=False)
         comparison._right = AnalysisView.of(result_b, b, link=False)
+        domain = shared_domain(result_a, result_b)
+        comparison._heatmaps = {
+            side: heatmap_figure(result, domain=domain)
+            for side, result in (("A", result_a), ("B", result_b))
+        }
         comparison._figure, comparison._problem = figure, problem
         return comparison
+
+    @property
+    def heatmaps(self) -> dict[str, Figure]:
+        """A's and B's heatmaps ("A", "B") on one colour scale (`shared_domain`)."""
+        return self._heatmaps
 
     @property
     def sides(self) -> list[tuple[str, AnalysisView]]:
@@ -348,6 +375,11 @@ class ExperimentPanel(ExperimentResult):
     @property
     def job_id(self) -> str:
         return self._job_id
+
+    @cached_property
+    def drawn(self) -> list[Figure]:
+        """The experiment's figures, drawn from their data."""
+        return [experiment_figure(name, data) for name, data in self.figures.items()]
 
     @cached_property
     def report_html(self) -> str:

@@ -3,6 +3,7 @@ and figure downloads over the tiny-model backend."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 import app.routes.pages as page_routes
 import app.routes.panels as panel_routes
 from app.main import create_app
+from app.views.figure_kit.text import signed
 from app.views.figures.registry import figure_entry
 from app.views.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
 from icl_heads.serving import embedded_backend
@@ -88,6 +90,33 @@ def test_home_has_form_models_and_presets(client: TestClient) -> None:
     assert chosen is not None and chosen.text == "eight : foo two : foo love : bar like : bar one :"
 
 
+def figure_spec(page: BeautifulSoup, name: str) -> dict[str, Any]:
+    """The Vega-Lite specification of figure `name` on `page`."""
+    host = page.select_one(f".vl-figure[data-figure={name}]")
+    assert host is not None, f"no figure {name}"
+    spec: dict[str, Any] = json.loads(str(host["data-spec"]))
+    return spec
+
+
+def figure_values(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The data rows a figure's specification draws."""
+    if "datasets" in spec:
+        (values,) = spec["datasets"].values()
+        return list(values)
+    return list(spec["data"]["values"])
+
+
+def marks(svg: bytes, group: str) -> list[ElementTree.Element]:
+    """The marks of the drawn SVG's mark group whose class names `group`."""
+    root = ElementTree.fromstring(svg)
+    return [
+        child
+        for g in root.iter("{http://www.w3.org/2000/svg}g")
+        if group in (g.get("class") or "").split()
+        for child in g
+    ]
+
+
 def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: str) -> None:
     page = soup(client.get(f"/a/{job}").text)
     result = client.get(f"/api/analyses/{job}").json()["result"]
@@ -100,21 +129,19 @@ def test_analysis_page_shows_tokens_target_and_figures(client: TestClient, job: 
     target = page.select_one(".target")
     assert target is not None and target["data-target"] == "foo"
     assert f"p = {result['target']['prob']:.3f}" in target.text
-    cells = page.select("svg[data-figure=heatmap] rect.cell")
+    heatmap = figure_spec(page, "heatmap")
+    cells = figure_values(heatmap)
     assert len(cells) == result["n_layers"] * result["n_heads"]
     first = result["heads"][0]
-    cell = page.select_one(f"rect.cell[data-layer='{first['layer']}'][data-head='{first['head']}']")
-    assert cell is not None
-    assert cell.title is not None
-    assert cell.title.text == (
-        f"{first['name']} {first['increase']:+.3f} · label {first['label_increase']:+.3f}"
-        f" · other {first['other_increase']:+.3f}"
+    cell = next(c for c in cells if (c["layer"], c["head"]) == (first["layer"], first["head"]))
+    assert cell["increase_text"] == signed(first["increase"])
+    assert cell["split"] == (
+        f"label {signed(first['label_increase'])} · other {signed(first['other_increase'])}"
     )
-    assert cell["tabindex"] == "0" and not any(a.startswith("hx-") for a in cell.attrs)
+    assert "hx-" not in json.dumps(heatmap)  # clicks are the page's script's, not the data's
     wrapper = page.select_one("[data-panel=heatmap][data-heads-url]")
     assert wrapper is not None and wrapper["data-heads-url"] == f"/a/{job}"
-    bars = page.select("svg[data-figure=layers] rect.bar")
-    assert len(bars) == 2 * result["n_layers"]
+    assert len(figure_values(figure_spec(page, "layers"))) == 2 * result["n_layers"]
     rows = page.select("table.top-heads tbody tr")
     assert [r["data-head-name"] for r in rows] == result["top_heads"]
     mrr = result["head_details"][result["top_heads"][0]]["value_mrr"]
@@ -144,18 +171,18 @@ def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> N
     name = result["top_heads"][0]
     page = soup(client.get(f"/a/{job}/heads/{name}").text)
     assert page.select_one(f".head[data-head-name={name}]") is not None
-    attention = page.select("svg[data-figure=attention] rect.bar")
+    attention = figure_values(figure_spec(page, "attention"))
     assert len(attention) == len(result["tokens"])
-    assert len(page.select("svg[data-figure=attention] rect.bar--true")) == 2
-    assert len(page.select("svg[data-figure=attention] rect.bar--false")) == 2
-    assert len(page.select("svg[data-figure=increase] rect.bar")) == len(result["tokens"])
-    assert len(page.select("svg[data-figure=margin] rect.bar")) == len(result["tokens"])
+    assert [b["kind"] for b in attention].count("true label") == 2
+    assert [b["kind"] for b in attention].count("false label") == 2
+    for name_ in ("increase", "margin"):
+        assert len(figure_values(figure_spec(page, name_))) == len(result["tokens"])
     assert len(page.select("table[data-table=values] tbody tr")) == 4
     assert len(page.select("table[data-table=keys] tbody tr")) == 4
     detail = result["head_details"][name]
     query_chips = page.select("table[data-table=query] tr")[0].select(".chip")
     assert [c.text for c in query_chips] == [t["token"] for t in detail["query"]]
-    assert len(page.select("svg[data-figure=scores] rect.bar")) == 3 * len(result["tokens"])
+    assert len(figure_values(figure_spec(page, "scores"))) == 3 * len(result["tokens"])
     demos = page.select("table[data-table=scores] tbody tr")
     scores = detail["scores"]
     ranked = sorted(result["labels"], key=lambda label: -scores[label["position"]])
@@ -206,9 +233,9 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
     result = client.get(f"/api/analyses/{job}").json()["result"]
     for panel, selector in [
         ("tokens", ".token-strip"),
-        ("layers", "svg[data-figure=layers]"),
-        ("flow", "svg[data-figure=flow]"),
-        ("heatmap", "svg[data-figure=heatmap]"),
+        ("layers", ".vl-figure[data-figure=layers][data-spec]"),
+        ("flow", ".vl-figure[data-figure=flow][data-spec]"),
+        ("heatmap", ".vl-figure[data-figure=heatmap][data-spec]"),
         ("top-heads", "table.top-heads"),
     ]:
         response = client.get(f"/a/{job}/panels/{panel}")
@@ -231,11 +258,7 @@ def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
     svg = client.get(f"/figures/{job}/heatmap.svg")
     assert svg.headers["content-type"] == "image/svg+xml"
     assert "attachment" in svg.headers["content-disposition"]
-    root = ElementTree.fromstring(svg.content)
-    rects = root.findall(".//{http://www.w3.org/2000/svg}rect[@class='cell']")
-    assert len(rects) + len(root.findall(".//*[@class='cell cell--marked']")) == len(
-        result["heads"]
-    )
+    assert len(marks(svg.content, "cells_marks")) == len(result["heads"])
     assert "hx-get" not in svg.text
     png = client.get(f"/figures/{job}/layers.png")
     assert png.content[:8] == b"\x89PNG\r\n\x1a\n"
@@ -244,12 +267,12 @@ def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
         "layer,head,name,rank,increase,label_increase,other_increase,attn_true,attn_false"
     )
     assert len(csv_lines) == 1 + len(result["heads"])
-    rows = client.get(f"/figures/{job}/layers.json").json()["rows"]
-    assert rows == [pytest.approx(x, rel=1e-5, abs=1e-7) for x in result["layers"]]
-    flow = ElementTree.fromstring(client.get(f"/figures/{job}/flow.svg").content)
-    lines = flow.findall(".//{http://www.w3.org/2000/svg}polyline")
-    assert len(lines) == 3
-    assert all(len(line.get("points", "").split()) == result["n_layers"] for line in lines)
+    spec = client.get(f"/figures/{job}/layers.json").json()  # its Vega-Lite specification
+    assert "vega-lite" in spec["$schema"]
+    attn = [row["increase"] for row in figure_values(spec) if row["part"] == "attention"]
+    assert attn == [pytest.approx(x["attn_increase"], rel=1e-5) for x in result["layers"]]
+    flow = client.get(f"/figures/{job}/flow.svg").content
+    assert len(marks(flow, "mark-line")) == 3  # one line per flow
     assert client.get(f"/figures/{job}/flow.png").content[:4] == b"\x89PNG"
     flow_csv = client.get(f"/figures/{job}/flow.csv").text.strip().splitlines()
     assert flow_csv[0].startswith("layer,demo_to_label,label_to_last,other,")
@@ -264,7 +287,7 @@ def test_compare_shows_difference_heatmap(client: TestClient, job: str) -> None:
     other = analyse(client, prompt="love : bar like : bar eight : foo one :", target="foo")
     page = soup(client.get(f"/compare?a={job}&b={other}").text)
     assert page.select_one(".compare-body[data-status=done]") is not None
-    assert len(page.select("svg[data-figure=diff] rect.cell")) == 12
+    assert len(figure_values(figure_spec(page, "diff"))) == 12
     assert len(page.select(".compare-side")) == 2
     heads = client.get(f"/api/compare?a={job}&b={other}").json()["heads"]
     a = {
@@ -282,7 +305,7 @@ def test_compare_shows_difference_heatmap(client: TestClient, job: str) -> None:
 
 FIGURE_LINK = re.compile(
     r"^/figures/(?:compare/a-\w+/a-\w+/(?P<compare>[\w-]+)|a-\w+/heads/L\d+H\d+/(?P<head>[\w-]+)"
-    r"|a-\w+/(?P<analysis>[\w-]+))\.(?P<fmt>\w+)$"
+    r"|a-\w+/(?P<analysis>[\w-]+))\.(?P<fmt>\w+)\?theme=light$"
 )
 
 

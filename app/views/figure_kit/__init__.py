@@ -1,6 +1,5 @@
-"""The one figure kit of the dashboard and the experiments: hand-written SVG (small, themed by
-`currentColor`, CSP-safe, clickable through data attributes), colours, bar / line / scatter /
-heatmap builders, the Figure type and one exporter per format.
-
-Torch-free and web-free (no fastapi, no templates): the engine (`model_worker`) draws with it
-too; the dashboard's figures of an analysis are built on it in `app.views.figures`."""
+"""The figure kit: every figure of the dashboard, the notebooks and the experiments is a
+Vega-Lite specification built with Altair (app.views.figures); this package holds what they
+share: the Figure type, colours, themes (Vega-Lite config objects), number and token texts, and
+the files a figure downloads as (SVG and PNG drawn off-screen by vl-convert, in a bounded pool of
+processes on the server; CSV of its rows; JSON of its specification). Torch-free."""

@@ -1,64 +1,55 @@
-"""The kit's colours: named series colours, the same colours in order for series
-without a meaning of their own, and a diverging blue–white–red scale centred
-at 0 (ColorBrewer RdBu)."""
+"""The figures' colours, in one place: the label kinds (true / false / other), the signed bars,
+the series of the layer and flow charts, and a palette for series without a meaning of their
+own. The stylesheet's `--true` / `--false` custom properties carry the same values (a unit test
+holds them equal), so a label is the same colour in a table, a token strip and a chart.
+
+Figures are built in the light colours; a dark theme swaps each for its counterpart in
+DARK_OF when the figure is drawn (app.views.figure_kit.figure.Figure.spec)."""
 
 from __future__ import annotations
 
-# RdBu, 11 classes, from most negative (blue) to most positive (red).
-_RDBU = [
-    "#053061",
-    "#2166ac",
-    "#4393c3",
-    "#92c5de",
-    "#d1e5f0",
-    "#f7f7f7",
-    "#fddbc7",
-    "#f4a582",
-    "#d6604d",
-    "#b2182b",
-    "#67001f",
-]
+from typing import Literal
+
 TRUE_LABEL = "#c2410c"
 FALSE_LABEL = "#2563eb"
 OTHER_TOKEN = "#9ca3af"
 POSITIVE = "#b2182b"
 NEGATIVE = "#2166ac"
+#: plain text drawn by a figure's own marks (tick labels coloured per position)
+TEXT = "#1b1f24"
+#: the outline of marked heatmap cells
+OUTLINE = "#111111"
 ATTN = "#7c3aed"
 FFN = "#0d9488"
 CONTENT = "#d97706"
-FLOW_DEMO = "#0d9488"
-FLOW_LAST = "#c2410c"
 POSITION = "#64748b"
-#: the information flows (model_worker.analysis.flow.FLOWS): legend name and colour of each
-FLOW_SERIES = {
-    "demo_to_label": ("demonstrations → labels", FLOW_DEMO),
-    "label_to_last": ("labels → last token", FLOW_LAST),
-    "other": ("other", OTHER_TOKEN),
+#: the information flows (model_worker.analysis.flow.FLOWS): legend name of each
+FLOW_NAMES = {
+    "demo_to_label": "demonstrations → labels",
+    "label_to_last": "labels → last token",
+    "other": "other",
 }
-#: series named for label kinds keep the dashboard's label colours wherever they are drawn
-LABEL_SERIES = {"true labels": TRUE_LABEL, "false labels": FALSE_LABEL}
-#: series colours in order (attention first, FFN second, as on the dashboard's layer chart)
-PALETTE = (ATTN, FFN, "#c2410c", "#2563eb", "#d97706", "#db2777", "#64748b")
+FLOW_COLOURS = ("#0d9488", TRUE_LABEL, OTHER_TOKEN)
+#: series colours in order, for series without a meaning of their own
+PALETTE = (ATTN, FFN, "#db2777", "#0891b2", CONTENT, "#65a30d", POSITION)
+#: the diverging scheme of signed heatmaps (Vega's `redblue`, reversed: blue below 0, red above)
+DIVERGING: Literal["redblue"] = "redblue"
+#: each light colour's counterpart on a dark background (the page's dark `--true`, ...)
+DARK_OF = {
+    TRUE_LABEL: "#fb923c",
+    FALSE_LABEL: "#60a5fa",
+    OTHER_TOKEN: "#6b7280",
+    POSITIVE: "#f4a582",
+    NEGATIVE: "#92c5de",
+    TEXT: "#e8ebf0",
+    OUTLINE: "#ffffff",
+}
+#: the label kinds as the figures name them, and their colours
+LABEL_COLOURS = {"true label": TRUE_LABEL, "false label": FALSE_LABEL, "other": OTHER_TOKEN}
 
 
-def _rgb(hex_colour: str) -> tuple[int, int, int]:
-    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
-
-
-def diverging(value: float, limit: float) -> str:
-    """The RdBu colour of `value` on a scale symmetric about 0 reaching ±`limit`."""
-    if limit <= 0:
-        return _RDBU[5]
-    t = max(-1.0, min(1.0, value / limit))
-    position = (t + 1) / 2 * (len(_RDBU) - 1)
-    low = int(position)
-    high = min(low + 1, len(_RDBU) - 1)
-    frac = position - low
-    a, b = _rgb(_RDBU[low]), _rgb(_RDBU[high])
-    r, g, bl = (round(x + (y - x) * frac) for x, y in zip(a, b, strict=True))
-    return f"#{r:02x}{g:02x}{bl:02x}"
-
-
-def symmetric_limit(values: list[float]) -> float:
-    """Largest absolute value (the scale's end), at least a tiny positive number."""
-    return max([abs(v) for v in values] + [1e-9])
+def series_colour(index: int, name: str) -> str:
+    """A series' colour: the label kinds' own colours for series named `true labels` / `false
+    labels`, else the palette's colour in order."""
+    own = {"true labels": TRUE_LABEL, "false labels": FALSE_LABEL}
+    return own.get(name, PALETTE[index % len(PALETTE)])

@@ -1,27 +1,31 @@
-"""The figures of one analysis (and of a comparison), each with its SVG and data rows, drawn
-with the figure kit (app.views.figure_kit); app.views.figures.registry names them for the routes."""
+"""The figures of one analysis, of one head of it, and of two analyses compared: each a
+Vega-Lite chart built with Altair from the result's numbers, with the data rows its CSV holds.
+app.views.figures.registry names them for the routes, the pages and the notebooks."""
 
 from __future__ import annotations
 
-from app.views.figure_kit.bars import Series, bar_chart
+import altair as alt
+
 from app.views.figure_kit.colors import (
     ATTN,
     CONTENT,
-    FALSE_LABEL,
+    DIVERGING,
     FFN,
-    FLOW_SERIES,
+    FLOW_COLOURS,
+    FLOW_NAMES,
+    LABEL_COLOURS,
     NEGATIVE,
-    OTHER_TOKEN,
+    OUTLINE,
     POSITION,
     POSITIVE,
-    TRUE_LABEL,
 )
-from app.views.figure_kit.figure import Figure, Row
-from app.views.figure_kit.heatmap import heatmap_svg
-from app.views.figure_kit.lines import Line, line_chart
-from app.views.figure_kit.svg import signed, visible
+from app.views.figure_kit.figure import Figure, FigureTooLarge, Row
+from app.views.figure_kit.text import fixed, signed, visible
+from app.views.figures.positions import Bars, position_chart
 from model_worker.contracts import AnalysisCore, HeadDetail, HeadSummary
 
+#: the most heads a heatmap draws (a 128-layer × 128-head model has 16,384)
+MAX_CELLS = 20_000
 #: the CSV/JSON column of each series of the scores figure
 COLUMN = {"score": "score", "content": "content_score", "position": "position_score"}
 
@@ -30,146 +34,216 @@ def _target(result: AnalysisCore) -> str:
     return visible(result.target.token)
 
 
+def check_grid(n_layers: int, n_heads: int) -> None:
+    """FigureTooLarge unless a layer × head grid fits the drawing budget."""
+    if n_layers < 1 or n_heads < 1 or n_layers * n_heads > MAX_CELLS:
+        raise FigureTooLarge(
+            f"a {n_layers} × {n_heads} head grid is outside what a figure draws "
+            f"(1 to {MAX_CELLS:,} heads)"
+        )
+
+
 def increase_grid(result: AnalysisCore, key: str = "increase") -> list[list[float]]:
     """`grid[layer][head]` of a head summary's float field (`increase`, `label_increase`)."""
+    check_grid(result.n_layers, result.n_heads)
     grid = [[0.0] * result.n_heads for _ in range(result.n_layers)]
     for summary in result.heads:
-        grid[summary.layer][summary.head] = float(getattr(summary, key))
+        if summary.layer < result.n_layers and summary.head < result.n_heads:
+            grid[summary.layer][summary.head] = float(getattr(summary, key) or 0.0)
     return grid
 
 
-def _head_note(s: HeadSummary) -> str:
+def _split(s: HeadSummary) -> str:
     """The heatmap hover's label / other split of a head (… while it is computed)."""
     if s.label_increase is None or s.other_increase is None:
         return "label … · other …"
     return f"label {signed(s.label_increase)} · other {signed(s.other_increase)}"
 
 
-def heatmap_figure(result: AnalysisCore, focusable: bool = False) -> Figure:
+def heatmap_chart(
+    cells: list[Row],
+    *,
+    title: str,
+    legend: str,
+    n_heads: int,
+    hovers: dict[str, str],
+    clickable: bool,
+    domain: tuple[float, float] | None = None,
+) -> alt.Chart:
+    """Layer × head cells coloured by `value` on a diverging scale symmetric about 0, the
+    `top` cells outlined; the hover lists the cells' `hovers` fields under their titles.
+    `domain`: the colour scale's ends (default: ± the largest |value|), shared by heatmaps
+    drawn side by side."""
+    limit = max([abs(float(c["value"] or 0.0)) for c in cells] + [1e-9])
+    low, high = domain or (-limit, limit)
+    cell = max(14, min(26, 420 // max(n_heads, 1)))
+    return (
+        alt.Chart(alt.Data(values=cells), title=title)
+        .mark_rect(cursor="pointer" if clickable else "default", strokeWidth=2.5)
+        .encode(
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+            y=alt.Y("head:O", title="head", axis=alt.Axis(labelOverlap=True)),
+            color=alt.Color(
+                "value:Q",
+                title=legend,
+                scale=alt.Scale(scheme=DIVERGING, reverse=True, domain=[low, high], domainMid=0),
+                legend=alt.Legend(gradientLength=max(120, min(cell * n_heads, 300))),
+            ),
+            stroke=alt.condition("datum.top", alt.value(OUTLINE), alt.value(None)),
+            tooltip=[alt.Tooltip("name:N", title="head")]
+            + [alt.Tooltip(f"{key}:N", title=name) for key, name in hovers.items()],
+        )
+        .properties(name="cells", width="container", height=cell * n_heads)
+    )
+
+
+def heatmap_figure(
+    result: AnalysisCore, clickable: bool = False, domain: tuple[float, float] | None = None
+) -> Figure:
     """Head increases I(head | Lin) for the target, layer × head (the label increases when the
-    heads are ranked by them); every cell's hover splits the head into label / other."""
+    heads are ranked by them); every cell's hover gives the increase, the label / other split
+    and the attention on true / false labels; the top 10 heads are outlined."""
     by_label = result.rank_by == "label"
     what = "label-position increase" if by_label else "log-prob increase"
     title = f"Head {what} of “{_target(result)}” ({result.model})"
-    marked = {(s.layer, s.head) for s in result.heads if s.name in result.top_heads[:10]}
-    notes = [[""] * result.n_heads for _ in range(result.n_layers)]
-    for s in result.heads:
-        whole = f"head {signed(s.increase)} · " if by_label else ""
-        notes[s.layer][s.head] = whole + _head_note(s)
-    svg = heatmap_svg(
-        increase_grid(result, "label_increase" if by_label else "increase"),
+    grid = increase_grid(result, "label_increase" if by_label else "increase")
+    marked = set(result.top_heads[:10])
+    rows: list[Row] = []
+    cells: list[Row] = []
+    for s in sorted(result.heads, key=lambda s: (s.layer, s.head)):
+        if s.layer >= result.n_layers or s.head >= result.n_heads:
+            continue
+        rows.append(
+            {
+                "layer": s.layer,
+                "head": s.head,
+                "name": s.name,
+                "rank": s.rank,
+                "increase": s.increase,
+                "label_increase": s.label_increase,
+                "other_increase": s.other_increase,
+                "attn_true": s.attn_true,
+                "attn_false": s.attn_false,
+            }
+        )
+        cells.append(
+            {
+                "layer": s.layer,
+                "head": s.head,
+                "name": s.name,
+                "value": grid[s.layer][s.head],
+                "top": s.name in marked,
+                "increase_text": signed(s.increase),
+                "split": _split(s),
+                "attention": f"true {fixed(s.attn_true)} · false {fixed(s.attn_false)}",
+            }
+        )
+    chart = heatmap_chart(
+        cells,
         title=title,
-        figure="heatmap",
-        legend_label="label increase" if by_label else "increase",
-        marked=marked,
-        focusable=focusable,
-        notes=notes,
+        legend="label increase" if by_label else "increase",
+        n_heads=result.n_heads,
+        hovers={"increase_text": "increase", "split": "label / other", "attention": "attention"},
+        clickable=clickable,
+        domain=domain,
     )
-    rows: list[Row] = [
-        {
-            "layer": s.layer,
-            "head": s.head,
-            "name": s.name,
-            "rank": s.rank,
-            "increase": s.increase,
-            "label_increase": s.label_increase,
-            "other_increase": s.other_increase,
-            "attn_true": s.attn_true,
-            "attn_false": s.attn_false,
-        }
-        for s in sorted(result.heads, key=lambda s: (s.layer, s.head))
-    ]
-    return Figure("heatmap", title, rows, svg)
+    return Figure("heatmap", title, rows, chart)
 
 
 def layers_figure(result: AnalysisCore) -> Figure:
     """Per-layer attention vs FFN log-prob increase (the paper's Fig. 2)."""
     title = f"Attention vs FFN increase of “{_target(result)}” per layer"
-    layers = result.layers
-    svg = bar_chart(
-        categories=[str(x.layer) for x in layers],
-        series=[
-            Series(
-                "attention",
-                [x.attn_increase for x in layers],
-                [ATTN] * len(layers),
-                [f"layer {x.layer} attention {signed(x.attn_increase)}" for x in layers],
+    rows: list[Row] = [dict(x.model_dump()) for x in result.layers]
+    data: list[Row] = [
+        {"layer": x.layer, "part": part, "increase": value, "hover": signed(value)}
+        for x in result.layers
+        for part, value in (("attention", x.attn_increase), ("FFN", x.ffn_increase))
+    ]
+    chart = (
+        alt.Chart(alt.Data(values=data), title=title)
+        .mark_bar()
+        .encode(
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+            xOffset=alt.XOffset("part:N", sort=["attention", "FFN"]),
+            y=alt.Y("increase:Q", title="log-prob increase"),
+            color=alt.Color(
+                "part:N",
+                title=None,
+                scale=alt.Scale(domain=["attention", "FFN"], range=[ATTN, FFN]),
+                legend=alt.Legend(orient="top"),
             ),
-            Series(
-                "ffn",
-                [x.ffn_increase for x in layers],
-                [FFN] * len(layers),
-                [f"layer {x.layer} FFN {signed(x.ffn_increase)}" for x in layers],
-            ),
-        ],
-        title=title,
-        figure="layers",
-        y_label="log-prob increase",
-        legend=[("attention", ATTN), ("FFN", FFN)],
-        rotate=False,
-        slot=22.0,
+            tooltip=[
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("part:N", title="block"),
+                alt.Tooltip("hover:N", title="increase"),
+            ],
+        )
+        .properties(width="container", height=220)
     )
-    rows: list[Row] = [dict(x.model_dump()) for x in layers]
-    return Figure("layers", title, rows, svg)
+    return Figure("layers", title, rows, chart)
 
 
 def flow_figure(result: AnalysisCore) -> Figure:
     """Information flow per layer (paper Fig. 1a): demonstrations → labels → last token."""
     title = "Information flow per layer (attention, mean over heads)"
-    xs = [row.layer for row in result.flow]
-    lines = [
-        Line(name, colour, [float(getattr(row, key)) for row in result.flow])
-        for key, (name, colour) in FLOW_SERIES.items()
-    ]
-    svg = line_chart(
-        xs=xs,
-        lines=lines,
-        title=title,
-        figure="flow",
-        x_label="layer",
-        y_label="mean attention per pair",
-    )
     rows: list[Row] = [dict(row.model_dump()) for row in result.flow]
-    return Figure("flow", title, rows, svg)
+    names = list(FLOW_NAMES.values())
+    data: list[Row] = [
+        {"layer": row.layer, "flow": name, "value": float(getattr(row, key))}
+        for row in result.flow
+        for key, name in FLOW_NAMES.items()
+    ]
+    chart = (
+        alt.Chart(alt.Data(values=data), title=title)
+        .mark_line(point=True, strokeWidth=2.5)
+        .encode(
+            x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("value:Q", title="mean attention per pair"),
+            color=alt.Color(
+                "flow:N",
+                title=None,
+                scale=alt.Scale(domain=names, range=list(FLOW_COLOURS)),
+                legend=alt.Legend(orient="top"),
+            ),
+            tooltip=[
+                alt.Tooltip("layer:Q"),
+                alt.Tooltip("flow:N"),
+                alt.Tooltip("value:Q", format=".3f"),
+            ],
+        )
+        .properties(width="container", height=220)
+    )
+    return Figure("flow", title, rows, chart)
 
 
 def _kinds(result: AnalysisCore) -> dict[int, str]:
-    return {label.position: "true" if label.is_true else "false" for label in result.labels}
+    return {
+        label.position: "true label" if label.is_true else "false label" for label in result.labels
+    }
 
 
 def attention_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
     """Attention of the last token to every position; true/false labels coloured apart."""
     kinds = _kinds(result)
-    colour = {"true": TRUE_LABEL, "false": FALSE_LABEL, "other": OTHER_TOKEN}
     tokens = [visible(t.text) for t in result.tokens]
-    kind = [kinds.get(p, "other") for p in range(len(tokens))]
     title = f"{detail.name}: attention from the last token"
-    svg = bar_chart(
-        categories=tokens,
-        series=[
-            Series(
-                "attention",
-                detail.attention,
-                [colour[k] for k in kind],
-                [
-                    f"{p} {tok} ({k}) attention {a:.3f}"
-                    for p, (tok, k, a) in enumerate(
-                        zip(tokens, kind, detail.attention, strict=True)
-                    )
-                ],
-                [f"bar--{k}" for k in kind],
-            )
-        ],
-        title=title,
-        figure="attention",
-        y_label="attention",
-        legend=[("true label", TRUE_LABEL), ("false label", FALSE_LABEL), ("other", OTHER_TOKEN)],
+    bars = Bars(
+        values={"attention": [float(a) for a in detail.attention]},
+        hovers={"attention": [fixed(float(a)) for a in detail.attention]},
+        colour_by="kind",
+        colours=LABEL_COLOURS,
     )
+    chart = position_chart(tokens, kinds, bars, title=title, y_title="attention")
     rows: list[Row] = [
-        {"position": p, "token": result.tokens[p].text, "kind": k, "attention": a}
-        for p, (k, a) in enumerate(zip(kind, detail.attention, strict=True))
+        {
+            "position": p,
+            "token": result.tokens[p].text,
+            "kind": kinds.get(p, "other").split()[0],
+            "attention": a,
+        }
+        for p, a in enumerate(detail.attention)
     ]
-    return Figure(f"{detail.name}-attention", title, rows, svg)
+    return Figure(f"{detail.name}-attention", title, rows, chart)
 
 
 def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
@@ -179,44 +253,35 @@ def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
         return None
     tokens = [visible(t.text) for t in result.tokens]
     kinds = _kinds(result)
-    columns = {"score": detail.scores, "content": detail.content_scores}
+    columns: dict[str, list[float | None]] = {
+        "score": list(detail.scores),
+        "content": list(detail.content_scores),
+    }
     if detail.position_scores is not None:
-        columns["position"] = detail.position_scores
+        columns["position"] = list(detail.position_scores)
     colours = {"score": ATTN, "content": CONTENT, "position": POSITION}
-
-    def hover(name: str, p: int, value: float | None) -> str:
-        shown = "masked" if value is None else signed(value)
-        return f"{p} {tokens[p]} ({kinds.get(p, 'other')}) {name} {shown}"
-
-    series = [
-        Series(
-            name,
-            [0.0 if v is None else v for v in values],
-            [colours[name]] * len(values),
-            [hover(name, p, v) for p, v in enumerate(values)],
-        )
-        for name, values in columns.items()
-    ]
-    title = f"{detail.name}: QK scores of the last token"
-    svg = bar_chart(
-        categories=tokens,
-        series=series,
-        title=title,
-        figure="scores",
-        y_label="score (pre-softmax)",
-        legend=[(name, colours[name]) for name in columns],
+    bars = Bars(
+        values={name: [v for v in values] for name, values in columns.items()},
+        hovers={
+            name: ["masked" if v is None else signed(v) for v in values]
+            for name, values in columns.items()
+        },
+        colour_by="series",
+        colours={name: colours[name] for name in columns},
     )
+    title = f"{detail.name}: QK scores (pre-softmax) of the last token"
+    chart = position_chart(tokens, kinds, bars, title=title, y_title="score (pre-softmax)")
     rows: list[Row] = [
         {
             "position": p,
             "token": result.tokens[p].text,
-            "kind": kinds.get(p, "other"),
+            "kind": kinds.get(p, "other").split()[0],
             **{COLUMN[name]: values[p] for name, values in columns.items()},
             "attention": detail.attention[p],
         }
         for p in range(len(tokens))
     ]
-    return Figure(f"{detail.name}-scores", title, rows, svg)
+    return Figure(f"{detail.name}-scores", title, rows, chart)
 
 
 def ranked_demonstrations(result: AnalysisCore, detail: HeadDetail) -> list[Row]:
@@ -242,38 +307,30 @@ def ranked_demonstrations(result: AnalysisCore, detail: HeadDetail) -> list[Row]
     return sorted(rows, key=lambda r: -float(r["score"] if r["score"] is not None else -1e30))
 
 
-def _signed_bars(
-    result: AnalysisCore, detail: HeadDetail, values: list[float], what: str, figure: str
-) -> str:
+def _signed_chart(
+    result: AnalysisCore, detail: HeadDetail, values: list[float], what: str, long: str
+) -> alt.TopLevelMixin:
     tokens = [visible(p.token) for p in detail.positions]
-    return bar_chart(
-        categories=tokens,
-        series=[
-            Series(
-                what,
-                values,
-                [POSITIVE if v >= 0 else NEGATIVE for v in values],
-                [
-                    f"{p} {tok} {what} {signed(v)}"
-                    for p, (tok, v) in enumerate(zip(tokens, values, strict=True))
-                ],
-            )
-        ],
-        title=f"{detail.name}: {what} per source position",
-        figure=figure,
-        y_label=what,
+    bars = Bars(
+        values={what: list[float | None](values)},
+        hovers={what: [signed(v) for v in values]},
+        colour_by="sign",
+        colours={"positive": POSITIVE, "negative": NEGATIVE},
     )
+    title = f"{detail.name}: {long} per source position"
+    return position_chart(tokens, _kinds(result), bars, title=title, y_title=what)
 
 
 def increase_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
     """Log-prob increase of each subheadvalue a_p·v_p·W_O (per source position)."""
-    values = [p.increase for p in detail.positions]
-    svg = _signed_bars(result, detail, values, "increase", "increase")
+    values = [float(p.increase) for p in detail.positions]
+    chart = _signed_chart(result, detail, values, "increase", "increase")
     rows: list[Row] = [
         {"position": p.position, "token": p.token, "attention": p.attention, "increase": p.increase}
         for p in detail.positions
     ]
-    return Figure(f"{detail.name}-increase", f"{detail.name}: increase per position", rows, svg)
+    title = f"{detail.name}: increase per position"
+    return Figure(f"{detail.name}-increase", title, rows, chart)
 
 
 def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
@@ -282,11 +339,12 @@ def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
         return None
     first, second = (visible(t) for t in result.margin_labels[:2])
     values = [float(p.margin or 0.0) for p in detail.positions]
-    svg = _signed_bars(result, detail, values, f"margin {first} − {second}", "margin")
+    chart = _signed_chart(result, detail, values, "margin", f"label margin {first} − {second}")
     rows: list[Row] = [
         {"position": p.position, "token": p.token, "margin": p.margin} for p in detail.positions
     ]
-    return Figure(f"{detail.name}-margin", f"{detail.name}: label margin per position", rows, svg)
+    title = f"{detail.name}: label margin per position"
+    return Figure(f"{detail.name}-margin", title, rows, chart)
 
 
 def comparable(a: AnalysisCore, b: AnalysisCore) -> str | None:
@@ -302,19 +360,40 @@ def comparable(a: AnalysisCore, b: AnalysisCore) -> str | None:
 def diff_figure(a: AnalysisCore, b: AnalysisCore) -> Figure:
     """Head increases of B minus those of A (same model shape; check `comparable` first)."""
     ga, gb = increase_grid(a), increase_grid(b)
-    grid = [[vb - va for va, vb in zip(ra, rb, strict=True)] for ra, rb in zip(ga, gb, strict=True)]
     title = "Head increase: B − A"
-    svg = heatmap_svg(grid, title=title, figure="diff", legend_label="B − A")
-    rows: list[Row] = [
-        {
-            "layer": layer,
-            "head": head,
-            "name": f"L{layer}H{head}",
-            "increase_a": ga[layer][head],
-            "increase_b": gb[layer][head],
-            "difference": grid[layer][head],
-        }
-        for layer in range(len(grid))
-        for head in range(len(grid[layer]))
-    ]
-    return Figure("diff", title, rows, svg)
+    rows: list[Row] = []
+    cells: list[Row] = []
+    for layer in range(a.n_layers):
+        for head in range(a.n_heads):
+            va, vb = ga[layer][head], gb[layer][head]
+            name = f"L{layer}H{head}"
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "name": name,
+                    "increase_a": va,
+                    "increase_b": vb,
+                    "difference": vb - va,
+                }
+            )
+            cells.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "name": name,
+                    "value": vb - va,
+                    "top": False,
+                    "difference": signed(vb - va),
+                    "a_to_b": f"{signed(va)} → {signed(vb)}",
+                }
+            )
+    chart = heatmap_chart(
+        cells,
+        title=title,
+        legend="B − A",
+        n_heads=a.n_heads,
+        hovers={"difference": "B − A", "a_to_b": "A → B"},
+        clickable=False,
+    )
+    return Figure("diff", title, rows, chart)

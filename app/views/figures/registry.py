@@ -1,19 +1,23 @@
-"""The figure registry: every downloadable dashboard figure by name, the result it is drawn
-from (an analysis, one head of it, or two analyses compared), its builder and its formats.
+"""The figure registry: every figure by name, the result it is drawn from (an analysis, one
+head of it, two analyses compared, or an experiment), its builder and its formats.
 
 The figure routes validate names against it (an unknown name is a 404 that lists the known
-ones) and the pages' download menus loop over its formats. Experiment figures are SVGs the
-engine draws (no data rows): they download as EXPERIMENT_FORMATS.
+ones), the pages and notebooks loop over it, and the download menus over its formats. A new
+figure is one builder (a function of its result returning a Figure, or
+None when that result cannot draw it) plus one entry here. Experiment figures are named by
+their result (`ExperimentResult.figures`); their entry is the kind of chart their data asks for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from app.views.figure_kit.export import FORMATS, Format
 from app.views.figure_kit.figure import Figure
+from app.views.figures import experiments, towers
 from app.views.figures.analysis import (
     attention_figure,
     diff_figure,
@@ -25,14 +29,14 @@ from app.views.figures.analysis import (
     scores_figure,
 )
 
-FigureKind = Literal["analysis", "head", "compare"]
-EXPERIMENT_FORMATS: tuple[Format, ...] = ("svg", "png")
+FigureKind = Literal["analysis", "head", "compare", "experiment"]
 
 
 @dataclass(frozen=True)
 class FigureEntry:
     """One figure: its name (the file stem's last part), the result it is drawn from, its
-    builder (None when that result cannot draw it, with `missing` saying why) and formats."""
+    builder (returning None when that result cannot draw it, `missing` saying why) and its
+    download formats."""
 
     name: str
     kind: FigureKind
@@ -53,7 +57,15 @@ FIGURES: dict[str, FigureEntry] = {
         FigureEntry(
             "margin", "head", margin_figure, "no label margin: the prompt lacks two labels"
         ),
+        *(
+            FigureEntry(name, "head", partial(build, versus=vs), "no score decomposition")
+            for name, (build, vs) in towers.BUILDERS.items()
+        ),
         FigureEntry("diff", "compare", diff_figure),
+        *(
+            FigureEntry(f"experiment-{kind}", "experiment", experiments.experiment_figure)
+            for kind in experiments.BUILDERS
+        ),
     )
 }
 
@@ -76,6 +88,13 @@ def figure_entry(kind: FigureKind, name: str) -> FigureEntry:
     return entry
 
 
+def experiment_entry(chart_kind: str) -> FigureEntry:
+    """The entry drawing an experiment figure whose data is of `chart_kind` (bars, lines…)."""
+    return FIGURES[f"experiment-{chart_kind}"]
+
+
 def download_formats(stem: str) -> tuple[Format, ...]:
-    """The formats of the figure whose files are named `stem` (`heatmap`, `L3H1-attention`)."""
-    return FIGURES[stem.rsplit("-", 1)[-1]].formats
+    """The formats of the figure whose files are named `stem` (`heatmap`, `L3H1-attention`;
+    an experiment's figures download in every format)."""
+    entry = FIGURES.get(stem.rsplit("-", 1)[-1])
+    return entry.formats if entry else FORMATS

@@ -1,0 +1,76 @@
+"""Figure files as HTTP responses, shared by the figure and experiment routers: the theme
+query, the registry lookup (404), the drawing budget (413) and the app's render pool (503 when
+it is full or a drawing runs out of time); SVG and PNG are drawn off the event loop."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import HTTPException, Query, Request, Response, status
+
+from app.views.figure_kit.export import MEDIA_TYPES, Format, data_file
+from app.views.figure_kit.figure import Figure, FigureTooLarge
+from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
+from app.views.figure_kit.themes import Theme
+from app.views.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
+
+ThemeQuery = Annotated[Theme, Query(description="The theme the figure is drawn in.")]
+
+
+def renderer(request: Request) -> FigureRenderer:
+    """The app's render pool (made on first use; one per app)."""
+    found: FigureRenderer | None = getattr(request.app.state, "figure_renderer", None)
+    if found is None:
+        found = request.app.state.figure_renderer = FigureRenderer()
+    return found
+
+
+def registered(kind: FigureKind, name: str, fmt: Format) -> FigureEntry:
+    """The registry's entry of `name`, or 404 naming the known figures (or their formats)."""
+    try:
+        entry = figure_entry(kind, name)
+    except UnknownFigure as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    if fmt not in entry.formats:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"figure {name!r} downloads as {', '.join(entry.formats)}, not {fmt}",
+        )
+    return entry
+
+
+def too_large(exc: FigureTooLarge) -> HTTPException:
+    """The 413 of a figure beyond the drawing budget."""
+    return HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, str(exc))
+
+
+def built(entry: FigureEntry, *args: object) -> Figure:
+    """`entry`'s figure of `args`: 404 when the result cannot draw it, 413 when it is too
+    large to."""
+    try:
+        figure = entry.build(*args)
+    except FigureTooLarge as exc:
+        raise too_large(exc) from exc
+    if figure is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, entry.missing)
+    return figure
+
+
+async def figure_response(
+    request: Request, figure: Figure, fmt: Format, theme: Theme, filename: str
+) -> Response:
+    """`figure` as a `fmt` attachment named `filename`, drawn in `theme`."""
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    if fmt == "csv" or fmt == "json":
+        return Response(data_file(figure, fmt, theme), media_type=MEDIA_TYPES[fmt], headers=headers)
+    try:
+        data = await renderer(request).render(figure.spec(theme, offscreen=True), fmt)
+    except FigureTooLarge as exc:
+        raise too_large(exc) from exc
+    except RenderBusy as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            str(exc),
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from exc
+    return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)

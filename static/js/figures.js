@@ -1,0 +1,173 @@
+// Figures: every `.vl-figure[data-vl]` holds its Vega-Lite specification (`data-spec`, in the
+// page's theme); vega-embed draws it as SVG with tooltips. CSP-safe: Vega's expression
+// interpreter (`ast: true`, no eval) and no injected <style> (the tooltip and embed styles are
+// in app.css). The heatmap's cells open their head's panel: a click, or Tab to a cell and
+// Enter / Space (its cells get tabindex, a role and a label once drawn).
+(function () {
+  "use strict";
+
+  function options(host) {
+    var dark = /dark/.test(host.getAttribute("data-theme") || "");
+    return {
+      renderer: "svg",
+      actions: false,
+      ast: true,
+      defaultStyle: false,
+      tooltip: { theme: dark ? "dark" : "light", disableDefaultStyle: true },
+    };
+  }
+
+  // --- the heatmap: which head a cell is, and opening its panel ---
+
+  function cellItems(view) {
+    var found = [];
+    (function walk(node) {
+      if (!node) return;
+      if (node.marktype && node.name === "cells_marks") {
+        found = found.concat(node.items || []);
+        return;
+      }
+      (node.items || []).forEach(walk);
+    })(view.scenegraph().root);
+    return found;
+  }
+
+  function labelCells(view) {
+    cellItems(view).forEach(function (item) {
+      var el = item._svg;
+      var d = item.datum;
+      if (!el || !d) return;
+      el.setAttribute("class", "cell");
+      el.setAttribute("tabindex", "0");
+      el.setAttribute("role", "button");
+      el.setAttribute("data-layer", String(d.layer));
+      el.setAttribute("data-head", String(d.head));
+      el.setAttribute("aria-label", d.name + " " + (d.increase_text || ""));
+    });
+  }
+
+  function openHead(root, name) {
+    if (!root || !window.htmx) return;
+    var base = root.getAttribute("data-heads-url");
+    window.htmx.ajax("GET", base + "/heads/" + name, {
+      target: "#head-panel",
+      swap: "innerHTML",
+      push: base + "?head=" + name,
+    });
+  }
+
+  function wireHeatmap(host, view) {
+    var root = host.closest("[data-heads-url]");
+    if (!root) return;
+    view.addEventListener("click", function (_event, item) {
+      if (item && item.mark && item.mark.name === "cells_marks" && item.datum) {
+        openHead(root, item.datum.name);
+      }
+    });
+    labelCells(view);
+    view.addResizeListener(function () {
+      view.runAsync().then(function () {
+        labelCells(view);
+      });
+    });
+  }
+
+  document.addEventListener("keydown", function (event) {
+    var cell = event.target && event.target.closest ? event.target.closest(".vl-figure .cell") : null;
+    if (!cell || (event.key !== "Enter" && event.key !== " ")) return;
+    event.preventDefault();
+    var name = "L" + cell.getAttribute("data-layer") + "H" + cell.getAttribute("data-head");
+    openHead(cell.closest("[data-heads-url]"), name);
+  });
+
+  // --- drawing ---
+
+  // A per-position chart (usermeta.positions) wraps into rows that fit the page: each token
+  // gets a band wide enough for its rotated label (1.5 × the label size, wider for a short
+  // prompt: it fills the card), as many per row as fit, the rows as even as they can be.
+  function fitRows(spec, target) {
+    var n = spec.usermeta && spec.usermeta.positions;
+    if (!n || !spec.params || !spec.spec) return;
+    var size = ((spec.config || {}).axis || {}).labelFontSize || 11;
+    var room = Math.max(160, target.clientWidth - 7 * size - 24);
+    var step = Math.max(Math.ceil(1.5 * size), Math.min(12 * size, Math.floor(room / n)));
+    var rows = Math.ceil(n / Math.max(1, Math.floor(room / step)));
+    var perRow = Math.ceil(n / rows);
+    spec.params.forEach(function (param) {
+      if (param.name === "perRow") param.value = perRow;
+    });
+    // several series side by side: the step is each bar's, a position holds them all
+    spec.spec.width = { step: Math.max(2, Math.floor(step / (spec.usermeta.series || 1))) };
+  }
+
+  function draw(host) {
+    var source = host.getAttribute("data-spec");
+    if (!source || !window.vegaEmbed) return;
+    host.setAttribute("data-drawn", "pending");
+    var target = host.querySelector(".vl-view");
+    if (!target) {
+      target = document.createElement("div");
+      target.className = "vl-view";
+      host.appendChild(target);
+    }
+    var spec = JSON.parse(source);
+    fitRows(spec, target);
+    window
+      .vegaEmbed(target, spec, options(host))
+      .then(function (result) {
+        host.setAttribute("data-drawn", "true");
+        if (host.getAttribute("data-figure") === "heatmap") wireHeatmap(host, result.view);
+      })
+      .catch(function (error) {
+        host.setAttribute("data-drawn", "failed");
+        target.textContent = "This figure could not be drawn: " + error;
+      });
+  }
+
+  function drawAll() {
+    document.querySelectorAll(".vl-figure[data-vl]:not([data-drawn])").forEach(draw);
+  }
+
+  // htmx's history keeps the drawn SVG without its listeners: draw those figures again
+  function redrawRestored() {
+    document.querySelectorAll(".vl-figure[data-vl][data-drawn]").forEach(function (host) {
+      host.removeAttribute("data-drawn");
+    });
+    drawAll();
+  }
+
+  // A head opened while the finished analysis' body was on its way (its request carried the
+  // URL from before the click) is opened again in the body that replaced it: once per panel.
+  function keepOpenHead() {
+    var match = /[?&]head=(L\d+H\d+)/.exec(window.location.search);
+    var panel = document.getElementById("head-panel");
+    var root = document.querySelector("[data-heads-url]");
+    if (!match || !panel || !root || !window.htmx) return;
+    if (panel.querySelector(":scope > :not(.hint)") || panel.hasAttribute("hx-get")) return;
+    if (panel.getAttribute("data-reopened") === match[1]) return;
+    panel.setAttribute("data-reopened", match[1]);
+    window.htmx.ajax("GET", root.getAttribute("data-heads-url") + "/heads/" + match[1], {
+      target: "#head-panel",
+      swap: "innerHTML",
+    });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", drawAll);
+  } else {
+    drawAll();
+  }
+  // figures arrive in htmx swaps of every kind (boosted pages, polled partials, the head
+  // panel): one observer draws whatever new figure appears, once per frame
+  var queued = false;
+  new MutationObserver(function () {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(function () {
+      queued = false;
+      drawAll();
+    });
+  }).observe(document.documentElement, { childList: true, subtree: true });
+  document.addEventListener("htmx:afterSettle", keepOpenHead);
+  document.addEventListener("htmx:historyRestore", redrawRestored);
+})();
