@@ -31,7 +31,7 @@ from model_worker.analysis.kernels import kernel_for, kernels
 from model_worker.linear_routing import default_linear_layers
 from model_worker.loading import LoadedModel, load_model
 from model_worker.run.analyze import analyze
-from model_worker.run.unembedding_cache import HeadUnembeddings
+from model_worker.unembedding_cache import HeadUnembeddings
 
 
 def prompt_of(loaded: LoadedModel, tokens: int) -> str:

@@ -56,7 +56,7 @@ from model_worker.loading import LoadedModel  # noqa: E402
 from model_worker.run.analyze import analyze
 from model_worker.run.factored import factored_values
 from model_worker.run.state import final_projector  # noqa: E402
-from model_worker.run.unembedding_cache import HeadUnembeddings  # noqa: E402
+from model_worker.unembedding_cache import HeadUnembeddings  # noqa: E402
 
 TOP_K = 20
 BLOCK_ROWS = 160

@@ -39,8 +39,8 @@ from model_worker.queue.result_parts import (
 from model_worker.queue.signing import ResultSigner, request_digest, result_signer
 from model_worker.run.analyze import analyze
 from model_worker.run.factored import unembedding_builder
-from model_worker.run.unembedding_cache import HeadUnembeddings
 from model_worker.settings import Settings
+from model_worker.unembedding_cache import HeadUnembeddings
 
 #: Seconds between two progress writes to Redis (the last one is always written).
 PROGRESS_EVERY_S = 0.25

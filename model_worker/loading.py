@@ -34,7 +34,7 @@ from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.errors import ModelLoadError
 from model_worker.linear_routing import route_linear_layers
-from model_worker.run.unembedding_cache import HeadUnembeddings
+from model_worker.unembedding_cache import HeadUnembeddings
 
 log = logging.getLogger(__name__)
 

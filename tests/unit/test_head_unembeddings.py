@@ -18,8 +18,8 @@ from model_worker.jobs import build_seen_heads, load_served_model
 from model_worker.loading import LoadedModel
 from model_worker.run import details as details_module
 from model_worker.run.analyze import analyze
-from model_worker.run.unembedding_cache import HeadUnembeddings
 from model_worker.settings import Settings
+from model_worker.unembedding_cache import HeadUnembeddings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 ATOL = 1e-4
