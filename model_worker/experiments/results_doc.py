@@ -165,6 +165,8 @@ over seeds: {combined}
 **Model adequacy.** Before head-level claims, each experiment checks that the model does the
 task above chance under counterbalanced order (the accuracy interval's lower bound above 50%);
 when it does not, its head-level results describe a model that is not doing ICL on the task.
+The summary gates every claim but the accuracy ones on the accuracy experiment's combined
+verdict (its sample is the largest).
 
 Numbers marked *(later version, unverified)* come from public summaries of the later (EMNLP
 2024) version of the paper and were not checked against its PDF.
@@ -290,8 +292,7 @@ def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any
     if data is None or found is None:
         return f"| {text} | {reported} | not run | cannot test (not run) |"
     measured = _interval(found["interval"])
-    adequacy = data.get("adequacy")
-    if adequacy is not None and not adequacy["adequate"] and name != "accuracy":
+    if name != "accuracy" and not _adequate(stored, data):
         word = "cannot test: the model is not doing ICL on the task (counterbalanced)"
     else:
         word = {
@@ -302,6 +303,19 @@ def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any
     return f"| {text} | {reported} | `{quantity}` = {measured} | **{word}** |"
 
 
+def _adequate(stored: dict[str, dict[str, Any]], data: dict[str, Any]) -> bool:
+    """The gate for head-level claims: the accuracy experiment's combined verdict that the
+    model does the task above chance (its largest sample), else the experiment's own gate."""
+    accuracy = stored.get("accuracy")
+    if accuracy is not None:
+        return any(
+            v["quantity"] == "accuracy_minus_chance" and v["outcome"] == "supported"
+            for v in accuracy["verdicts"]
+        )
+    adequacy = data.get("adequacy")
+    return adequacy is None or bool(adequacy["adequate"])
+
+
 def render(folder: Path) -> str:
     """The whole document from every `folder/*.json` (sorted: deterministic)."""
     stored = {}
@@ -309,6 +323,19 @@ def render(folder: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
         stored[data["name"]] = data
     lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(". Each")[0] + ".")]
+    lines += ["## What was run", ""]
+    for name in EXPERIMENT_NAMES:
+        if name in stored:
+            data = stored[name]
+            seeds = ",".join(map(str, data.get("seeds") or [data["seed"]]))
+            lines.append(
+                f"- `{name}`: `scripts/results.py run {name}:{seeds} --n {data['n']} --dataset "
+                f"{data['dataset']} --design {data['design']}` on {_num(data['model'])}"
+            )
+    missing = [name for name in EXPERIMENT_NAMES if name not in stored]
+    if missing:
+        lines.append(f"- not run: {', '.join(f'`{m}`' for m in missing)}")
+    lines.append("")
     for name in EXPERIMENT_NAMES:
         if name in stored:
             lines += section(stored[name])
