@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from model_worker.analysis.contributions import head_outputs, logprob_increase
 from model_worker.analysis.icl import IclStructure, detect_structure
 from model_worker.analysis.patching import (
     PairError,
@@ -41,7 +42,6 @@ from model_worker.contracts.patching import (
 )
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.errors import LabelError
-from model_worker.experiments.batching import LastToken, head_increase_table
 from model_worker.loading import LoadedModel
 from model_worker.patching.engine import (
     Activations,
@@ -52,6 +52,7 @@ from model_worker.patching.engine import (
     run_patched,
 )
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
+from model_worker.run.state import final_projector
 
 
 @dataclass(frozen=True)
@@ -167,13 +168,18 @@ def direct_effects(loaded: LoadedModel, pair: Pair) -> Tensor:
         cache = run_with_cache(
             loaded.model, loaded.adapter, g, pair.clean.ids[None].to(loaded.device)
         )
-    row = LastToken(
-        cache.z[:, 0, last] * cache.attn_scale[:, 0, last],
-        cache.resid_pre[:, 0, last],
-        cache.resid_final[0, last],
-        pair.target_id,
-    )
-    return head_increase_table(loaded, [row])[0]
+    projector = final_projector(loaded, cache.resid_final[0, last], "fixed")
+    writes = torch.stack(
+        [
+            head_outputs(
+                cache.z[layer, 0, last] * cache.attn_scale[layer, 0, last],
+                loaded.adapter.w_out(loaded.model, layer, g).to(cache.z.device),
+            )
+            for layer in range(g.n_layers)
+        ]
+    )  # [L, H, D]
+    found = logprob_increase(projector, cache.resid_pre[:, 0, last], writes, pair.target_id)
+    return found.increase.cpu()
 
 
 def _logprob(logits: Tensor, target: int) -> float:

@@ -267,3 +267,15 @@ def test_bad_pairs_are_refused_in_one_sentence(fields: dict, message: str) -> No
 def test_a_prompt_with_three_labels_is_refused() -> None:
     with pytest.raises(PairError, match="two labels"):
         patch(tiny_llama(), PatchRequest(prompt="love : bar like : baz eight : foo one :"))
+
+
+def test_direct_effects_equal_the_analysis_head_increases() -> None:
+    from model_worker.patching.run import direct_effects, make_pair
+    from model_worker.run.analyze import analyze
+
+    loaded = tiny_llama()
+    pair = make_pair(loaded, PatchRequest(prompt=EXAMPLE_PROMPT), max_tokens=512)
+    direct = direct_effects(loaded, pair)
+    result = analyze(loaded, EXAMPLE_PROMPT, target=pair.target, top_k_heads=1)
+    for head in result.heads:
+        assert float(direct[head.layer, head.head]) == pytest.approx(head.increase, abs=1e-5)
