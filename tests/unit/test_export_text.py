@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 from types import SimpleNamespace
 
+import altair as alt
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,7 +52,7 @@ def starts_formula(cell: str) -> bool:
 @pytest.mark.parametrize("payload", FORMULAS)
 def test_every_csv_exporter_neutralises_formulas(payload: str, tmp_path: Path) -> None:
     rows = [{"label": payload, "value": -1.5, payload: "x"}]
-    figure_csv = export(Figure(stem="s", title="t", rows=rows, svg="<svg/>"), "csv")
+    figure_csv = export(Figure(stem="s", title="t", rows=rows, chart=alt.Chart()), "csv")
     result = ExperimentResult(
         name="accuracy",
         model="m",
