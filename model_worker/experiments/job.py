@@ -10,7 +10,7 @@ from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentRes
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
-from model_worker.experiments.progress import ProgressFn, no_progress
+from model_worker.experiments.progress import Heartbeat, ProgressFn, no_progress
 from model_worker.loading import LoadedModel
 
 DEFAULT_BATCH_SIZE = 16
@@ -40,9 +40,11 @@ def run_experiment(
         raise ExperimentInputError(f"batch size must be at least 1, got {batch_size}")
     if request.name not in EXPERIMENTS:
         raise ExperimentInputError(f"unknown experiment {request.name!r}")
-    ctx = Context(loaded, request, resolve_dataset(request), batch_size, progress, max_tokens)
-    result = with_sample_caveat(_runner(request.name)(ctx))
-    progress(1.0, "done")
+    dataset = resolve_dataset(request)
+    with Heartbeat(progress) as beating:  # a report at least every second, even mid-batch
+        ctx = Context(loaded, request, dataset, batch_size, beating, max_tokens)
+        result = with_sample_caveat(_runner(request.name)(ctx))
+        beating(1.0, "done")
     return result
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 ProgressFn = Callable[[float, str], None]
@@ -35,3 +37,42 @@ class Stages:
 
     def done(self) -> None:
         self._progress(1.0, "done")
+
+
+class Heartbeat:
+    """A progress callback that also re-sends the latest report, with how long it has stood,
+    every `every_s` seconds while the job reports nothing new (one batch of a large model can
+    take minutes): a page's bar never sits on a stale message. Use it as a context manager;
+    reports from the job and from the heartbeat never interleave."""
+
+    def __init__(self, progress: ProgressFn, every_s: float = 1.0) -> None:
+        self._progress = progress
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._latest: tuple[float, str] | None = None
+        self._since = time.monotonic()
+        self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+
+    def __call__(self, fraction: float, message: str) -> None:
+        with self._lock:
+            self._latest, self._since = (fraction, message), time.monotonic()
+            self._progress(fraction, message)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._lock:
+                if self._latest is None or self._stop.is_set():
+                    continue
+                fraction, message = self._latest
+                standing = time.monotonic() - self._since
+                if standing >= self._every_s:
+                    self._progress(fraction, f"{message} (working, {standing:.0f} s)")
