@@ -1,7 +1,7 @@
 """Run the dataset experiments for docs/results.md, store their outputs, render the document.
 
     .venv/bin/python scripts/results.py run accuracy attention --seeds 0,1,2 --n 240
-    .venv/bin/python scripts/results.py run bias:0 attention:0,1 --n 72   # seeds per experiment
+    .venv/bin/python scripts/results.py run accuracy:0,1@96 bias:0 --n 24   # seeds, n per entry
     .venv/bin/python scripts/results.py render          # docs/results/*.json → docs/results.md
 
 `run` loads the model once, runs each experiment under each seed (counterbalanced design unless
@@ -34,13 +34,15 @@ def run(args: argparse.Namespace) -> None:
 
     loaded = load_model(args.model)
     for entry in args.names:
-        name, _, own = entry.partition(":")
-        seeds = parse_seeds(own or args.seeds)
+        entry, _, own_n = entry.partition("@")
+        name, _, own_seeds = entry.partition(":")
+        seeds = parse_seeds(own_seeds or args.seeds)
+        n = int(own_n) if own_n else args.n
         started = time.perf_counter()
         results = []
         for seed in seeds:
             request = ExperimentRequest(
-                name=name, dataset=args.dataset, n=args.n, seed=seed, design=args.design
+                name=name, dataset=args.dataset, n=n, seed=seed, design=args.design
             )
             results.append(run_experiment(loaded, request, batch_size=args.batch_size))
             print(f"{name} seed {seed}: {time.perf_counter() - started:.0f} s", flush=True)
@@ -52,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     runner = commands.add_parser("run", help="run experiments and store their results")
-    runner.add_argument("names", nargs="+")
+    runner.add_argument("names", nargs="+", help="NAME[:SEEDS][@N], e.g. accuracy:0,1@96")
     runner.add_argument("--seeds", default="0,1,2")
     runner.add_argument("--n", type=int, default=240)
     runner.add_argument("--dataset", default="sentiment-number")
