@@ -95,6 +95,10 @@ def test_the_first_hour(page: Page, first_hour_url: str, held: HeldLoader, artif
     assert warnings_box["y"] < heatmap_box["y"]  # above the figures
     page.screenshot(path=str(artifacts / "first-hour-warning.png"), full_page=True)
     no_labels_id = page.url.split("/a/")[1].split("?")[0]
+    page.goto(f"{page.url}?present=1&theme=dark")  # a talk: the same warning, large and dark
+    expect(page.locator('[data-warning="no_icl_shape"]')).to_be_visible()
+    page.screenshot(path=str(artifacts / "first-hour-warning-present.png"))
+    page.goto(page.url.split("?")[0] + "?present=0&theme=light")
 
     # 4. compare with the digits analysis, pasting its permalink
     page.fill("form[data-compare-with] input[name=b]", digits_permalink)
