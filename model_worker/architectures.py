@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from model_worker.adapters import spec_for
 from model_worker.adapters.spec import FamilySpec
 from model_worker.analysis.projection import FinalNorm
-from model_worker.errors import ModelLoadError
+from model_worker.errors import ModelLoadError, UnsupportedModelError
 
 
 def tensor_attr(module: nn.Module, name: str) -> Tensor | None:
@@ -82,6 +82,16 @@ class Adapter:
     attn_softcap: float | None
     final_softcap: float | None
     embed_scale: float
+    qk_norm: bool = False  # this config's attention applies the spec's q/k norms
+
+    @property
+    def q_norm(self) -> str | None:
+        """The q-norm module of this config (None when its flag switches the norms off)."""
+        return self.spec.q_norm if self.qk_norm else None
+
+    @property
+    def k_norm(self) -> str | None:
+        return self.spec.k_norm if self.qk_norm else None
 
     @property
     def family(self) -> str:
@@ -247,8 +257,8 @@ class Adapter:
             else:
                 sizes = [g.n_heads * g.d_head, g.n_kv_heads * g.d_head]
                 q, k = (t.reshape(shape) for t in out[..., : sum(sizes)].split(sizes, -1))
-        q = self._qk_norm(model, index, spec.q_norm, q)
-        k = self._qk_norm(model, index, spec.k_norm, k)
+        q = self._qk_norm(model, index, self.q_norm, q)
+        k = self._qk_norm(model, index, self.k_norm, k)
         return q, k, v
 
     def attention_scaling(self, model: nn.Module, index: int) -> float:
@@ -275,6 +285,9 @@ class Adapter:
         if not self.spec.sliding_window:
             return None
         attn = self.sub(model, index, self.spec.attn)
+        layer_types = getattr(getattr(model, "config", None), "layer_types", None)
+        if layer_types is not None and layer_types[index] != "sliding_attention":
+            return None  # Qwen 2/3 with use_sliding_window: only some layers have a window
         window: Any
         if hasattr(attn, "sliding_window"):
             window = attn.sliding_window
@@ -310,7 +323,9 @@ class Adapter:
         dims = self.rotary_dims(model, index, g)
         if dims == 0:
             return x
-        cos, sin = (t[:, :, None, :dims] for t in self._cos_sin(model, index, x, positions))
+        cos, sin = self._cos_sin(model, index, x, positions)
+        dims = min(dims, cos.shape[-1])  # Phi-3's partial rotary: only in its tables' width
+        cos, sin = (t[:, :, None, :dims] for t in (cos, sin))
         rot, rest = x[..., :dims], x[..., dims:]
         if self.spec.rotary == "interleaved":
             turned = torch.stack((-rot[..., 1::2], rot[..., ::2]), dim=-1).flatten(-2)
@@ -419,8 +434,12 @@ class Adapter:
 
 
 def adapter_for(config: Any) -> Adapter:
-    """The adapter of a Hugging Face config, or UnsupportedModelError naming the supported ones."""
+    """The adapter of a Hugging Face config, or UnsupportedModelError naming the supported ones
+    or saying in one sentence which of its switches the engine does not support."""
     spec = spec_for(str(getattr(config, "model_type", "")), config)
+    refusal = spec.refusal(config)
+    if refusal is not None:
+        raise UnsupportedModelError(refusal)
 
     def cap(key: str | None) -> float | None:
         value = getattr(config, key, None) if key else None
@@ -430,4 +449,11 @@ def adapter_for(config: Any) -> Adapter:
     if isinstance(parallel, str):
         parallel = bool(getattr(config, parallel))
     scale = math.sqrt(config.hidden_size) if spec.embed_scale == "sqrt_d_model" else 1.0
-    return Adapter(spec, parallel, cap(spec.attn_softcap_key), cap(spec.final_softcap_key), scale)
+    return Adapter(
+        spec,
+        parallel,
+        cap(spec.attn_softcap_key),
+        cap(spec.final_softcap_key),
+        scale,
+        qk_norm=spec.has_qk_norm(config),
+    )

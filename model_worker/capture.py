@@ -5,11 +5,17 @@ Names follow TransformerLens: `resid_pre`, `normalized` (the attention block's n
 `attn_scale` (a post-attention norm's scale frozen at the real o), `z` (per-head mixed values
 before W_O), `v`, `pattern`, `resid_final`. Which module holds what comes from the adapter.
 Hooks live only for one forward pass and are removed even when it fails.
+
+Memory: each layer's tensors are copied, as the forward pass produces them, into buffers
+allocated once on the analysis device (no per-layer list stacked at the end). A `Keep` narrows
+what is kept to what an analysis reads: the residual-stream tensors at a few positions, the
+pattern's rows at a few query positions and the information-flow sums per layer, so that the
+cache grows linearly with the prompt (the full pattern is L·H·S² floats).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -17,17 +23,43 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from model_worker.analysis.flow import Flow, flow_of, layer_masses
 from model_worker.architectures import Adapter, HeadGeometry
 from model_worker.qk import LayerQk, recording
+
+#: Cached tensors with a position axis (axis 2 of [L, B, S, …]) that `Keep.positions` narrows.
+POSITIONAL = ("resid_pre", "normalized", "attn_out", "mlp_out", "attn_scale", "z")
+
+
+@dataclass(frozen=True)
+class Keep:
+    """What a capture keeps beyond the values (v, at every position, always kept).
+
+    positions: the residual-stream tensors (POSITIONAL) at these positions only (None: all);
+    rows: the pattern's rows (and the recorded queries and mask rows) at these query positions
+    only (None: the whole [S, S] pattern); flow_labels: the information-flow sums of batch row 0
+    per layer, with these label positions (None: no flow), read from each layer's whole pattern
+    before it is narrowed.
+    """
+
+    positions: tuple[int, ...] | None = None
+    rows: tuple[int, ...] | None = None
+    flow_labels: tuple[int, ...] | None = None
+
+
+#: Everything at every position (the default: experiments, tests, interventions).
+KEEP_ALL = Keep()
 
 
 @dataclass(frozen=True)
 class RunCache:
     """Activations of one batch. Per-layer tensors are stacked on a leading layer axis.
 
-    Shapes: resid_pre, normalized, attn_out, mlp_out [L, B, S, D]; attn_scale [L, B, S, 1];
-    z [L, B, S, H*d_head]; v [L, B, S, n_kv, d_head]; pattern [L, B, H, S, S];
-    resid_final [B, S, D]; logits [B, S, V] (or [B, n, V], see run_with_cache).
+    Shapes: resid_pre, normalized, attn_out, mlp_out [L, B, P, D]; attn_scale [L, B, P, 1];
+    z [L, B, P, H*d_head]; v [L, B, S, n_kv, d_head]; pattern [L, B, H, R, S];
+    resid_final [B, S, D]; logits [B, S, V] (or [B, n, V], see run_with_cache). P = S and
+    R = S unless the capture's `Keep` narrowed them: then index them through `at(position)`
+    and `row(position)`.
 
     Head h writes `attn_scale · z_h @ adapter.w_out[h]` into the residual (DESIGN.md, "Other
     block shapes"); attn_scale is 1 without a post-attention norm. Parallel blocks keep the same
@@ -46,16 +78,40 @@ class RunCache:
     logits: Tensor
     #: per layer, the query, key, mask and rotary it scored with (`record_qk=True` only)
     qk: list[LayerQk] | None = None
+    #: what was kept (positions, rows, flow labels)
+    keep: Keep = KEEP_ALL
+    #: information flow per layer (with `keep.flow_labels` only)
+    flow: Flow | None = None
 
     @property
     def resid_mid(self) -> Tensor:
-        """resid_pre + attn_out, [L, B, S, D]."""
+        """resid_pre + attn_out, [L, B, P, D]."""
         return self.resid_pre + self.attn_out
 
     @property
     def resid_post(self) -> Tensor:
-        """resid_mid + mlp_out, [L, B, S, D]."""
+        """resid_mid + mlp_out, [L, B, P, D]."""
         return self.resid_mid + self.mlp_out
+
+    def at(self, position: int) -> int:
+        """The index of `position` on the kept position axis of the residual-stream tensors."""
+        return _index(self.keep.positions, position)
+
+    def at_each(self, positions: Sequence[int]) -> list[int]:
+        """The indices of `positions` on the kept position axis."""
+        return [self.at(p) for p in positions]
+
+    def row(self, position: int) -> int:
+        """The index of query `position` on the kept pattern rows."""
+        return _index(self.keep.rows, position)
+
+
+def _index(kept: tuple[int, ...] | None, position: int) -> int:
+    if kept is None:
+        return position
+    if position not in kept:
+        raise KeyError(f"position {position} was not kept by this capture")
+    return kept.index(position)
 
 
 def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Tensor:
@@ -73,6 +129,31 @@ def _hooks(handles: list[torch.utils.hooks.RemovableHandle]) -> Iterator[None]:
             handle.remove()
 
 
+class _Buffers:
+    """One fp32 [L, …] buffer per name on the analysis device, allocated at its first layer."""
+
+    def __init__(self, n_layers: int, device: torch.device) -> None:
+        self.n_layers, self.device = n_layers, device
+        self.tensors: dict[str, Tensor] = {}
+
+    def put(self, key: str, layer: int, value: Tensor) -> None:
+        value = value.detach()
+        buffer = self.tensors.get(key)
+        if buffer is None:
+            shape = (self.n_layers, *value.shape)
+            buffer = torch.empty(shape, dtype=torch.float32, device=self.device)
+            self.tensors[key] = buffer
+        buffer[layer].copy_(value)
+
+
+def analysis_device(model: nn.Module, adapter: Adapter) -> torch.device:
+    """The device the analysis computes on: the unembedding's (the last of a model spread over
+    several devices with device_map="auto")."""
+    weight = getattr(model.get_submodule(adapter.spec.unembed), "weight", None)
+    assert isinstance(weight, Tensor)
+    return weight.device
+
+
 def run_with_cache(
     model: nn.Module,
     adapter: Adapter,
@@ -81,6 +162,7 @@ def run_with_cache(
     attention_mask: Tensor | None = None,
     logits_to_keep: int = 0,
     record_qk: bool = False,
+    keep: Keep = KEEP_ALL,
 ) -> RunCache:
     """One eager forward pass of `input_ids` [B, S] with every tensor the analysis needs.
 
@@ -88,28 +170,36 @@ def run_with_cache(
     `attention_mask` marks the real tokens. `logits_to_keep` = n > 0 keeps the logits of the
     last n positions only (then `logits` is [B, n, V]), sparing their unembedding.
     `record_qk` also keeps what every layer scored with (`qk`, see model_worker.qk).
+    `keep` narrows what is kept (see `Keep`); every tensor lands on the analysis device.
     """
-    store: dict[str, list[Tensor | None]] = {
-        key: [None] * geometry.n_layers
-        for key in RunCache.__dataclass_fields__
-        if key not in ("resid_final", "logits", "qk")
-    }
     spec = adapter.spec
+    device = analysis_device(model, adapter)
+    buffers = _Buffers(geometry.n_layers, device)
+    masses: list[Tensor | None] = [None] * geometry.n_layers
     final: dict[str, Tensor] = {}
     handles: list[torch.utils.hooks.RemovableHandle] = []
+    seq = input_ids.shape[1]
+    positions = None if keep.positions is None else torch.tensor(keep.positions)
+    rows = None if keep.rows is None else torch.tensor(keep.rows)
+    if (positions is not None and positions.numel() and int(positions.max()) >= seq) or (
+        rows is not None and rows.numel() and int(rows.max()) >= seq
+    ):
+        raise ValueError(f"kept positions past the prompt's {seq} tokens")
 
-    def keep(key: str, layer: int, value: Tensor) -> None:
-        store[key][layer] = value.detach().float()
+    def keep_at(key: str, layer: int, value: Tensor) -> None:
+        if positions is not None and key in POSITIONAL:
+            value = value[:, positions.to(value.device)]
+        buffers.put(key, layer, value)
 
     def pre(key: str, layer: int) -> Callable[..., None]:
         def hook(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            keep(key, layer, _first_tensor(args, kwargs, "hidden_states"))
+            keep_at(key, layer, _first_tensor(args, kwargs, "hidden_states"))
 
         return hook
 
     def post(key: str, layer: int, pick: Callable[[Any], Tensor]) -> Callable[..., None]:
         def hook(_m: nn.Module, _args: Any, output: Any) -> None:
-            keep(key, layer, pick(output))
+            keep_at(key, layer, pick(output))
 
         return hook
 
@@ -117,10 +207,13 @@ def run_with_cache(
         def hook(_m: nn.Module, _args: Any, output: Any) -> None:
             if len(output) < 2 or output[1] is None:
                 raise RuntimeError("attention weights were not returned: load with eager attention")
-            keep("pattern", layer, output[1])
-            keep("attn_scale", layer, adapter.attn_scale(model, layer, output[0]))
+            weights = output[1].detach()
+            if keep.flow_labels is not None:
+                masses[layer] = layer_masses(weights[0].float().mean(0), keep.flow_labels)
+            buffers.put("pattern", layer, weights if rows is None else weights[:, :, rows])
+            keep_at("attn_scale", layer, adapter.attn_scale(model, layer, output[0]))
             if spec.attn_post_norm is None:
-                keep("attn_out", layer, output[0])
+                keep_at("attn_out", layer, output[0])
 
         return hook
 
@@ -155,7 +248,7 @@ def run_with_cache(
         model.get_submodule(spec.final_norm).register_forward_pre_hook(final_hook, with_kwargs=True)
     )
     attn_modules = [adapter.sub(model, layer, spec.attn) for layer in range(geometry.n_layers)]
-    qk = recording(model, attn_modules) if record_qk else nullcontext(None)
+    qk = recording(model, attn_modules, rows=keep.rows) if record_qk else nullcontext(None)
     with _hooks(handles), qk as records, torch.inference_mode():
         logits = model(
             input_ids=input_ids,
@@ -163,18 +256,20 @@ def run_with_cache(
             use_cache=False,
             logits_to_keep=logits_to_keep,
         ).logits
-    device = logits.device  # with device_map="auto", layers may sit on several devices
+    stored = buffers.tensors
     if spec.ln_attn is None:
-        store["normalized"] = store["resid_pre"]
-    stacked = {
-        key: torch.stack([t.to(device) for t in tensors if t is not None])
-        for key, tensors in store.items()
-    }
+        stored["normalized"] = stored["resid_pre"]
+    flow = None
+    if keep.flow_labels is not None:
+        kept = torch.stack([m for m in masses if m is not None])
+        flow = flow_of(kept, seq, keep.flow_labels)
     return RunCache(
-        **stacked,
+        **stored,
         resid_final=final["resid_final"].to(device),
-        logits=logits.detach().float(),
+        logits=logits.detach().float().to(device),
         qk=records,
+        keep=keep,
+        flow=flow,
     )
 
 

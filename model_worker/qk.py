@@ -60,9 +60,11 @@ class RotaryFunction:
 
 @dataclass
 class LayerQk:
-    """What one layer scored with: query [B, H, S, d], key [B, n_kv, S, d] (both after rotary),
-    the additive mask [B, 1|H, S, S] or None, the score scaling and soft-cap, and the rotary
-    (cos, sin) [B, S, ·] it received (None for learned or no positions)."""
+    """What one layer scored with: query [B, H, R, d], key [B, n_kv, S, d] (both after rotary),
+    the additive mask [B, 1|H, R, S] or None, the score scaling and soft-cap, and the rotary
+    (cos, sin) [B, S, ·] it received (None for learned or no positions). R = S unless `rows`
+    kept the queries (and mask rows) of a few positions only: index them through `row()`.
+    The mask keeps the model's dtype, whose minimum marks the excluded keys (−65504 in fp16)."""
 
     query: Tensor | None = None
     key: Tensor | None = None
@@ -71,6 +73,15 @@ class LayerQk:
     softcap: float | None = None
     rotary: tuple[Tensor, Tensor] | None = None
     rotate: RotaryFunction | None = field(default=None, repr=False)
+    rows: tuple[int, ...] | None = None
+
+    def row(self, position: int) -> int:
+        """The index of query `position` on the kept query (and mask) rows."""
+        if self.rows is None:
+            return position
+        if position not in self.rows:
+            raise KeyError(f"query position {position} was not kept by this recording")
+        return self.rows.index(position)
 
 
 #: attention module → its layer's record, while a `recording()` block runs
@@ -108,8 +119,13 @@ def _record(
     """The registered attention function: record, then attend exactly as eager does."""
     record = _ACTIVE.get(module)
     if record is not None:
-        record.query, record.key = query.detach().float(), key.detach().float()
-        record.mask = None if attention_mask is None else attention_mask.detach().float()
+        rows = None if record.rows is None else list(record.rows)
+        kept = query.detach() if rows is None else query.detach()[:, :, rows]
+        record.query, record.key = kept.float(), key.detach().float()
+        record.mask = None
+        if attention_mask is not None:
+            mask = attention_mask.detach()
+            record.mask = mask if rows is None or mask.shape[-2] == 1 else mask[:, :, rows]
         record.scaling = float(scaling if scaling is not None else query.shape[-1] ** -0.5)
         softcap = kwargs.get("softcap")
         record.softcap = None if softcap is None else float(softcap)
@@ -126,14 +142,18 @@ AttentionMaskInterface.register(RECORDER, eager_mask)
 
 
 @contextmanager
-def recording(model: nn.Module, modules: Sequence[nn.Module]) -> Iterator[list[LayerQk]]:
+def recording(
+    model: nn.Module, modules: Sequence[nn.Module], rows: Sequence[int] | None = None
+) -> Iterator[list[LayerQk]]:
     """Within the block, each of `modules` (one attention module per layer) records what it
-    scores with into the yielded list (one LayerQk per module). The model must run eager."""
+    scores with into the yielded list (one LayerQk per module). The model must run eager.
+    `rows`: keep the queries and mask rows of these query positions only (None: all)."""
     config: Any = model.config
     previous = config._attn_implementation
     if previous != "eager":
         raise RuntimeError(f"QK scores need eager attention, the model runs {previous!r}")
-    records = [LayerQk(rotate=rotary_function(m)) for m in modules]
+    kept = None if rows is None else tuple(rows)
+    records = [LayerQk(rotate=rotary_function(m), rows=kept) for m in modules]
 
     def keep_rotary(record: LayerQk) -> Callable[..., None]:
         def hook(_m: nn.Module, _args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -161,8 +181,13 @@ def recording(model: nn.Module, modules: Sequence[nn.Module]) -> Iterator[list[L
 
 def rotate(record: LayerQk, x: Tensor, positions: Sequence[int], inverse: bool = False) -> Tensor:
     """x [n, P, d] rotated (or un-rotated) by the rotary angles of batch row 0's `positions`
-    with the family's own rotary function; x unchanged for a layer without rotary."""
+    with the family's own rotary function; x unchanged for a layer without rotary. Scaled
+    rotaries (YaRN, longrope: cos² + sin² = a² ≠ 1) are undone exactly: the inverse of a·R(θ)
+    is R(−θ) / a, i.e. (cos, −sin) / a²."""
     if record.rotary is None or record.rotate is None:
         return x
     cos, sin = (t[0, list(positions)] for t in record.rotary)  # [P, ·]
-    return record.rotate(x, cos, -sin if inverse else sin)
+    if not inverse:
+        return record.rotate(x, cos, sin)
+    square = cos * cos + sin * sin
+    return record.rotate(x, cos / square, -sin / square)

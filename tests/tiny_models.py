@@ -6,6 +6,9 @@ No downloads: the tokenizer is built in memory, the weights are random and seede
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -129,8 +132,14 @@ def randomize_norms_and_biases(model: nn.Module, norm_offset: float) -> None:
                 bias.normal_(0.0, 0.1)
 
 
-def tiny_family(family: str, seed: int = 0) -> LoadedModel:
-    """A tiny random fp32 checkpoint of a registered family, from its spec's `tiny` config."""
+def tiny_family(
+    family: str,
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> LoadedModel:
+    """A tiny random checkpoint (fp32 unless `dtype`) of a registered family, from its spec's
+    `tiny` config with `overrides` (one of its `configurations`, say)."""
     spec = REGISTRY[family]
     torch.manual_seed(seed)
     config = AutoConfig.for_model(
@@ -139,11 +148,9 @@ def tiny_family(family: str, seed: int = 0) -> LoadedModel:
         pad_token_id=0,
         bos_token_id=0,
         eos_token_id=0,
-        **spec.tiny,
+        **{**spec.tiny, **(overrides or {})},
         **{k: 0.0 for k in DROPOUTS},
     )
-    model = AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", dtype=torch.float32
-    )
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
     randomize_norms_and_biases(model, spec.norm_offset)
     return wrap_model(model, word_tokenizer(), name=f"tiny-{family}")

@@ -18,8 +18,15 @@ from model_worker.errors import UnsupportedModelError
 router = APIRouter(tags=["models"])
 
 
+class Configuration(BaseModel):
+    name: str  # named after the published checkpoints that use it
+    switches: dict[str, Any]  # config overrides of the family's tiny test checkpoint
+
+
 class Verified(BaseModel):
     tiny_random_fp32: list[str]
+    configurations: list[Configuration]
+    rope_types: list[str]
     real_checkpoints: list[str]
 
 

@@ -25,6 +25,22 @@ def worker(
         str | None, typer.Option(help="Redis URL (default ICL_REDIS_URL).")
     ] = None,
     burst: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+    threads: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="ICL_THREADS",
+            help="Torch threads of this worker (0: the CPU quota ÷ --workers-per-host).",
+        ),
+    ] = 0,
+    workers_per_host: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="ICL_WORKERS_PER_HOST",
+            help="How many workers share this host's CPUs (sizes the default --threads).",
+        ),
+    ] = 1,
 ) -> None:
     """Load a model once, then serve its analysis and experiment jobs from Redis."""
     from redis.exceptions import RedisError
@@ -33,10 +49,12 @@ def worker(
     from model_worker.jobs import load_served_model
     from model_worker.log_safety import install_log_hygiene, redact
     from model_worker.service import ModelWorker, redis_for_worker
+    from model_worker.threads import set_threads
 
     settings = settings_with(model=model, device=device, dtype=dtype, redis_url=redis_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     install_log_hygiene()
+    set_threads(threads, workers_per_host)
     with user_errors():
         if not settings.redis_url:
             raise UserInputError("a worker needs Redis: set ICL_REDIS_URL or pass --redis-url")

@@ -26,7 +26,9 @@ RotaryStyle = Literal["none", "rotate_half", "interleaved"]
 QkNormScope = Literal["head", "flat"]
 
 #: What the registry-built test matrix (tests/unit/test_families.py) checks for every family,
-#: on a tiny random checkpoint in fp32, in both norm modes.
+#: on a tiny random checkpoint in fp32, in both norm modes; tests/unit/test_family_configs.py
+#: checks the first four (and the recorded and recomputed attention) on every configuration in
+#: a spec's `configurations` and every rotary scaling kind in ROPE_TYPES.
 VERIFIED_ON_TINY = (
     "heads + bias = attention block output",
     "final logits",
@@ -35,6 +37,28 @@ VERIFIED_ON_TINY = (
     "position-free heads",
     "every experiment",
 )
+
+#: Rotary scaling kinds (`rope_type` of a config's rope parameters) checked on every family whose
+#: rotary comes from the model's rotary module (tests/unit/test_family_configs.py); any other
+#: kind is refused at load.
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+#: Layer kinds (`config.layer_types`) the engine's attention maths covers; others are refused.
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def rope_types(config: Any) -> set[str]:
+    """Every rotary scaling kind a config names (Gemma 3 nests one per layer kind)."""
+    found: set[str] = set()
+    for name in ("rope_parameters", "rope_scaling"):
+        value = getattr(config, name, None)
+        if not isinstance(value, Mapping):
+            continue
+        nested = [v for v in value.values() if isinstance(v, Mapping)]
+        for entry in nested or [value]:
+            kind = entry.get("rope_type", entry.get("type"))
+            if isinstance(kind, str):
+                found.add(kind)
+    return found
 
 
 @dataclass(frozen=True)
@@ -67,6 +91,7 @@ class FamilySpec:
     q_norm: str | None = None
     k_norm: str | None = None
     qk_norm_scope: QkNormScope = "head"
+    qk_norm_flag: str | None = None  # a config flag deciding whether the q/k norms exist
     parallel: bool | str = False  # a str names the config flag that decides
     pos_embed: str | None = None  # learned absolute position embedding (added to Lin_0)
     rotary: RotaryStyle = "rotate_half"
@@ -84,6 +109,11 @@ class FamilySpec:
     sliding_window: bool = False  # some layers attend within a window (config `sliding_window`)
     moe: bool = False
     real_checkpoints: tuple[str, ...] = ()  # real weights the test suite also checks
+    #: the switch settings of the family's published checkpoints, each named after them and
+    #: given as overrides of `tiny`: the test matrix builds and checks every one
+    configurations: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: config keys and the only values this engine supports for them (else refused at load)
+    switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tiny:
@@ -99,6 +129,46 @@ class FamilySpec:
             raise ValueError(f"{self.family}: interleaved rotary needs rotary_table_attr")
         if (self.q_norm is None) != (self.k_norm is None):
             raise ValueError(f"{self.family}: q_norm and k_norm go together")
+        if self.qk_norm_flag is not None and self.q_norm is None:
+            raise ValueError(f"{self.family}: qk_norm_flag needs q_norm and k_norm")
+
+    def has_qk_norm(self, config: Any) -> bool:
+        """Whether this config's attention applies q/k norms (a flag may switch them off)."""
+        if self.q_norm is None:
+            return False
+        return self.qk_norm_flag is None or bool(getattr(config, self.qk_norm_flag, False))
+
+    def refusal(self, config: Any) -> str | None:
+        """One sentence saying why this engine does not analyse `config`, or None when every
+        switch it sets is one the engine supports."""
+        quantization = getattr(config, "quantization_config", None)
+        if quantization:
+            method = getattr(quantization, "quant_method", None)
+            if isinstance(quantization, Mapping):
+                method = quantization.get("quant_method")
+            return (
+                f"{self.title} checkpoint is quantised ({method or 'unknown method'}); the "
+                "analysis reads exact weights: load an unquantised or GGUF checkpoint instead"
+            )
+        unknown = sorted(rope_types(config) - set(ROPE_TYPES))
+        if unknown and self.rotary == "rotate_half":
+            return (
+                f"rotary scaling {unknown[0]!r} is not verified for {self.title} "
+                f"(verified: {', '.join(ROPE_TYPES)})"
+            )
+        layer_types = getattr(config, "layer_types", None) or []
+        odd = sorted({str(t) for t in layer_types} - set(LAYER_TYPES))
+        if odd:
+            only = ", ".join(LAYER_TYPES)
+            return f"{self.title} layer type {odd[0]!r} is not supported (only {only})"
+        for key, allowed in self.switches:
+            value = getattr(config, key, None)
+            if value not in allowed:
+                return (
+                    f"{self.title} with {key}={value!r} is not supported "
+                    f"(supported: {', '.join(repr(a) for a in allowed)})"
+                )
+        return None
 
     @property
     def block_shape(self) -> str:
@@ -124,7 +194,10 @@ class FamilySpec:
             + (" partial" if self.rotary_dims_attr else ""),
         ]
         flags = [
-            (self.q_norm is not None, "q/k norm"),
+            (
+                self.q_norm is not None,
+                "q/k norm" + (" if " + self.qk_norm_flag if self.qk_norm_flag else ""),
+            ),
             (self.attn_softcap_key is not None, "attention soft-cap"),
             (self.final_softcap_key is not None, "final soft-cap"),
             (self.embed_scale != "none", "embedding ×√d"),
@@ -143,6 +216,11 @@ class FamilySpec:
             "features": self.features(),
             "verified": {
                 "tiny_random_fp32": list(VERIFIED_ON_TINY),
+                "configurations": [
+                    {"name": name, "switches": dict(overrides)}
+                    for name, overrides in self.configurations
+                ],
+                "rope_types": list(ROPE_TYPES) if self.rotary == "rotate_half" else [],
                 "real_checkpoints": list(self.real_checkpoints),
             },
         }

@@ -35,6 +35,33 @@ def flow_masks(n: int, labels: Sequence[int]) -> dict[str, Tensor]:
     return {"demo_to_label": demo, "label_to_last": last, "other": causal & ~demo & ~last}
 
 
+def pair_counts(n: int, labels: Sequence[int]) -> dict[str, int]:
+    """How many (destination, source) pairs each flow of FLOWS has in a prompt of n tokens."""
+    demo, start = 0, 0
+    for position in labels:
+        demo += position - start
+        start = position + 1
+    last = len(set(labels))
+    return {"demo_to_label": demo, "label_to_last": last, "other": n * (n + 1) // 2 - demo - last}
+
+
+def layer_masses(averaged: Tensor, labels: Sequence[int]) -> Tensor:
+    """The masses [3] (FLOWS order) of one layer's head-averaged causal pattern [n, n] (zero
+    above the diagonal), without building the [n, n] pair sets: what a capture keeps per layer
+    instead of the pattern."""
+    n = averaged.shape[-1]
+    if not labels:
+        total = averaged.sum()
+        return torch.stack([total * 0, total * 0, total])
+    positions = torch.tensor(list(labels), device=averaged.device)
+    starts = torch.cat([positions.new_zeros(1), positions[:-1] + 1])
+    columns = torch.arange(n, device=averaged.device)
+    own = (columns >= starts[:, None]) & (columns < positions[:, None])  # [P, n]
+    demo = (averaged[positions] * own).sum()
+    last = averaged[n - 1, positions.unique()].sum()
+    return torch.stack([demo, last, averaged.sum() - demo - last])
+
+
 @dataclass(frozen=True)
 class Flow:
     """Per layer [L]: the mean weight and the mass of each flow in FLOWS, and pair counts."""
@@ -44,11 +71,15 @@ class Flow:
     pairs: dict[str, int]
 
 
+def flow_of(masses: Tensor, n: int, labels: Sequence[int]) -> Flow:
+    """The Flow of per-layer masses [L, 3] (`layer_masses`) of a prompt of n tokens."""
+    pairs = pair_counts(n, labels)
+    mass = {name: masses[:, i].float().cpu() for i, name in enumerate(FLOWS)}
+    mean = {name: mass[name] / max(1, pairs[name]) for name in FLOWS}
+    return Flow(mean, mass, pairs)
+
+
 def information_flow(pattern: Tensor, labels: Sequence[int]) -> Flow:
     """Flows of one prompt: pattern [L, H, n, n] (its real tokens only), label positions."""
-    averaged = pattern.float().mean(1).cpu()  # [L, n, n]
-    masks = flow_masks(averaged.shape[-1], labels)
-    mass = {name: (averaged * mask).sum((-1, -2)) for name, mask in masks.items()}
-    pairs = {name: int(mask.sum()) for name, mask in masks.items()}
-    mean = {name: mass[name] / max(1, pairs[name]) for name in masks}
-    return Flow(mean, mass, pairs)
+    masses = torch.stack([layer_masses(layer.float().mean(0), labels) for layer in pattern])
+    return flow_of(masses, pattern.shape[-1], labels)

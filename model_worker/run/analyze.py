@@ -17,7 +17,7 @@ from model_worker.analysis.heads import (
     label_split,
 )
 from model_worker.analysis.icl import demonstration_texts, detect_structure, label_words
-from model_worker.capture import run_with_cache
+from model_worker.capture import KEEP_ALL, Keep, run_with_cache
 from model_worker.checks import analysis_warnings
 from model_worker.contracts import AnalysisResult, NormMode, RankBy, ResultWarning
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
@@ -61,10 +61,18 @@ def analyze(
     reading = read_labels(loaded, prompt, [word for word, _ in words])
     encoded = encode_prompt(loaded, reading.analysed, max_tokens)
     structure = detect_structure(prompt, encoded.offsets, labels, skip=reading.skip)
+    last_position = len(encoded.texts) - 1
+    label_positions = tuple(span.position for span in structure.labels)
+    # what the analysis reads, linear in the prompt: the last row of each pattern, the flow
+    # sums, the residual stream at the labels and the last position (towers read everything)
+    keep = KEEP_ALL
+    if not decomposed:
+        positions = tuple(sorted({*label_positions, last_position}))
+        keep = Keep(positions=positions, rows=(last_position,), flow_labels=label_positions)
     with loaded.lock:
         ids = encoded.ids[None].to(loaded.device)
         cache = run_with_cache(
-            loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True
+            loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True, keep=keep
         )
     logprobs = torch.log_softmax(cache.logits[0, -1], -1)  # the last position's
     warnings: list[ResultWarning] = []
@@ -76,12 +84,12 @@ def analyze(
     run = PromptRun(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
 
     # the per-head stage: I(head_{l,h} | resid_pre_l) of every head, ranked
-    c, last = cache, run.last
+    c, last, row = cache, cache.at(run.last), cache.row(run.last)
     resid_pre = c.resid_pre[:, 0, last]
     writes = head_writes(
         z=c.z[:, 0, last] * c.attn_scale[:, 0, last],
         v=c.v[:, 0],
-        pattern_row=c.pattern[:, 0, :, last],
+        pattern_row=c.pattern[:, 0, :, row],
         attn_scale=c.attn_scale[:, 0, last],
         w_o=[run.w_o(layer) for layer in range(g.n_layers)],
         kv_index=run.kv_index(),
@@ -107,7 +115,7 @@ def analyze(
 
     split = split_by_label() if rank_by == "label" else None  # else after the per-head stage
     attn_true, attn_false = attention_sums(
-        pattern_row=c.pattern[:, 0, :, last],
+        pattern_row=c.pattern[:, 0, :, row],
         true_positions=[p for p in run.label_positions if run.is_true(p)],
         false_positions=[p for p in run.label_positions if not run.is_true(p)],
     )

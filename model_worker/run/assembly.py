@@ -34,7 +34,7 @@ from model_worker.run.state import PromptRun
 
 def layer_increases(run: PromptRun) -> list[LayerIncrease]:
     """I(attn_l | resid_pre_l) and I(ffn_l | resid_mid_l) for every layer (paper Fig. 2)."""
-    c, last = run.cache, run.last
+    c, last = run.cache, run.cache.at(run.last)
     attn, ffn = layer_increase_table(
         projector=run.projector,
         resid_pre=c.resid_pre[:, 0, last],
@@ -51,7 +51,9 @@ def layer_increases(run: PromptRun) -> list[LayerIncrease]:
 
 def layer_flows(run: PromptRun) -> list[LayerFlow]:
     """Information flow per layer (demonstrations → labels → last token), heads averaged."""
-    flow = information_flow(run.cache.pattern[:, 0], run.label_positions)
+    flow = run.cache.flow  # summed layer by layer during the capture, else from the pattern
+    if flow is None:
+        flow = information_flow(run.cache.pattern[:, 0], run.label_positions)
     columns = {name: flow.mean[name].tolist() for name in FLOWS}
     columns |= {f"{name}_mass": flow.mass[name].tolist() for name in FLOWS}
     n_layers = run.cache.pattern.shape[0]

@@ -23,8 +23,10 @@ def head_details(
     """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
     if not heads:
         return []
-    c, last, g = run.cache, run.last, run.loaded.geometry
+    c, g = run.cache, run.loaded.geometry
+    last, row = c.at(run.last), c.row(run.last)  # indices on the kept positions and rows
     labels, kv = run.label_positions, run.kv_index()
+    at_labels = c.at_each(labels)
     layers = sorted({layer for layer, _ in heads})
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
@@ -57,7 +59,7 @@ def head_details(
     offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
     rotary = all(o is not None for o in offsets) and bool(labels)
     layer_of = [layer for layer, _ in heads]
-    rows = torch.stack([c.pattern[layer, 0, head, last] for layer, head in heads])  # [K, S]
+    rows = torch.stack([c.pattern[layer, 0, head, row] for layer, head in heads])  # [K, S]
     views = head_views(
         projector=run.projector,
         values=values if factored is None else factored,
@@ -72,8 +74,8 @@ def head_details(
         random_values=baseline,
         queries=real_queries(run, heads, w_k),
         offsets=torch.stack([o for o in offsets if o is not None]) if rotary else None,
-        keys=c.normalized[layers, 0][:, labels],
-        prior=torch.stack([c.attn_out[:layer, 0][:, labels].sum(0) for layer in layers]),
+        keys=c.normalized[layers, 0][:, at_labels],
+        prior=torch.stack([c.attn_out[:layer, 0][:, at_labels].sum(0) for layer in layers]),
         resid_pre=c.resid_pre[layers, 0, last],
     )
     return [

@@ -31,11 +31,11 @@ def head_scores(run: PromptRun, layer: int, head: int) -> ScoreSplit | None:
     record, last = layer_qk(run, layer), run.last
     if record is None or record.query is None or record.key is None:
         return None
-    mask = None
+    mask, row = None, record.row(last)
     if record.mask is not None:
-        mask = record.mask[0, min(head, record.mask.shape[1] - 1), last, : last + 1]
+        mask = record.mask[0, min(head, record.mask.shape[1] - 1), row, : last + 1]
     return score_split(
-        query=record.query[0, head, last],
+        query=record.query[0, head, row],
         keys=record.key[0, run.loaded.geometry.kv_head(head), : last + 1],
         scaling=record.scaling,
         softcap=record.softcap,
@@ -62,7 +62,7 @@ def offset_queries(run: PromptRun, layer: int, head: int, w_k: Tensor) -> Tensor
     unrotate = unrotate_by(record)
     if unrotate is None:
         return None
-    query = record.query[0, head, run.last]
+    query = record.query[0, head, record.row(run.last)]
     return rotary_offset_queries(query=query, positions=labels, w_k=w_k, unrotate=unrotate)
 
 
@@ -72,7 +72,7 @@ def real_queries(run: PromptRun, heads: list[tuple[int, int]], w_k: dict[int, Te
     adapter, model, g = run.loaded.adapter, run.loaded.model, run.loaded.geometry
     queries = []
     for layer, head in heads:
-        x_hat = run.cache.normalized[layer, 0, run.last, None, None]  # [1, 1, D]
+        x_hat = run.cache.normalized[layer, 0, run.cache.at(run.last), None, None]  # [1, 1, D]
         with torch.inference_mode():
             query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
         query = query.to(x_hat.device, torch.float32)  # layers may sit on several devices

@@ -54,7 +54,7 @@ class PromptRun:
     def pre_logits(self) -> Tensor:
         """bs(resid_pre_l) at the last position for every layer [L, V]: the base of the
         attention layers, of every head and of every subheadvalue."""
-        return self.projector.logits(self.cache.resid_pre[:, 0, self.last])
+        return self.projector.logits(self.cache.resid_pre[:, 0, self.cache.at(self.last)])
 
     @property
     def last(self) -> int:

@@ -15,6 +15,31 @@ TINY_GQA: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 
+#: Head layouts as overrides of TINY_GQA: every query head its own K/V head, or one for all.
+MHA: dict[str, Any] = {"num_key_value_heads": 4}
+MQA: dict[str, Any] = {"num_key_value_heads": 1}
+TIED: dict[str, Any] = {"tie_word_embeddings": True}
+#: Llama 3.1/3.2's rotary scaling (original window shrunk to the tiny model's 64 positions).
+LLAMA3_ROPE: dict[str, Any] = {
+    "rope_parameters": {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+}
+#: Qwen 2.5's long-context rotary scaling (YaRN), shrunk likewise.
+YARN_ROPE: dict[str, Any] = {
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+}
+
 #: Module paths of the Llama-style decoder, as FamilySpec keyword arguments.
 LLAMA_LIKE: dict[str, Any] = {
     "layers": "model.layers",

@@ -1,7 +1,7 @@
 """Gemma 2: Gemma plus post-attention / post-FFN norms, attention and final-logit soft-caps,
 alternating sliding-window layers."""
 
-from model_worker.adapters.families._bases import LLAMA_LIKE, TINY_GQA
+from model_worker.adapters.families._bases import LLAMA_LIKE, TIED, TINY_GQA
 from model_worker.adapters.spec import FamilySpec
 
 SPEC = FamilySpec(
@@ -23,5 +23,10 @@ SPEC = FamilySpec(
     attn_softcap_key="attn_logit_softcapping",
     final_softcap_key="final_logit_softcapping",
     sliding_window=True,
+    configurations=(
+        ("soft-caps, alternating windows, untied", {}),
+        ("gemma-2-2b/9b: tied", TIED),
+        ("no soft-caps", {"attn_logit_softcapping": None, "final_logit_softcapping": None}),
+    ),
     **LLAMA_LIKE,
 )

@@ -17,4 +17,10 @@ SPEC = replace(
     q_norm="self_attn.q_norm",
     k_norm="self_attn.k_norm",
     attn_softcap_key=None,
+    configurations=(
+        ("local/global layers, untied", {}),
+        ("gemma-3-1b/270m: tied", {"tie_word_embeddings": True}),
+    ),
+    # EmbeddingGemma's bidirectional attention is not a causal LM's
+    switches=(("use_bidirectional_attention", (False, None)),),
 )

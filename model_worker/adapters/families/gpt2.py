@@ -21,4 +21,11 @@ SPEC = FamilySpec(
     ln_attn="ln_1",
     norm="layer",
     rotary="none",
+    configurations=(
+        ("gpt2: tied, MHA", {}),
+        (
+            "scaled by inverse layer index, upcast attention",
+            {"scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
+        ),
+    ),
 )

@@ -30,4 +30,13 @@ SPEC = FamilySpec(
     parallel="use_parallel_residual",
     rotary_emb="gpt_neox.rotary_emb",
     rotary_dims_attr="rotary_ndims",
+    configurations=(
+        ("parallel residual, rotary 0.5", {}),
+        ("Pythia: rotary 0.25", {"rotary_pct": 0.25}),
+        (
+            "sequential residual, no biases",
+            {"use_parallel_residual": False, "attention_bias": False},
+        ),
+        ("full rotary", {"rotary_pct": 1.0}),
+    ),
 )

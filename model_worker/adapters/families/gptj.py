@@ -25,4 +25,8 @@ SPEC = FamilySpec(
     rotary_table_attr="embed_positions",
     rotary_dims_attr="rotary_dim",
     scaling_divisor_attr="scale_attn",
+    configurations=(
+        ("rotary on 4 of 8 dims", {}),
+        ("rotary on 2 of 8 dims", {"rotary_dim": 2}),
+    ),
 )

@@ -9,5 +9,9 @@ SPEC = FamilySpec(
     examples=("mistralai/Mistral-7B-v0.1",),
     tiny={**TINY_GQA, "sliding_window": 8},
     sliding_window=True,
+    configurations=(
+        ("Mistral 7B v0.1: sliding window", {}),
+        ("Mistral 7B v0.2+: no window", {"sliding_window": None}),
+    ),
     **LLAMA_LIKE,
 )

@@ -10,5 +10,9 @@ SPEC = FamilySpec(
     tiny={**TINY_GQA, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8},
     sliding_window=True,
     moe=True,
+    configurations=(
+        ("sliding window", {}),
+        ("Mixtral 8x7B: no window", {"sliding_window": None}),
+    ),
     **LLAMA_LIKE,
 )

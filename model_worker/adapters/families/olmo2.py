@@ -1,6 +1,6 @@
 """OLMo 2: no input norm; RMS post-attention / post-FFN norms; q/k norms over all heads."""
 
-from model_worker.adapters.families._bases import LLAMA_LIKE, TINY_GQA
+from model_worker.adapters.families._bases import LLAMA_LIKE, MHA, TINY_GQA
 from model_worker.adapters.spec import FamilySpec
 
 SPEC = FamilySpec(
@@ -14,4 +14,5 @@ SPEC = FamilySpec(
     q_norm="self_attn.q_norm",
     k_norm="self_attn.k_norm",
     qk_norm_scope="flat",
+    configurations=(("GQA", {}), ("OLMo-2-1B/7B: MHA", MHA)),
 )

@@ -13,7 +13,6 @@ SPEC = FamilySpec(
         "num_attention_heads": 4,
         "max_position_embeddings": 64,
         "partial_rotary_factor": 0.5,
-        "qk_layernorm": True,
     },
     layers="model.layers",
     embed="model.embed_tokens",
@@ -30,6 +29,13 @@ SPEC = FamilySpec(
     parallel=True,
     q_norm="self_attn.q_layernorm",
     k_norm="self_attn.k_layernorm",
+    qk_norm_flag="qk_layernorm",
     rotary_emb="model.rotary_emb",
     rotary_dims_attr="rotary_ndims",
+    configurations=(
+        ("phi-1.5/phi-2: no q/k norms, rotary 0.5", {}),
+        ("phi-2's rotary share 0.25 of a head (0.4 of 80 dims)", {"partial_rotary_factor": 0.25}),
+        ("q/k LayerNorms (qk_layernorm)", {"qk_layernorm": True}),
+        ("tied", {"tie_word_embeddings": True}),
+    ),
 )

@@ -16,4 +16,12 @@ SPEC = FamilySpec(
     },
     moe=True,
     **LLAMA_LIKE,
+    sliding_window=True,  # only with use_sliding_window (per layer, on the attention)
+    configurations=(
+        ("Qwen1.5-MoE: untied", {}),
+        (
+            "sliding windows (use_sliding_window)",
+            {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+        ),
+    ),
 )

@@ -1,6 +1,6 @@
 """Qwen 3: the Llama layout with per-head RMS q/k norms; head_dim set apart from d_model / H."""
 
-from model_worker.adapters.families._bases import LLAMA_LIKE, TINY_GQA
+from model_worker.adapters.families._bases import LLAMA_LIKE, TIED, TINY_GQA, YARN_ROPE
 from model_worker.adapters.spec import FamilySpec
 
 SPEC = FamilySpec(
@@ -11,4 +11,14 @@ SPEC = FamilySpec(
     q_norm="self_attn.q_norm",
     k_norm="self_attn.k_norm",
     **LLAMA_LIKE,
+    sliding_window=True,  # only with use_sliding_window (per layer, on the attention)
+    configurations=(
+        ("Qwen3-8B: untied", {}),
+        ("Qwen3-0.6B: tied", TIED),
+        ("Qwen3 long context: YaRN", YARN_ROPE),
+        (
+            "sliding windows (use_sliding_window)",
+            {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+        ),
+    ),
 )

@@ -18,4 +18,12 @@ SPEC = FamilySpec(
     k_norm="self_attn.k_norm",
     moe=True,
     **LLAMA_LIKE,
+    sliding_window=True,  # only with use_sliding_window (per layer, on the attention)
+    configurations=(
+        ("Qwen3-30B-A3B: untied", {}),
+        (
+            "sliding windows (use_sliding_window)",
+            {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+        ),
+    ),
 )

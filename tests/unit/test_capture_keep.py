@@ -1,0 +1,96 @@
+"""A narrowed capture (`Keep`) keeps exactly the slices of the full one the analysis reads: the
+residual stream at a few positions, the pattern's (and the recorded queries' and mask's) rows
+at the analysed position, the information flow summed layer by layer; and analyze() on it gives
+the same result as on the full capture, on every registered family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import model_worker.run.analyze as analyze_module
+from model_worker.adapters import REGISTRY
+from model_worker.analysis.flow import FLOWS, information_flow
+from model_worker.capture import KEEP_ALL, POSITIONAL, Keep, analysis_device, run_with_cache
+from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
+from model_worker.unembedding_cache import HeadUnembeddings
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
+
+LABELS = (2, 5, 8, 11)  # the example prompt's label positions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models in one thread (no spinning threads on a loaded shared machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module", params=sorted(REGISTRY))
+def family(request: pytest.FixtureRequest) -> LoadedModel:
+    return tiny_family(request.param)
+
+
+def test_a_narrowed_capture_is_the_full_ones_slices(family: LoadedModel) -> None:
+    ids = family.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    last = ids.shape[1] - 1
+    keep = Keep(positions=(*LABELS, last), rows=(last,), flow_labels=LABELS)
+    args = (family.model, family.adapter, family.geometry, ids)
+    full = run_with_cache(*args, record_qk=True)
+    narrow = run_with_cache(*args, record_qk=True, keep=keep)
+    for name in POSITIONAL:
+        kept = getattr(narrow, name)[:, :, narrow.at_each([*LABELS, last])]
+        assert torch.equal(kept, getattr(full, name)[:, :, [*LABELS, last]]), name
+    assert narrow.resid_pre.shape[2] == len(LABELS) + 1
+    assert torch.equal(narrow.v, full.v) and torch.equal(narrow.logits, full.logits)
+    assert narrow.pattern.shape[3] == 1
+    assert torch.equal(narrow.pattern[:, :, :, narrow.row(last)], full.pattern[:, :, :, last])
+    assert narrow.flow is not None and full.flow is None
+    reference = information_flow(full.pattern[:, 0], LABELS)
+    for name in FLOWS:
+        assert torch.equal(narrow.flow.mass[name], reference.mass[name])
+        assert torch.equal(narrow.flow.mean[name], reference.mean[name])
+    assert narrow.qk is not None and full.qk is not None
+    for small, whole in zip(narrow.qk, full.qk, strict=True):
+        if whole.query is None:  # GPT-J before transformers 5.24 records nothing
+            continue
+        assert small.query is not None and small.query.shape[2] == 1
+        assert torch.equal(small.query[:, :, small.row(last)], whole.query[:, :, last])
+        assert small.key is not None and torch.equal(small.key, whole.key)
+        if whole.mask is not None:
+            assert small.mask is not None
+            assert torch.equal(small.mask[:, :, small.row(last)], whole.mask[:, :, last])
+    with pytest.raises(KeyError, match="not kept"):
+        narrow.at(last - 1)
+
+
+def test_analyze_on_the_narrowed_capture_equals_it_on_the_full_one(
+    family: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Each with no recurring heads' U_h, so that both project the same way.)"""
+    family.head_unembeddings = HeadUnembeddings(0)
+    narrowed = analyze(family, EXAMPLE_PROMPT, top_k_heads=3)
+    monkeypatch.setattr(analyze_module, "Keep", lambda **_: KEEP_ALL)
+    full = analyze(family, EXAMPLE_PROMPT, top_k_heads=3)
+    assert narrowed.model_dump() == full.model_dump()
+
+
+def test_the_cache_lands_on_the_analysis_device(family: LoadedModel) -> None:
+    ids = family.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    cache = run_with_cache(family.model, family.adapter, family.geometry, ids)
+    device = analysis_device(family.model, family.adapter)
+    assert {t.device for t in (cache.z, cache.v, cache.pattern, cache.logits)} == {device}
+
+
+def test_positions_past_the_prompt_are_refused(family: LoadedModel) -> None:
+    ids = family.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    with pytest.raises(ValueError, match="past the prompt"):
+        run_with_cache(
+            family.model, family.adapter, family.geometry, ids, keep=Keep(rows=(ids.shape[1],))
+        )
