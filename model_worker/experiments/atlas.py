@@ -327,7 +327,10 @@ def run(ctx: Context) -> ExperimentResult:
     }
     figures["atlas_ablation"] = bar_chart(
         f"Accuracy with the top {k} heads of one type zeroed, another's kept (95% intervals)",
-        [f"{r['zeroed']} − {r['kept']}" if r["kept"] != "—" else "none" for r in ablation_rows],
+        [
+            f"zero {r['zeroed']}, keep {r['kept']}" if r["kept"] != "—" else "none"
+            for r in ablation_rows
+        ],
         {"accuracy": [float(r["accuracy"] or 0) for r in ablation_rows]},
         ylabel="accuracy",
         low={"accuracy": [float(r["low"] or 0) for r in ablation_rows]},
