@@ -129,3 +129,35 @@ def test_while_the_model_loads_the_page_says_so_and_the_api_answers_503(
         while tc.get("/loading").text.find("data-loading-done") < 0:
             assert time.monotonic() < deadline, "the loading note never cleared"
             time.sleep(0.05)
+
+
+def _numeric_domains(spec: object) -> list[list[float]]:
+    """Every numeric `domain` in a Vega-Lite specification (the colour scales')."""
+    found: list[list[float]] = []
+    if isinstance(spec, dict):
+        domain = spec.get("domain")
+        if isinstance(domain, list) and domain and all(isinstance(v, float) for v in domain):
+            found.append(domain)
+        for value in spec.values():
+            found += _numeric_domains(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += _numeric_domains(value)
+    return found
+
+
+def test_a_and_b_share_one_colour_scale(client: TestClient, pair: tuple[str, str]) -> None:
+    import json
+
+    a, b = pair
+    page = soup(client.get("/compare", params={"a": a, "b": b}).text)
+    sides = page.select(".compare-side [data-vl]")
+    assert len(sides) == 2
+    domains = [_numeric_domains(json.loads(side["data-spec"])) for side in sides]
+    assert domains[0] and domains[0] == domains[1]
+    increases = [
+        abs(h["increase"])
+        for r in (a, b)
+        for h in client.get(f"/api/analyses/{r}").json()["result"]["heads"]
+    ]
+    assert max(domains[0][0]) == pytest.approx(max(increases), rel=1e-5)
