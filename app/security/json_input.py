@@ -1,15 +1,20 @@
 """JSON request bodies checked before any route parses them: a lone UTF-16 surrogate in any
-string (JSON's `\\ud800` escapes decode to one; it cannot be stored, hashed into a job id or
-tokenised) and nesting deeper than MAX_DEPTH (tens of thousands of levels end in a
-RecursionError) are 422 with the reason, naming the field.
+string (JSON's `\\ud800` escapes, or the raw bytes of one, decode to it; it cannot be stored,
+hashed into a job id or tokenised) and nesting too deep for Python's parser (tens of thousands
+of levels end in a RecursionError) are 422 with the reason, naming the field.
 
-The body is read whole (the body limit outside this layer bounds it), parsed once with the
-standard library, walked without recursion, and handed on unchanged.
+The body is read whole (the body limit outside this layer bounds it) and parsed once with the
+standard library; only a body whose bytes could hold a surrogate is checked further (a C-speed
+re-encoding, then a bounded search for the field to name), so a large ordinary body costs one
+parse. It is handed on unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections import deque
+from itertools import islice
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -17,9 +22,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.security.responses import error_response
 
-#: Deepest nesting of a JSON body (the API's requests nest 3 levels at most).
-MAX_DEPTH = 32
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: What a surrogate looks like in a JSON body: an escape `\\uD800`-`\\uDFFF`, or its raw
+#: UTF-8-style bytes (json.loads decodes bytes with "surrogatepass").
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+#: Values looked at, at most, to name the field that holds a lone surrogate.
+NAMING_BUDGET = 10_000
 
 
 def has_lone_surrogate(text: str) -> bool:
@@ -31,32 +39,45 @@ def has_lone_surrogate(text: str) -> bool:
     return False
 
 
+def surrogate_field(value: Any) -> str:
+    """The path (`body.labels.0`) of a string holding a lone surrogate among the first
+    NAMING_BUDGET values of `value` (breadth first: the request's own fields first), else
+    `body`."""
+    queue: deque[tuple[tuple[str, ...], Any]] = deque([(("body",), value)])
+    for _ in range(NAMING_BUDGET):
+        if not queue:
+            break
+        path, item = queue.popleft()
+        if isinstance(item, str) and has_lone_surrogate(item):
+            return ".".join(path)
+        if isinstance(item, dict):
+            for key, child in islice(item.items(), NAMING_BUDGET):
+                if has_lone_surrogate(key):
+                    return ".".join(path)
+                queue.append(((*path, key), child))
+        elif isinstance(item, list):
+            queue.extend(((*path, str(n)), child) for n, child in enumerate(item[:NAMING_BUDGET]))
+    return "body"
+
+
 def json_problem(body: bytes) -> str | None:
-    """Why the JSON `body` is refused (nesting, a lone surrogate and where), or None. A body
+    """Why the JSON `body` is refused (too deep, a lone surrogate and where), or None. A body
     that is not JSON at all is left to the route's own validation (its 422 says where)."""
     try:
         value = json.loads(body)
     except RecursionError:
-        return f"the JSON body is nested too deeply (at most {MAX_DEPTH} levels)"
+        return "the JSON body is nested too deeply"
     except ValueError:
         return None
-    stack: list[tuple[tuple[str, ...], Any]] = [(("body",), value)]
-    while stack:
-        path, item = stack.pop()
-        if len(path) > MAX_DEPTH + 1:
-            return f"the JSON body is nested too deeply (at most {MAX_DEPTH} levels)"
-        if isinstance(item, str) and has_lone_surrogate(item):
-            return (
-                f"{'.'.join(path)}: the text holds a lone UTF-16 surrogate "
-                "(\\ud800-\\udfff without its pair), which is not a character"
-            )
-        if isinstance(item, dict):
-            for key, child in item.items():
-                if has_lone_surrogate(key):
-                    return f"{'.'.join(path)}: a key holds a lone UTF-16 surrogate"
-                stack.append(((*path, key), child))
-        elif isinstance(item, list):
-            stack.extend(((*path, str(index)), child) for index, child in enumerate(item))
+    if not _SURROGATE_HINT.search(body):
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return (
+            f"{surrogate_field(value)}: the text holds a lone UTF-16 surrogate "
+            "(\\ud800-\\udfff without its pair), which is not a character"
+        )
     return None
 
 
