@@ -19,6 +19,8 @@ from model_worker.contracts.towers import REST, TokenSlot, Towers
 SHOWN = 8
 #: components per side in the terms matrix
 MATRIX = 10
+#: pixels per bar or matrix row and column
+STEP = 24
 
 
 def decomposition(detail: HeadDetail, versus: bool) -> Towers | None:
@@ -69,7 +71,8 @@ def components_figure(result: AnalysisCore, detail: HeadDetail, versus: bool) ->
                 "hover": signed(sum(c.value for c in rest)),
             }
         )
-    title = f"{detail.name}: score of {what(t)} = {signed(t.score)}, by component"
+    title = f"{detail.name}: the score by component"
+    heading = alt.Title(title, subtitle=f"{what(t)}: {signed(t.score)} (the rest summed)")
     bars = (
         alt.Chart(alt.Data(values=rows))
         .mark_bar()
@@ -83,11 +86,15 @@ def components_figure(result: AnalysisCore, detail: HeadDetail, versus: bool) ->
                 alt.Tooltip("position_part:Q", title="of which rotary", format="+.3f"),
             ],
         )
-        .properties(width=260, height=22 * (SHOWN + 1))
+        .properties(width=260, height=alt.Step(STEP))
     )
-    chart = bars.facet(
-        column=alt.Column("side:N", title=None, sort=["query (last token)", "key (label)"])
-    ).properties(title=title)
+    chart = (
+        bars.facet(
+            column=alt.Column("side:N", title=None, sort=["query (last token)", "key (label)"])
+        )
+        .resolve_scale(y="independent")
+        .properties(title=heading)
+    )
     stem = "towersvs" if versus else "towers"
     return Figure(f"{detail.name}-{stem}", title, rows, chart)
 
@@ -105,9 +112,10 @@ def terms_figure(result: AnalysisCore, detail: HeadDetail, versus: bool) -> Figu
         for term in listed
         if term.query in queries and term.key in keys
     ]
-    title = f"{detail.name}: largest terms ⟨q_c, k_c′⟩ of {what(t)}"
+    title = f"{detail.name}: the largest terms ⟨q_c, k_c′⟩"
+    subtitle = f"{what(t)}; blank: not among the {len(listed)} largest"
     chart = (
-        alt.Chart(alt.Data(values=rows), title=title)
+        alt.Chart(alt.Data(values=rows), title=alt.Title(title, subtitle=subtitle))
         .mark_rect()
         .encode(
             x=alt.X("key:N", sort=keys, title="key-side component", axis=alt.Axis(labelAngle=-40)),
@@ -121,7 +129,7 @@ def terms_figure(result: AnalysisCore, detail: HeadDetail, versus: bool) -> Figu
                 alt.Tooltip("hover:N", title="adds"),
             ],
         )
-        .properties(width=22 * max(len(keys), 4), height=22 * max(len(queries), 4))
+        .properties(width=alt.Step(STEP), height=alt.Step(STEP))
     )
     stem = "qktermsvs" if versus else "qkterms"
     return Figure(f"{detail.name}-{stem}", title, rows, chart)
@@ -149,9 +157,10 @@ def tokens_figure(result: AnalysisCore, detail: HeadDetail, versus: bool) -> Fig
         for i, line in enumerate(matrix.values)
         for j, value in enumerate(line)
     ]
-    title = f"{detail.name}: which tokens' features meet, {what(t)}"
+    title = f"{detail.name}: which tokens' features meet"
+    subtitle = f"{what(t)}; {len(rows_names) - 1} largest slots a side, + rest"
     chart = (
-        alt.Chart(alt.Data(values=rows), title=title)
+        alt.Chart(alt.Data(values=rows), title=alt.Title(title, subtitle=subtitle))
         .mark_rect()
         .encode(
             x=alt.X(
@@ -172,7 +181,7 @@ def tokens_figure(result: AnalysisCore, detail: HeadDetail, versus: bool) -> Fig
                 alt.Tooltip("hover:N", title="adds"),
             ],
         )
-        .properties(width=22 * len(cols_names), height=22 * len(rows_names))
+        .properties(width=alt.Step(STEP), height=alt.Step(STEP))
     )
     stem = "qktokensvs" if versus else "qktokens"
     return Figure(f"{detail.name}-{stem}", title, rows, chart)
