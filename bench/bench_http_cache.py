@@ -1,8 +1,8 @@
 """Cached analyses over HTTP: 50 concurrent keep-alive clients on loopback.
 
-Starts a private redis-server and `icl-heads serve` (Redis mode, no worker needed), caches one
-real SmolLM2 analysis (`--tiny`: the tiny test model's), then has CLIENTS clients fetch
-`GET /api/analyses/{id}` REQUESTS times each. Prints latency percentiles and errors.
+Starts a private redis-server and `icl-heads serve` (Redis mode, no worker needed), keeps one
+real SmolLM2 analysis in its durable store (`--tiny`: the tiny test model's), then has CLIENTS
+clients fetch `GET /api/analyses/{id}` REQUESTS times each. Prints latency percentiles and errors.
 Targets on a 2-core machine: p50 <= 20 ms, p99 <= 100 ms, no errors.
 
     .venv/bin/python bench/bench_http_cache.py [--clients 50] [--requests 40] [--tiny]
@@ -20,8 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from redis import Redis
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -35,9 +33,11 @@ from tests.tiny_models import EXAMPLE_PROMPT  # noqa: E402
 SMOLLM2_PROMPT = "love : positive hate : negative great : positive awful : negative good :"
 
 
-def cached_result(redis_url: str, tiny: bool) -> tuple[str, int]:
-    """Analyse one prompt in this process and store it as a cached result; (id, bytes)."""
-    from model_worker.jobs import run_analysis, store_parts
+def cached_result(data_dir: Path, tiny: bool) -> tuple[str, int]:
+    """Analyse one prompt in this process and keep it in the web tier's durable store (what
+    finished results are served from; no worker runs here); (id, bytes)."""
+    from app.store import open_store
+    from model_worker.jobs import run_analysis
     from model_worker.loading import load_model
     from tests.tiny_models import tiny_llama
 
@@ -45,7 +45,10 @@ def cached_result(redis_url: str, tiny: bool) -> tuple[str, int]:
     request = AnalysisRequest(prompt=EXAMPLE_PROMPT if tiny else SMOLLM2_PROMPT)
     result = run_analysis(loaded, request, settings=Settings())
     job_id = analysis_job_id(loaded.name, loaded.fingerprint, request)
-    store_parts(Redis.from_url(redis_url), job_id, result_parts(result), 3600)
+    store = open_store(Settings(data_dir=data_dir))
+    store.remember(job_id, "analysis", loaded.name, loaded.fingerprint, request.model_dump_json())
+    store.save(job_id, result_parts(result))
+    store.close()
     return job_id, len(result.model_dump_json())
 
 
@@ -113,7 +116,7 @@ def main() -> None:
         redis = OwnRedis(Path(tmp) / "redis")
         redis.start()
         port = free_port()
-        job_id, size = cached_result(redis.url, args.tiny)
+        job_id, size = cached_result(Path(tmp) / "data", args.tiny)
         env = os.environ | {
             "ICL_REDIS_URL": redis.url,
             "ICL_RATE_LIMIT_PER_MINUTE": "0",
