@@ -50,7 +50,7 @@ PAGE_PROBE = """
     }
   };
   new MutationObserver(() => {
-    seen("heatmap", "svg[data-figure=heatmap] rect.cell");
+    seen("heatmap", ".vl-figure[data-figure=heatmap][data-drawn=true]");
     seen("details", ".analysis-body[data-status=done]");
     seen("status", "[data-status]");
   }).observe(document, { childList: true, subtree: true, attributes: true });

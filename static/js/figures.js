@@ -128,6 +128,22 @@
     document.querySelectorAll(".vl-figure[data-vl]:not([data-drawn])").forEach(draw);
   }
 
+  // htmx keeps each page's markup for the Back button and parses it again there: the style
+  // attributes Vega and its tooltip set through the CSSOM would then be inline styles the CSP
+  // refuses. They leave the markup while htmx copies it and come back at once after.
+  document.addEventListener("htmx:beforeHistorySave", function () {
+    var styled = [];
+    document.body.querySelectorAll("[style]").forEach(function (el) {
+      styled.push([el, el.getAttribute("style")]);
+      el.removeAttribute("style");
+    });
+    setTimeout(function () {
+      styled.forEach(function (pair) {
+        pair[0].style.cssText = pair[1]; // the CSSOM: allowed where style attributes are not
+      });
+    }, 0);
+  });
+
   // htmx's history keeps the drawn SVG without its listeners: draw those figures again
   function redrawRestored() {
     document.querySelectorAll(".vl-figure[data-vl][data-drawn]").forEach(function (host) {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,24 +25,28 @@ def test_analyse_then_open_a_head(page: Page, base_url: str, artifacts: Path) ->
     page.fill("textarea[name=prompt]", EXAMPLE_PROMPT)
     page.fill("input[name=target]", "foo")
     page.click("#analyse")
-    cells = page.locator("svg[data-figure=heatmap] rect.cell")
+    cells = page.locator("[data-figure=heatmap] .cell")
     expect(cells).to_have_count(12, timeout=30_000)
     assert "/a/a-" in page.url
     expect(page.locator(".token-strip .tok--true")).to_have_count(2)
     page.screenshot(path=artifacts / "analysis.png", full_page=True)
 
-    page.locator("rect.cell[data-layer='2'][data-head='1']").click()
+    page.locator(".vl-figure .cell[data-layer='2'][data-head='1']").click()
     head = page.locator("#head-panel .head[data-head-name=L2H1]")
     expect(head).to_be_visible(timeout=30_000)
     assert page.url.endswith("?head=L2H1")
-    expect(head.locator("svg[data-figure=attention] rect.bar")).to_have_count(14)
-    expect(head.locator("svg[data-figure=attention] rect.bar--true")).to_have_count(2)
+    attention = head.locator(".vl-figure[data-figure=attention]")
+    expect(attention).to_have_attribute("data-drawn", "true", timeout=30_000)
+    spec = json.loads(attention.get_attribute("data-spec") or "{}")
+    kinds = [bar["kind"] for bar in spec["data"]["values"]]
+    assert len(kinds) == 14 and kinds.count("true label") == 2
+    expect(attention.locator("g.mark-rect path")).to_have_count(14)  # drawn, one bar each
     expect(head.locator("table[data-table=values] tbody tr")).to_have_count(4)
     expect(head.locator("table[data-table=keys] tbody tr")).to_have_count(4)
     head.scroll_into_view_if_needed()
     page.screenshot(path=artifacts / "head-panel.png", full_page=True)
 
-    other = page.locator("rect.cell[data-layer='1'][data-head='3']")
+    other = page.locator(".vl-figure .cell[data-layer='1'][data-head='3']")
     other.focus()  # the keyboard opens a head too
     page.keyboard.press("Enter")
     expect(page.locator("#head-panel .head[data-head-name=L1H3]")).to_be_visible(timeout=30_000)
@@ -54,14 +59,16 @@ def test_analyse_then_open_a_head(page: Page, base_url: str, artifacts: Path) ->
     saved = artifacts / "downloaded-heatmap.svg"
     download_info.value.save_as(saved)
     svg = saved.read_text()
-    assert svg.startswith("<?xml") and svg.count('data-layer="') == 12
+    assert svg.startswith("<svg") and "cells_marks" in svg and "<script" not in svg
     assert errors == []
 
 
 def test_presentation_mode_dark(page: Page, base_url: str, artifacts: Path) -> None:
     page.goto(base_url + "/")
     page.click("#analyse")  # the paper preset is in the box already
-    expect(page.locator("svg[data-figure=heatmap]")).to_be_visible(timeout=30_000)
+    expect(page.locator(".vl-figure[data-figure=heatmap][data-drawn=true]")).to_be_visible(
+        timeout=30_000
+    )
     page.click("a[data-toggle=present]")
     page.click("a[data-toggle=theme]")
     expect(page.locator("html.present[data-theme=dark]")).to_have_count(1)
@@ -83,9 +90,9 @@ def test_xss_probe_shows_text_and_fires_nothing(page: Page, base_url: str, artif
     page.click("#analyse")
     prompt = page.locator("[data-prompt]")
     expect(prompt).to_have_text(XSS, timeout=30_000)
-    expect(page.locator("svg[data-figure=heatmap]")).to_be_visible()
+    expect(page.locator(".vl-figure[data-figure=heatmap][data-drawn=true]")).to_be_visible()
     assert page.locator("img[src=x]").count() == 0
-    page.locator("rect.cell").first.click()
+    page.locator(".vl-figure .cell").first.click()
     expect(page.locator("#head-panel .head")).to_be_visible(timeout=30_000)
     page.screenshot(path=artifacts / "xss-probe.png", full_page=True)
     assert dialogs == []
@@ -122,9 +129,9 @@ def test_the_heatmap_comes_first_then_the_details(
             expect(page.locator(spinner)).to_be_visible()  # queued while the worker is busy
             stage.set()
         expect(page.locator(".analysis-body[data-status=heads]")).to_be_visible(timeout=30_000)
-        expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12)
+        expect(page.locator("[data-figure=heatmap] .cell")).to_have_count(12)
         expect(page.locator(".details-pending")).to_be_visible()
-        page.locator("rect.cell[data-layer='1'][data-head='2']").click()
+        page.locator(".vl-figure .cell[data-layer='1'][data-head='2']").click()
         expect(page.locator("#head-panel")).to_contain_text("on their way")
     expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=30_000)
     expect(page.locator(".details-pending")).to_have_count(0)
@@ -159,7 +166,7 @@ def test_a_head_opened_while_the_finished_body_is_on_its_way_stays_open(
                 break
             page.wait_for_timeout(100)
         assert bodies, "the finished body was never requested"
-        page.locator("rect.cell[data-layer='1'][data-head='2']").click()
+        page.locator(".vl-figure .cell[data-layer='1'][data-head='2']").click()
         expect(page.locator("#head-panel .head[data-head-name=L1H2]")).to_be_visible(timeout=30_000)
     for route in bodies:
         route.continue_()
@@ -194,7 +201,7 @@ def test_analyse_shows_it_is_busy_then_the_permalink(
         expect(page.locator("#analyse")).to_be_disabled()
         expect(page.locator(".analyse-form .busy")).to_be_visible()
         stage.set()
-        expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12, timeout=30_000)
+        expect(page.locator("[data-figure=heatmap] .cell")).to_have_count(12, timeout=30_000)
     assert "/a/a-" in page.url and page.evaluate("window.__samePage === true")
 
 
@@ -214,7 +221,7 @@ def test_a_refused_analysis_shows_why_and_back_keeps_the_prompt(page: Page, base
     page.fill("textarea[name=prompt]", typed)
     page.select_option("select[name=norm]", "recompute")
     page.click("#analyse")
-    expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12, timeout=30_000)
+    expect(page.locator("[data-figure=heatmap] .cell")).to_have_count(12, timeout=30_000)
     page.go_back()
     expect(page.locator("textarea[name=prompt]")).to_have_value(typed)
     expect(page.locator("select[name=norm]")).to_have_value("recompute")
@@ -239,5 +246,5 @@ def test_an_analyse_request_that_fails_on_the_way_is_sent_as_a_form(
     page.goto(base_url + "/")
     page.fill("textarea[name=prompt]", "two : foo good : bar nine : foo one :")  # fresh
     page.click("#analyse")
-    expect(page.locator("svg[data-figure=heatmap] rect.cell")).to_have_count(12, timeout=30_000)
+    expect(page.locator("[data-figure=heatmap] .cell")).to_have_count(12, timeout=30_000)
     assert failed and "/a/a-" in page.url
