@@ -25,7 +25,7 @@ from model_worker.datasets import IclPrompt
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.progress import ProgressFn, no_progress
 from model_worker.loading import LoadedModel
-from model_worker.prompting import encode_prompt, target_id
+from model_worker.prompting import LabelReading, encode_prompt, read_labels, target_id
 from model_worker.run.state import final_projector
 
 IncreaseMode = Literal["none", "correct", "all"]
@@ -94,28 +94,32 @@ def prepare(
     prompts: Sequence[IclPrompt],
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
 ) -> list[Prepared]:
-    """Tokenize `prompts` and find their label positions (first token of each label word);
-    PromptError for a prompt longer than the model or `max_tokens` allow."""
-    label_ids: dict[str, int] = {}
+    """Tokenize `prompts` and find their label positions (each label word's first token that
+    tells the two labels apart: where they share a first token, such as SmolLM2's " " before a
+    digit, the prompt is analysed with it appended, as `analyze` does); PromptError for a prompt
+    longer than the model or `max_tokens` allow."""
+    label_ids: dict[tuple[str, tuple[int, ...]], int] = {}
 
-    def label_id(text: str, label: str) -> int:
-        if label not in label_ids:
-            label_ids[label] = target_id(loaded, text, label)[0]
-        return label_ids[label]
+    def label_id(text: str, label: str, reading: LabelReading) -> int:
+        key = (label, reading.shared)
+        if key not in label_ids:
+            label_ids[key] = target_id(loaded, text, label, reading)[0]
+        return label_ids[key]
 
     items = []
     for prompt in prompts:
-        encoded = encode_prompt(loaded, prompt.text, max_tokens)
+        reading = read_labels(loaded, prompt.text, [prompt.true_label, prompt.false_label])
+        encoded = encode_prompt(loaded, reading.analysed, max_tokens)
         present = list(dict.fromkeys(label for _, label in prompt.demonstrations))
-        structure = detect_structure(prompt.text, encoded.offsets, present)
+        structure = detect_structure(prompt.text, encoded.offsets, present, skip=reading.skip)
         items.append(
             Prepared(
                 prompt=prompt,
                 ids=encoded.ids,
                 label_positions=tuple(s.position for s in structure.labels),
                 label_true=tuple(s.word == prompt.true_label for s in structure.labels),
-                true_id=label_id(prompt.text, prompt.true_label),
-                false_id=label_id(prompt.text, prompt.false_label),
+                true_id=label_id(prompt.text, prompt.true_label, reading),
+                false_id=label_id(prompt.text, prompt.false_label, reading),
             )
         )
     return items

@@ -109,3 +109,16 @@ def test_multi_token_labels_are_noted_not_refused(spaced: LoadedModel) -> None:
     assert reading.analysed == prompt + " "
     assert any("several tokens" in note for note in reading.notes)
     assert reading.skip == {"positive": 0, "negative": 0}
+
+
+def test_experiments_read_digit_labels_at_the_digit(spaced: LoadedModel) -> None:
+    from model_worker.datasets.prompts import IclPrompt
+    from model_worker.experiments.batching import prepare
+
+    demonstrations = (("love", "1"), ("hate", "0"), ("like", "1"), ("bad", "0"))
+    prompt = IclPrompt(DIGITS, "good", "1", "0", demonstrations, "balanced")
+    (item,) = prepare(spaced, [prompt])
+    assert (item.true_id, item.false_id) == (VOCAB.index("1"), VOCAB.index("0"))
+    assert int(item.ids[-1]) == VOCAB.index(" ")  # the shared space appended
+    assert [VOCAB[int(item.ids[p])] for p in item.label_positions] == ["1", "0", "1", "0"]
+    assert item.label_true == (True, False, True, False)
