@@ -28,7 +28,21 @@ class HeadUnembeddings:
         self._seen: OrderedDict[HeadKey, None] = OrderedDict()
         self._bytes = 0
         self._unit: int | None = None  # bytes of one U_h, once one was built
+        self._reserved = 0  # bytes the analyses asked room for (`reserve`)
         self._lock = threading.Lock()
+
+    def reserve(self, heads: int, unit_bytes: int, room_bytes: int) -> None:
+        """Let the budget hold at least `heads` U_h of `unit_bytes` each, within `room_bytes`
+        (a share of the device's free memory): an analysis details K heads plus a baseline head
+        per detailed layer, and a budget smaller than that evicts and rebuilds them all every
+        prompt (a 512 MiB budget holds 16 heads of a 1B model). No effect without a budget."""
+        with self._lock:
+            self._reserved = max(self._reserved, min(heads * unit_bytes, room_bytes))
+
+    @property
+    def limit(self) -> int:
+        """The bytes kept at most: the budget, raised to what analyses reserved (0: none)."""
+        return 0 if self.budget_bytes <= 0 else max(self.budget_bytes, self._reserved)
 
     def recurring(
         self, key: HeadKey, build: Callable[[], Tensor], *, at_first_sight: bool = False
@@ -60,10 +74,10 @@ class HeadUnembeddings:
         size = built.numel() * built.element_size()
         with self._lock:
             self._unit = size
-            if key not in self._kept and size <= self.budget_bytes:
+            if key not in self._kept and size <= self.limit:
                 self._kept[key] = built
                 self._bytes += size
-                while self._bytes > self.budget_bytes:
+                while self._bytes > self.limit:
                     _, dropped = self._kept.popitem(last=False)
                     self._bytes -= dropped.numel() * dropped.element_size()
         return built
@@ -76,9 +90,9 @@ class HeadUnembeddings:
         they are the first to go later): a served worker calls this when idle, so that a head's
         second sighting already projects through U_h. Returns the heads built."""
         built: list[HeadKey] = []
-        while self.budget_bytes > 0 and not should_stop():
+        while self.limit > 0 and not should_stop():
             with self._lock:
-                room = self.budget_bytes - self._bytes
+                room = self.limit - self._bytes
                 key = next((k for k in reversed(self._seen) if k not in self._kept), None)
             if key is None or (self._unit is not None and self._unit > room):
                 break
@@ -86,7 +100,7 @@ class HeadUnembeddings:
             size = unembedding.numel() * unembedding.element_size()
             with self._lock:
                 self._unit = size
-                if key in self._kept or self._bytes + size > self.budget_bytes:
+                if key in self._kept or self._bytes + size > self.limit:
                     break
                 self._kept[key] = unembedding
                 self._kept.move_to_end(key, last=False)

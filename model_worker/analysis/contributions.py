@@ -10,6 +10,7 @@ from torch import Tensor
 
 from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_logits
 from model_worker.analysis.projection import VocabProjector
+from model_worker.device_memory import room_for
 
 
 def head_outputs(z: Tensor, w_o: Tensor) -> Tensor:
@@ -143,14 +144,17 @@ def logprob_increase(
     return Increase(increase, margin)
 
 
-#: Largest bs(whole) kept from the whole increases for the split into label / other parts
-#: (SmolLM2's 270 heads: 53 MB); beyond it the split projects the whole again.
+#: Smallest room for bs(whole) kept from the whole increases for the split into label / other
+#: parts (SmolLM2's 270 heads: 53 MB); it may take up to KEEP_LOGITS_SHARE of the device's free
+#: memory (a 1B model's 512 heads: 263 MB; an 8B's 1,024: 525 MB); beyond, the split projects
+#: the whole again.
 KEEP_LOGITS_BYTES = 256 * 2**20
+KEEP_LOGITS_SHARE = 0.125
 
 
 @dataclass(frozen=True)
 class WholeIncrease:
-    """I(whole | x) [B, M] and, in fixed mode when it fits KEEP_LOGITS_BYTES, bs_linear(whole)
+    """I(whole | x) [B, M] and, in fixed mode when it fits the room, bs_linear(whole)
     [B, M, V] for `part_increases` (None: it projects the whole again)."""
 
     increase: Tensor
@@ -170,7 +174,8 @@ def whole_increase(
         base_logits = projector.logits(bases)
     n_bases, n_vectors = whole.shape[:2]
     size = n_bases * n_vectors * projector.vocab * whole.element_size()
-    if projector.mode != "fixed" or size > KEEP_LOGITS_BYTES:
+    room = room_for(whole.device, KEEP_LOGITS_SHARE, KEEP_LOGITS_BYTES)
+    if projector.mode != "fixed" or size > room:
         whole_only = logprob_increase(projector, bases, whole, target, base_logits=base_logits)
         return WholeIncrease(whole_only.increase, None)
     base_logprob = base_logprobs(projector, base_logits, target)

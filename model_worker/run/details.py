@@ -10,11 +10,16 @@ from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.contracts import HeadDetail, head_name
+from model_worker.device_memory import room_for
 from model_worker.run.assembly import head_detail
 from model_worker.run.factored import factored_values
 from model_worker.run.queries import offset_queries, real_queries
 from model_worker.run.state import PromptRun
 from model_worker.towers import detail_towers
+
+#: Share of the device's free memory the recurring heads' U_h may grow to, beyond the configured
+#: budget, so that one analysis's heads (K + a baseline per detailed layer) all stay kept.
+UNEMBEDDING_SHARE = 0.25
 
 
 def head_details(
@@ -33,6 +38,9 @@ def head_details(
     w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
     randoms = random_heads(heads, g.n_heads)
     random_layers = list(randoms)
+    room = room_for(c.v.device, UNEMBEDDING_SHARE, 0)  # U_h for every head this analysis projects
+    unit = g.d_head * run.projector.vocab * 4
+    run.loaded.head_unembeddings.reserve(len(heads) + len(randoms), unit, room)
     scale = c.attn_scale[:, 0, last]  # [L, 1]
 
     def values_of(chosen: list[tuple[int, int]], v: Tensor) -> tuple[Tensor, FactoredValues | None]:

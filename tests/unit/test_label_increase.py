@@ -49,6 +49,7 @@ def test_label_and_other_increase_match_a_direct_computation(
     big to keep) are projected again."""
     if not keep:
         monkeypatch.setattr(contributions, "KEEP_LOGITS_BYTES", 0)
+        monkeypatch.setattr(contributions, "KEEP_LOGITS_SHARE", 0.0)
     result = analyze(tiny_model, EXAMPLE_PROMPT, norm=mode)  # type: ignore[arg-type]
     labels = {label.position for label in result.labels}
     assert len(labels) == 4

@@ -1,0 +1,49 @@
+"""How much memory a device has free now, so that caches and kept intermediates are sized to the
+model and the device instead of fixed byte counts: a CUDA device's free memory, or the host's
+available memory (`MemAvailable`, capped by a cgroup limit less what the cgroup uses).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def _host_available(meminfo: Path = MEMINFO, cgroup: Path = CGROUP) -> int | None:
+    """The host's available bytes, capped by the cgroup's room; None when unreadable."""
+    available: int | None = None
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        available = None
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            room = int(limit) - int((cgroup / "memory.current").read_text())
+            available = room if available is None else min(available, room)
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Bytes free on `device` now (None when unknown)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type == "cpu":
+        return _host_available()
+    return None
+
+
+def room_for(device: torch.device, share: float, floor: int) -> int:
+    """What a cache on `device` may hold: `share` of its free memory, at least `floor` bytes
+    (the floor alone where the free memory is unknown)."""
+    free = available_bytes(device)
+    return floor if free is None else max(floor, int(free * share))

@@ -1,0 +1,74 @@
+"""Budgets sized to the model and the device: free memory read from the host (capped by a cgroup)
+or the GPU, and the recurring heads' U_h budget raised to hold every head one analysis
+projects (K detailed heads + a baseline head per detailed layer), within a share of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from model_worker.device_memory import _host_available, available_bytes, room_for
+from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
+from model_worker.unembedding_cache import HeadUnembeddings
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+
+
+def test_host_memory_is_meminfo_capped_by_the_cgroup(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 1000 kB\nMemAvailable:  800 kB\n")
+    free = tmp_path / "free"
+    free.mkdir()
+    assert _host_available(meminfo, free) == 800 * 1024
+    capped = tmp_path / "capped"
+    capped.mkdir()
+    (capped / "memory.max").write_text("500000\n")
+    (capped / "memory.current").write_text("100000\n")
+    assert _host_available(meminfo, capped) == 400000
+    assert _host_available(tmp_path / "missing", capped) == 400000
+    assert _host_available(tmp_path / "missing", free) is None
+
+
+def test_room_is_a_share_of_the_free_memory_with_a_floor() -> None:
+    free = available_bytes(torch.device("cpu"))
+    assert free is not None and free > 0
+    assert room_for(torch.device("cpu"), 0.5, 0) == int(free * 0.5)
+    assert room_for(torch.device("cpu"), 0.5, 2 * free) == 2 * free
+    assert room_for(torch.device("meta"), 0.5, 123) == 123  # unknown: the floor
+
+
+def u_h(index: int) -> torch.Tensor:
+    return torch.full((4, 8), float(index))  # 128 bytes
+
+
+def test_a_reservation_keeps_one_analysiss_heads() -> None:
+    kept = HeadUnembeddings(2 * 128)
+    kept.reserve(5, 128, room_bytes=10_000)
+    for head in range(5):
+        kept.get((0, head), lambda h=head: u_h(h))
+    assert kept.nbytes == 5 * 128 and all(kept.holds((0, h)) for h in range(5))
+    small = HeadUnembeddings(2 * 128)
+    small.reserve(5, 128, room_bytes=3 * 128)  # the free memory caps the reservation
+    for head in range(5):
+        small.get((0, head), lambda h=head: u_h(h))
+    assert small.nbytes == 3 * 128 and not small.holds((0, 0)) and small.holds((0, 4))
+    off = HeadUnembeddings(0)
+    off.reserve(5, 128, room_bytes=10_000)
+    assert off.recurring((0, 0), lambda: u_h(0), at_first_sight=True) is None
+    assert off.nbytes == 0
+
+
+def test_an_analysis_keeps_the_unembedding_of_every_head_it_projects() -> None:
+    """With a budget too small for a single U_h, the heads of one analysis (the top 3 and the
+    layers' baseline heads, built at first sight on this prompt) all stay kept."""
+    loaded: LoadedModel = tiny_llama()
+    loaded.head_unembeddings = HeadUnembeddings(1)
+    result = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)
+    layers = {detail.layer for detail in result.head_details.values()}
+    unit = loaded.geometry.d_head * loaded.model.config.vocab_size * 4
+    kept = loaded.head_unembeddings.nbytes
+    assert kept >= len(result.head_details) * unit
+    assert kept <= (len(result.head_details) + len(layers)) * unit
+    for detail in result.head_details.values():
+        assert loaded.head_unembeddings.holds((detail.layer, detail.head))
