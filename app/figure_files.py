@@ -41,7 +41,7 @@ def registered(kind: FigureKind, name: str, fmt: Format) -> FigureEntry:
 
 def too_large(exc: FigureTooLarge) -> HTTPException:
     """The 413 of a figure beyond the drawing budget."""
-    return HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, str(exc))
+    return HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, str(exc))
 
 
 def built(entry: FigureEntry, *args: object) -> Figure:

@@ -49,9 +49,10 @@ class FigureRenderer:
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cached_bytes = 0
         self._pool: ProcessPoolExecutor | None = None
-        #: drawings running now and the most that ever ran at once (tests read them)
+        #: drawings running now, the most that ever ran at once, and how many were drawn
         self.running = 0
         self.peak = 0
+        self.drawn = 0
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:  # spawned: the server's own threads (torch, uvicorn) stay out
@@ -120,6 +121,7 @@ class FigureRenderer:
                     self.running -= 1
         finally:
             self._admitted -= 1
+        self.drawn += 1
         self._keep(key, data)
         return data
 
