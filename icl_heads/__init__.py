@@ -8,6 +8,7 @@ Local (loads torch and the model on first use)::
     result                                           # heatmap, layer chart, top heads
     result.head("L23H1")                             # one head's panel
     result.heads_frame()                             # pandas (the `notebook` extra)
+    icl_heads.towers(model, prompt, head="L23H1")    # why it attends there (docs/towers.md)
 
 On a shared server (no torch needed)::
 
@@ -74,7 +75,9 @@ if TYPE_CHECKING:
     )
     from model_worker.contracts.patching import PatchingResult as PatchingResult
     from model_worker.contracts.patching import PatchRequest as PatchRequest
+    from model_worker.contracts.towers import Towers as Towers
     from model_worker.loading import LoadedModel as LoadedModel
+    from model_worker.towers import towers as towers
 
 #: Public name → the module that defines it.
 _EXPORTS = {
@@ -85,6 +88,8 @@ _EXPORTS = {
     "patch": "icl_heads.patching",
     "PatchRequest": "model_worker.contracts.patching",
     "PatchingResult": "model_worker.contracts.patching",
+    "towers": "model_worker.towers",
+    "Towers": "model_worker.contracts.towers",
     "AnalysisRequest": "model_worker.contracts",
     "AnalysisResult": "icl_heads.results",
     "ExperimentRequest": "model_worker.contracts",
