@@ -256,6 +256,8 @@ def run_with_cache(
             use_cache=False,
             logits_to_keep=logits_to_keep,
         ).logits
+    for record in records or []:  # each layer's device → the analysis device
+        record.to(device)
     stored = buffers.tensors
     if spec.ln_attn is None:
         stored["normalized"] = stored["resid_pre"]

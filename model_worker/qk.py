@@ -75,6 +75,14 @@ class LayerQk:
     rotate: RotaryFunction | None = field(default=None, repr=False)
     rows: tuple[int, ...] | None = None
 
+    def to(self, device: torch.device) -> None:
+        """Move the recorded tensors to `device` (the analysis device), in place."""
+        self.query, self.key, self.mask = (
+            None if t is None else t.to(device) for t in (self.query, self.key, self.mask)
+        )
+        if self.rotary is not None:
+            self.rotary = (self.rotary[0].to(device), self.rotary[1].to(device))
+
     def row(self, position: int) -> int:
         """The index of query `position` on the kept query (and mask) rows."""
         if self.rows is None:

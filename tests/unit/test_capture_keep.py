@@ -83,9 +83,14 @@ def test_analyze_on_the_narrowed_capture_equals_it_on_the_full_one(
 
 def test_the_cache_lands_on_the_analysis_device(family: LoadedModel) -> None:
     ids = family.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
-    cache = run_with_cache(family.model, family.adapter, family.geometry, ids)
+    cache = run_with_cache(family.model, family.adapter, family.geometry, ids, record_qk=True)
     device = analysis_device(family.model, family.adapter)
     assert {t.device for t in (cache.z, cache.v, cache.pattern, cache.logits)} == {device}
+    assert cache.qk is not None
+    recorded = [
+        t for r in cache.qk for t in (r.query, r.key, r.mask, *(r.rotary or ())) if t is not None
+    ]
+    assert {t.device for t in recorded} <= {device}
 
 
 def test_positions_past_the_prompt_are_refused(family: LoadedModel) -> None:
