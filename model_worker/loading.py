@@ -34,6 +34,7 @@ from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
 from model_worker.errors import ModelLoadError
 from model_worker.linear_routing import route_linear_layers
+from model_worker.token_text import readable_token
 from model_worker.unembedding_cache import HeadUnembeddings
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,11 @@ class LoadedModel:
         return self._unembedding
 
     def token_text(self, token_id: int) -> str:
-        """The display string of one token (" foo"), memoised: decoding is slow per call."""
+        """The display string of one token (" foo"), memoised: decoding is slow per call. A
+        token that is part of a character's bytes reads as their escape (`\\xf0\\x9f`), never
+        as "\ufffd" (model_worker.token_text)."""
         if token_id not in self._texts:
-            self._texts[token_id] = str(self.tokenizer.decode([token_id]))
+            self._texts[token_id] = readable_token(self.tokenizer, token_id)
         return self._texts[token_id]
 
     @property

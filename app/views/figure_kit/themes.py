@@ -60,6 +60,7 @@ def config(theme: Theme) -> dict[str, Any]:
         "tickColor": secondary,
         "gridColor": grid,
         "labelLimit": 12 * label,
+        "titleLimit": 30 * label,
     }
     return {
         "font": FONT,
@@ -82,6 +83,7 @@ def config(theme: Theme) -> dict[str, Any]:
             "fontWeight": 600,
             "color": text,
             "anchor": "start",
+            "limit": 60 * heading,
             "offset": label,
             "subtitleFontSize": title,
             "subtitleColor": secondary,
