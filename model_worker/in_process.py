@@ -8,6 +8,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from model_worker.analysis.icl import label_words
 from model_worker.budget import check_analysis
 from model_worker.contracts import (
     AnalysisRequest,
@@ -15,10 +16,17 @@ from model_worker.contracts import (
     ExperimentRequest,
     ExperimentResult,
 )
+from model_worker.errors import UserInputError
 from model_worker.experiments.job import run_experiment
 from model_worker.jobs import failure_message, idle_work, load_served_model, run_analysis
 from model_worker.loading import LoadedModel
-from model_worker.prompting import check_length, parse_head_names, token_limit
+from model_worker.prompting import (
+    TokenizerOnly,
+    check_length,
+    parse_head_names,
+    read_labels,
+    token_limit,
+)
 from model_worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -51,6 +59,11 @@ class InProcessEngine:
             parse_head_names(heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
         check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
         check_analysis(n_tokens, request, self._settings.max_analysis_cost)
+        try:  # labels that no single token tells apart: refused now, naming their tokens
+            _, words = label_words(request.prompt, request.labels)
+        except UserInputError:
+            return  # labels not in the prompt: the analysis says so, as a failed job
+        read_labels(TokenizerOnly(self._tokenizer), request.prompt, [w for w, _ in words])
 
     def analyze(
         self,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedTokenizerBase
 
 from model_worker.analysis.icl import common_prefix_length
 from model_worker.contracts import ResultWarning, model_head
@@ -55,8 +57,28 @@ def _following(prompt: str, text: str) -> str:
     return text if text[:1].isspace() or prompt[-1:].isspace() else " " + text
 
 
-def _pieces(loaded: LoadedModel, ids: Sequence[int]) -> str:
+def _pieces(loaded: Tokenizing, ids: Sequence[int]) -> str:
     return ", ".join(repr(loaded.token_text(i)) for i in ids)
+
+
+class Tokenizing(Protocol):
+    """What reading labels needs of a model: its tokenizer and a token's display text."""
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class TokenizerOnly:
+    """`Tokenizing` over a tokenizer alone (e.g. a thread's own copy, to check a request
+    before it is queued)."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def token_text(self, token_id: int) -> str:
+        return str(self.tokenizer.decode([token_id]))
 
 
 @dataclass(frozen=True)
@@ -72,7 +94,7 @@ class LabelReading:
     notes: list[str] = field(default_factory=list)
 
 
-def read_labels(loaded: LoadedModel, prompt: str, words: Sequence[str]) -> LabelReading:
+def read_labels(loaded: Tokenizing, prompt: str, words: Sequence[str]) -> LabelReading:
     """How to read the labels `words` of `prompt` (see LabelReading); LabelError, naming the
     tokens, for labels that no single token tells apart."""
     distinct = list(dict.fromkeys(words))

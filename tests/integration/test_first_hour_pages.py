@@ -161,3 +161,16 @@ def test_a_and_b_share_one_colour_scale(client: TestClient, pair: tuple[str, str
         for h in client.get(f"/api/analyses/{r}").json()["result"]["heads"]
     ]
     assert max(domains[0][0]) == pytest.approx(max(increases), rel=1e-5)
+
+
+def test_labels_no_token_tells_apart_are_refused_at_once(client: TestClient) -> None:
+    # the tiny models' word-level tokenizer knows neither word: both are its unknown token
+    prompt = "love : positive hate : negative like :"
+    response = client.post("/api/analyses", json={"prompt": prompt})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert "cannot be told apart by a single token" in detail and "'[UNK]'" in detail
+    typed = {"prompt": prompt, "target": "", "labels": ""}
+    page = soup(client.post("/analyse", data=typed, follow_redirects=False).text)
+    assert "cannot be told apart" in page.select_one('[role="alert"]').text
+    assert page.select_one("textarea[name=prompt]").text == prompt  # nothing lost
