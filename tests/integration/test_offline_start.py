@@ -51,8 +51,11 @@ def _wanted_stamp() -> str:
 @pytest.mark.slow
 def test_serve_starts_offline_without_installing(tmp_path: Path) -> None:
     stamp = ROOT / ".venv/.setup-stamp"
-    assert stamp.exists(), "run scripts/setup.sh once first (scripts/test.sh does)"
-    assert stamp.read_text().strip() == _wanted_stamp(), "the stamp is stale: run scripts/setup.sh"
+    if not stamp.exists() or stamp.read_text().strip() != _wanted_stamp():
+        # pyproject.toml changed since the last set-up (scripts/test.sh runs it first): the
+        # one online step, as a user's first run after a pull would
+        subprocess.run(["scripts/setup.sh"], cwd=ROOT, check=True, capture_output=True)
+    assert stamp.read_text().strip() == _wanted_stamp()
     env = {**os.environ, **OFFLINE, "ICL_DATA_DIR": str(tmp_path / "data")}
     started = time.monotonic()
     server = subprocess.Popen(
