@@ -14,11 +14,15 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from app.views import frames
+from app.views.figure_kit.figure import notebook_chart
+from app.views.figures.experiments import experiment_figure
+from app.views.figures.registry import FIGURES
 from app.views.frames import TableFormat
 from app.views.notebook import analysis_html, experiment_html, head_html
 from model_worker import contracts
 
 if TYPE_CHECKING:
+    import altair as alt
     from pandas import DataFrame
 
 
@@ -42,6 +46,23 @@ class AnalysisResult(contracts.AnalysisResult):
 
     def _repr_html_(self) -> str:
         return analysis_html(self)
+
+    def chart(self, name: str = "heatmap", head: str | None = None) -> alt.TopLevelMixin:
+        """Figure `name` as the Altair chart the dashboard draws, to restyle or save: an
+        analysis figure (heatmap, layers, flow) or a head's (attention, scores, increase,
+        margin) of `head`, the top head by default. KeyError names the figures."""
+        entry = FIGURES.get(name)
+        if entry is None or entry.kind not in ("analysis", "head"):
+            known = ", ".join(n for n, e in FIGURES.items() if e.kind in ("analysis", "head"))
+            raise UnknownHead(f"no figure {name!r}; the figures are: {known}")
+        if entry.kind == "analysis":
+            figure = entry.build(self)
+        else:
+            detail = self.head(head or self.top_heads[0]).detail
+            figure = entry.build(self, detail)
+        if figure is None:
+            raise UnknownHead(f"no figure {name!r} in this analysis: {entry.missing}")
+        return notebook_chart(figure)
 
     def __repr__(self) -> str:
         """One line: model, prompt, target and the top 5 heads (the fields run to megabytes)."""
@@ -117,6 +138,12 @@ class ExperimentResult(contracts.ExperimentResult):
 
     def _repr_html_(self) -> str:
         return experiment_html(self)
+
+    def chart(self, name: str) -> alt.TopLevelMixin:
+        """Figure `name` of the experiment as an Altair chart, to restyle or save."""
+        if name not in self.figures:
+            raise KeyError(f"no figure {name!r}; this experiment has: {', '.join(self.figures)}")
+        return notebook_chart(experiment_figure(name, self.figures[name]))
 
     def __repr__(self) -> str:
         """One line: experiment, model, dataset, n and the first metrics (not its tables)."""

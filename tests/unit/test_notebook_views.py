@@ -184,3 +184,17 @@ def test_experiment_tables_round_trip_csv_and_parquet(
             )
     with pytest.raises(ValueError, match="csv or parquet"):
         experiment.save_tables(tmp_path, format="xlsx")  # type: ignore[arg-type]
+
+
+def test_chart_gives_the_dashboards_figure_as_an_altair_chart(
+    result: AnalysisResult, experiment: ExperimentResult
+) -> None:
+    heatmap = result.chart("heatmap").to_dict()  # validated against Vega-Lite's schema
+    assert heatmap["width"] > 0 and heatmap["config"]["axis"]["labelFontSize"] == 11
+    names = {row["name"] for row in heatmap["data"]["values"]}
+    assert names == {h.name for h in result.heads}
+    assert result.chart("attention", head=result.top_heads[-1]).to_dict()["usermeta"]
+    with pytest.raises(KeyError, match="heatmap, layers, flow"):
+        result.chart("pie")
+    name = next(iter(experiment.figures))
+    assert experiment.chart(name).to_dict()["title"]

@@ -71,3 +71,12 @@ class Figure:
             cached = self.chart.to_dict(validate=False)
             object.__setattr__(self, "_spec", cached)
         return cached
+
+
+def notebook_chart(figure: Figure, theme: Theme = "light") -> alt.TopLevelMixin:
+    """The figure's Altair chart for a notebook: themed, at its off-screen width (a notebook
+    cell has no container to fill). Restyle it, `.save()` it, or show it (Vega-Lite)."""
+    chart = figure.chart
+    if getattr(chart, "width", None) == "container":
+        chart = chart.properties(width=figure.export_width)
+    return chart.configure(**config(theme))
