@@ -123,6 +123,8 @@ def run_analysis(
         top_k_tokens=request.top_k_tokens,
         extra_heads=request.extra_heads,
         towers=request.towers,
+        towers_position=request.towers_position,
+        towers_versus=request.towers_versus,
         max_tokens=settings.max_prompt_tokens,
         rank_by=request.rank_by,
         on_heads=heads_stage,

@@ -387,20 +387,26 @@ def detail_towers(
     head: int,
     texts: Sequence[str],
     labels: Sequence[tuple[int, bool]],
+    position: int | None = None,
+    versus: int | None = None,
 ) -> list[Towers]:
     """The head panel's decompositions of head (layer, head) at the last position of a
-    single-prompt capture (`record_qk=True`): the label it attends to most (the most attended
-    position without labels), then, when `labels` [(position, is_true)] has both kinds, the
-    most attended true label versus the most attended false one."""
+    single-prompt capture (`record_qk=True`): at `position` (default: the label it attends to
+    most, or the most attended position without labels), then `position` minus `versus`
+    (default: when `labels` [(position, is_true)] has both kinds, the most attended true label
+    minus the most attended false one)."""
     last = len(texts) - 1
+    check_positions(len(texts), [p for p in (position, versus) if p is not None])
     row = cache.pattern[layer, 0, head, last]
 
     def most(positions: Sequence[int]) -> int:
         return max(positions, key=lambda p: float(row[p]))
 
-    attended = most([p for p, _ in labels] or range(last + 1))
+    attended = most([p for p, _ in labels] or range(last + 1)) if position is None else position
     true, false = [p for p, t in labels if t], [p for p, t in labels if not t]
     pair = (most(true), most(false)) if true and false else None
+    if versus is not None:
+        pair = (attended, versus)
     keys = list(dict.fromkeys([attended, *(pair or ())]))
     found = dict(zip(keys, decompose(loaded, cache, layer, head, last, keys), strict=True))
     record = layer_record(cache, layer)

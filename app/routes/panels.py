@@ -35,18 +35,86 @@ router = APIRouter(tags=["panels"])
 TowersQuery = Annotated[
     bool, Query(description="Decompose the head's QK score into its components (two towers).")
 ]
+#: (text: a form's empty choice means the default)
+PositionQuery = Annotated[
+    str | None,
+    Query(max_length=12, description="towers: the source position (default: the top label)."),
+]
+VersusQuery = Annotated[
+    str | None,
+    Query(max_length=12, description="towers: minus this position's score (default: true−false)."),
+]
+
+
+def _position(name: str, value: str | None) -> int | None:
+    """A query's token position: None for none or empty, 422 for anything but a number."""
+    if value is None or not value.strip():
+        return None
+    if not value.strip().isdigit():
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"{name} {value!r} is not a token position (a number, 0 or more)",
+        )
+    return int(value)
+
+
+@dataclass(frozen=True)
+class TowersAt:
+    """A request for a head's score decomposition (docs/towers.md) at `position` and minus
+    `versus` (None: the engine's defaults)."""
+
+    position: int | None = None
+    versus: int | None = None
+
+    @classmethod
+    def of(cls, towers: bool, position: str | None, versus: str | None) -> TowersAt | None:
+        """The request the query asks for (a position alone asks for one too), or None."""
+        at = cls(_position("position", position), _position("versus", versus))
+        return at if towers or at != cls() else None
+
+    def query(self) -> dict[str, str]:
+        """As query parameters."""
+        found = {"towers": "true"}
+        found |= {k: str(v) for k, v in (("position", self.position), ("versus", self.versus))}
+        return {k: v for k, v in found.items() if v != "None"}
+
+    def check(self, result: AnalysisCore) -> None:
+        """422 for a position outside the prompt."""
+        n = len(result.tokens)
+        for value in (self.position, self.versus):
+            if value is not None and value >= n:
+                raise HTTPException(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    f"position {value} is outside the prompt (tokens 0 to {n - 1})",
+                )
+
+    def served_by(self, detail: HeadDetail) -> bool:
+        """Whether `detail` holds this decomposition."""
+        found = detail.towers
+        if not found or (self.position is not None and found[0].position != self.position):
+            return False
+        return self.versus is None or any(t.versus == self.versus for t in found[1:])
 
 
 def extra_head_request(
-    result: AnalysisSummary, name: str, model: str | None, top_k_tokens: int, towers: bool = False
+    result: AnalysisSummary,
+    name: str,
+    model: str | None,
+    top_k_tokens: int,
+    towers: TowersAt | None = None,
 ) -> AnalysisRequest:
     """The request that reproduces `result` (same prompt and options) with `name` detailed
     (and, with `towers`, its score decomposed): the stored request when the result has one,
     else one rebuilt from the result (with `top_k_tokens`, what its details show)."""
-    decomposed = [name] if towers else []
+    at = towers or TowersAt()
+    decomposed = {
+        "towers": [name] if towers else [],
+        "towers_position": at.position,
+        "towers_versus": at.versus,
+    }
     if result.request is not None:
         return result.request.model_copy(
-            update={"model": model, "extra_heads": [name], "towers": decomposed}
+            update={"model": model, "extra_heads": [name], **decomposed}
         )
     words = sorted({label.word for label in result.labels})
     return AnalysisRequest(
@@ -58,8 +126,8 @@ def extra_head_request(
         top_k_heads=max(1, len(result.top_heads)),
         top_k_tokens=top_k_tokens,
         extra_heads=[name],
-        towers=decomposed,
         rank_by=result.rank_by,
+        **decomposed,
     )
 
 
@@ -90,7 +158,12 @@ class HeadComputing:
 
 
 async def find_head(
-    backend: Backend, job_id: str, name: str, job: str | None, client: str, towers: bool = False
+    backend: Backend,
+    job_id: str,
+    name: str,
+    job: str | None,
+    client: str,
+    towers: TowersAt | None = None,
 ) -> HeadFound | HeadComputing:
     """Where head `name` of analysis `job_id` stands.
 
@@ -103,12 +176,16 @@ async def find_head(
     partial = await heads_stage(backend, state)
     if partial is not None:
         check_head(partial, name)
+        if towers is not None:
+            towers.check(partial)
         return HeadComputing(state)
     result = await done_summary(backend, job_id)
     check_head(result, name)
+    if towers is not None:
+        towers.check(result)
     if name in result.detail_mrr:
         stored = await stored_detail(backend, job_id, name)
-        if stored.towers or not towers:
+        if towers is None or towers.served_by(stored):
             return HeadFound(result, job_id, stored)
     if job is None or job == job_id:
         served = {info.name for info in await backend.models()}
@@ -204,7 +281,12 @@ for _slug, _model in ANALYSIS_PANELS.items():
 
 
 async def head_view(
-    backend: Backend, job_id: str, name: str, job: str | None, client: str, towers: bool = False
+    backend: Backend,
+    job_id: str,
+    name: str,
+    job: str | None,
+    client: str,
+    towers: TowersAt | None = None,
 ) -> HeadPanel | HeadPending:
     """Head `name` of analysis `job_id`: its panel, or the job computing it (see `find_head`)."""
     found = await find_head(backend, job_id, name, job, client, towers)
@@ -222,18 +304,22 @@ async def head_panel(
     client: ClientDep,
     job: JobIdQuery | None = None,
     towers: TowersQuery = False,
+    position: PositionQuery = None,
+    versus: VersusQuery = None,
 ) -> Response:
     """A head's panel; polls while a head outside the stored details (or its score
-    decomposition, with `towers`) is being computed."""
-    panel = await head_view(backend, job_id, name, job, client, towers)
-    query: dict[str, str] = {"job": panel.job} if panel.job != job_id else {}
-    if towers:
-        query["towers"] = "true"
+    decomposition, with `towers`, at `position` minus `versus`) is being computed."""
+    at = TowersAt.of(towers, position, versus)
+    panel = await head_view(backend, job_id, name, job, client, at)
+    decomposed = {} if at is None else at.query()
+    query = ({"job": panel.job} if panel.job != job_id else {}) | decomposed
     twin = url_path(request, "head_json", query or None, job_id=job_id, name=name)
     pending = isinstance(panel, HeadPending)
     template = "partials/_head_pending.html" if pending else "partials/_head.html"
-    context = {"panel": panel, "towers": towers}
-    return render(request, template, context, alternate=twin)
+    poll = url_path(
+        request, "head_panel", {"job": panel.job} | decomposed, job_id=job_id, name=name
+    )
+    return render(request, template, {"panel": panel, "poll": poll}, alternate=twin)
 
 
 @router.get(
@@ -249,10 +335,15 @@ async def head_json(
     response: Response,
     job: JobIdQuery | None = None,
     towers: TowersQuery = False,
+    position: PositionQuery = None,
+    versus: VersusQuery = None,
 ) -> HeadPanel | HeadPending:
     """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`).
-    With `towers`, the detail carries its score decomposition (`detail.towers`)."""
-    panel = await head_view(backend, job_id, name, job, client, towers)
+    With `towers`, the detail carries its score decomposition (`detail.towers`), at `position`
+    minus `versus` when given (422 for a position outside the prompt)."""
+    panel = await head_view(
+        backend, job_id, name, job, client, TowersAt.of(towers, position, versus)
+    )
     if isinstance(panel, HeadPending):
         response.status_code = status.HTTP_202_ACCEPTED
     return panel

@@ -129,6 +129,10 @@ class AnalysisRequest(_Frozen):
     extra_heads: list[HeadName] = Field(default_factory=list, max_length=32)
     #: detailed heads whose score is also decomposed into the two towers (docs/towers.md)
     towers: list[HeadName] = Field(default_factory=list, max_length=4)
+    #: the source position they are decomposed at (default: the label each attends to most),
+    #: and a second one whose score is subtracted (default: top true − top false label)
+    towers_position: int | None = Field(default=None, ge=0)
+    towers_versus: int | None = Field(default=None, ge=0)
     #: what ranks the heads (`rank` is accepted too: the name requests had before schema 4)
     rank_by: RankBy = Field(default="increase", validation_alias=AliasChoices("rank_by", "rank"))
 
@@ -298,8 +302,9 @@ class HeadDetail(_Frozen):
     content_scores: list[Fp32 | None] = Field(default_factory=list)
     position_scores: list[Fp32 | None] | None = None
     #: the score decomposed into the two towers' components (docs/towers.md), when the request
-    #: asked for this head (`AnalysisRequest.towers`): the most attended label, then the top
-    #: true label versus the top false label when the prompt has both
+    #: asked for this head (`AnalysisRequest.towers`): at `towers_position` (default: the most
+    #: attended label), then that minus `towers_versus` (default: the top true label versus the
+    #: top false label, when the prompt has both)
     towers: list[Towers] = Field(default_factory=list)
 
     _schema_3 = _renamed("layer_input", "resid_pre")

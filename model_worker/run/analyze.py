@@ -39,6 +39,8 @@ def analyze(
     top_k_tokens: int = 10,
     extra_heads: list[str] | None = None,
     towers: list[str] | None = None,
+    towers_position: int | None = None,
+    towers_versus: int | None = None,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
     rank_by: RankBy = "increase",
     on_heads: Callable[[AnalysisResult], None] | None = None,
@@ -49,7 +51,8 @@ def analyze(
     Two stages: the tokens, layer and per-head increases (what the heatmap and the top-heads
     table need), then the details of the top and extra heads. `on_heads`, if given, receives
     the first stage's result (`head_details` empty) before the details are computed.
-    `towers`: heads (detailed too) whose score is decomposed into the two towers (docs/towers.md).
+    `towers`: heads (detailed too) whose score is decomposed into the two towers (docs/towers.md),
+    at `towers_position` and minus `towers_versus` (defaults: see `model_worker.towers`).
 
     Raises a UserInputError subclass with one clear line for bad input.
     """
@@ -145,7 +148,12 @@ def analyze(
     if split is None:
         summaries = head_summaries(g.n_heads, order, columns, split_by_label())
     details = head_details(run, list(dict.fromkeys(top + extra + decomposed)), increases.increase)
-    details = [with_towers(run, d) if (d.layer, d.head) in decomposed else d for d in details]
+    details = [
+        with_towers(run, d, towers_position, towers_versus)
+        if (d.layer, d.head) in decomposed
+        else d
+        for d in details
+    ]
     return heads_stage.model_copy(
         update={"heads": summaries, "head_details": {d.name: d for d in details}}
     )

@@ -106,11 +106,15 @@ def head_details(
     ]
 
 
-def with_towers(run: PromptRun, detail: HeadDetail) -> HeadDetail:
-    """`detail` with its score decomposed into the two towers (docs/towers.md): at the label
-    it attends to most, and the top true label versus the top false one."""
+def with_towers(
+    run: PromptRun, detail: HeadDetail, position: int | None = None, versus: int | None = None
+) -> HeadDetail:
+    """`detail` with its score decomposed into the two towers (docs/towers.md): at `position`
+    (default: the label it attends to most), and that minus `versus` (default: the top true
+    label versus the top false one)."""
     labels = [(p, run.is_true(p)) for p in run.label_positions]
+    texts = run.encoded.texts
     found = detail_towers(
-        run.loaded, run.cache, detail.layer, detail.head, run.encoded.texts, labels
+        run.loaded, run.cache, detail.layer, detail.head, texts, labels, position, versus
     )
     return detail.model_copy(update={"towers": found})

@@ -66,3 +66,29 @@ def test_bad_head_names(client: TestClient) -> None:
     job = analyse(client, prompt="love : bar like : bar eight : foo two : foo one :")
     assert client.get(f"/api/analyses/{job}/heads/L99H0?towers=true").status_code == 404
     assert client.get(f"/api/analyses/{job}/heads/nohead?towers=true").status_code in (404, 422)
+
+
+def test_chosen_positions_and_bad_ones(client: TestClient) -> None:
+    job = analyse(client, prompt="love : bar like : bar eight : foo two : foo one :", target="foo")
+    name = client.get(f"/api/analyses/{job}").json()["result"]["top_heads"][0]
+    url = f"/api/analyses/{job}/heads/{name}?towers=true&position=4&versus=9"
+    deadline = time.monotonic() + 30
+    while (response := client.get(url)).status_code == 202:
+        assert time.monotonic() < deadline
+        url = f"/api/analyses/{job}/heads/{name}?position=4&versus=9&job={response.json()['job']}"
+        time.sleep(0.05)
+    attended, versus = response.json()["detail"]["towers"]
+    assert attended["position"] == 4 and versus["position"] == 4 and versus["versus"] == 9
+    page = soup(client.get(f"/a/{job}/heads/{name}?{url.split('?')[1]}&towers=true").text)
+    for select, value in (("position", "4"), ("versus", "9")):
+        chosen = page.select(f'.towers-at select[name="{select}"] option[selected]')
+        assert [option["value"] for option in chosen] == [value]
+    for query, message in (
+        ("position=99", "outside the prompt"),
+        ("versus=14", "outside the prompt"),
+        ("position=abc", "not a token position"),
+        ("position=-1", "not a token position"),
+    ):
+        bad = client.get(f"/api/analyses/{job}/heads/{name}?towers=true&{query}")
+        assert bad.status_code == 422, (query, bad.text)
+        assert message in bad.text
