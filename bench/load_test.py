@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import multiprocessing
 import os
 import signal
 import statistics
@@ -315,6 +317,8 @@ GHOST = "ghost-model"
 #: The abuser of `--floods ipv6` reaches the server through this address, a trusted proxy
 #: (ICL_TRUSTED_PROXIES), so that its X-Forwarded-For can name any IPv6 address.
 PROXY = "127.0.0.67"
+#: Each flood's abuser has its own address: one flood's rate limit never carries into the next.
+LONG_POLLER, PNG_LOOPER = "127.0.0.68", "127.0.0.69"
 
 
 def heavy_body(n: int) -> dict[str, Any]:
@@ -324,11 +328,15 @@ def heavy_body(n: int) -> dict[str, Any]:
 
 
 async def done_heavy(client: httpx.AsyncClient, n: int) -> str:
-    """The id of a finished heavy analysis (submitted and polled to its end)."""
-    answer = await client.post("/api/analyses", json=heavy_body(n))
+    """The id of a finished heavy analysis (submitted and polled to its end, waiting out any
+    429 or 503)."""
+    while (answer := await client.post("/api/analyses", json=heavy_body(n))).status_code > 202:
+        await asyncio.sleep(_wait_s(answer))
     job_id = str(answer.json()["id"])
-    while (await client.get(f"/api/analyses/{job_id}")).json()["status"] not in FINAL:
-        await asyncio.sleep(0.1)
+    while (answer := await client.get(f"/api/analyses/{job_id}")).status_code != 200 or (
+        answer.json()["status"] not in FINAL
+    ):
+        await asyncio.sleep(0.1 if answer.status_code == 200 else _wait_s(answer))
     return job_id
 
 
@@ -369,7 +377,7 @@ async def flood_slow_readers(base_url: str, counts: Counter[str], token: str = T
 
 async def flood_long_polls(base_url: str, counts: Counter[str], token: str = TOKEN) -> None:
     """600 concurrent `?wait=30` polls on queued jobs (of a model no process serves)."""
-    async with client_from(base_url, ABUSER, token, connections=700) as client:
+    async with client_from(base_url, LONG_POLLER, token, connections=700) as client:
         ids = []
         for n in range(10):
             body = {"prompt": distinct_prompts(1, seed=70_000 + n)[0], "model": GHOST}
@@ -395,7 +403,7 @@ async def flood_long_polls(base_url: str, counts: Counter[str], token: str = TOK
 async def flood_png(base_url: str, counts: Counter[str], token: str = TOKEN) -> None:
     """Three loops downloading the PNG of a finished heavy analysis' heatmap and of its first
     head's attention figure."""
-    async with client_from(base_url, ABUSER, token) as client:
+    async with client_from(base_url, PNG_LOOPER, token) as client:
         job_id = await done_heavy(client, 1)
         head = (await client.get(f"/api/analyses/{job_id}")).json()["result"]["top_heads"][0]
         urls = [f"/figures/{job_id}/heatmap.png", f"/figures/{job_id}/heads/{head}/attention.png"]
@@ -468,24 +476,48 @@ def phase_line(label: str, report: Report, rss: list[float]) -> str:
     )
 
 
+def flood_process(name: str, base_url: str, out: str) -> None:
+    """Run flood `name` until killed, writing what it was answered to `out` (JSON) twice a
+    second: the abuser has its own process, so its work never delays the normal users'
+    event loop (and so their measured times)."""
+    counts: Counter[str] = Counter()
+
+    async def dump() -> None:
+        while True:
+            Path(out).write_text(json.dumps(counts))
+            await asyncio.sleep(0.5)
+
+    async def both() -> None:
+        await asyncio.gather(FLOODS[name](base_url, counts), dump())
+
+    asyncio.run(both())
+
+
 async def flood_phase(
     stack: Stack, name: str | None, bodies: list[dict[str, Any]], users: int, timeout: float
 ) -> tuple[Report, Counter[str], list[float]]:
-    """The normal users' load, beside flood `name` (None: alone), which starts 5 s before
-    them and stops with them; the server's memory sampled throughout."""
+    """The normal users' load, beside flood `name` (None: alone) in its own process, which
+    starts 5 s before them and is killed after them; the server's memory sampled throughout."""
     assert stack.server is not None
-    counts: Counter[str] = Counter()
     rss: list[float] = []
-    side: list[asyncio.Task[None]] = [asyncio.create_task(peak_rss_mb(stack.server.pid, rss)())]
+    sampler = asyncio.create_task(peak_rss_mb(stack.server.pid, rss)())
+    out = stack.folder / f"flood-{name}.json"
+    abuser = None
     if name is not None:
-        side.append(asyncio.create_task(FLOODS[name](stack.base_url, counts)))
+        abuser = multiprocessing.get_context("spawn").Process(
+            target=flood_process, args=(name, stack.base_url, str(out)), daemon=True
+        )
+        abuser.start()
         await asyncio.sleep(5)
     try:
         report = await run_load(stack.base_url, bodies, users, timeout)
     finally:
-        for task in side:
-            task.cancel()
-        await asyncio.gather(*side, return_exceptions=True)
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        if abuser is not None:
+            abuser.kill()
+            abuser.join()
+    counts: Counter[str] = Counter(json.loads(out.read_text()) if out.exists() else {})
     return report, counts, rss
 
 
