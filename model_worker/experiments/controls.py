@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from model_worker.analysis.baseline import random_heads
 from model_worker.interventions import Head
 
 DRAWS = 5
@@ -25,8 +26,11 @@ def same_layer_draws(
     located: Sequence[Head], n_heads: int, seed: int, draws: int = DRAWS
 ) -> list[list[Head]]:
     """`draws` lists of distinct non-located heads, one from each located head's layer (a
-    layer whose other heads are used up contributes no more)."""
+    layer whose other heads are used up contributes no more). In draw 1 the first located head
+    of each layer gets the dashboard's baseline head of that layer
+    (model_worker/analysis/baseline.py), so the two compare against the same head."""
     studied = set(located)
+    baseline = random_heads(located, n_heads, seed)
     out = []
     for d in range(draws):
         rng = _rng(seed, d)
@@ -35,7 +39,9 @@ def same_layer_draws(
         for layer, _ in located:
             free = [(layer, h) for h in range(n_heads) if (layer, h) not in studied | taken]
             if free:
-                head = rng.choice(free)
+                dashboard = (layer, baseline[layer]) if layer in baseline else None
+                first = d == 0 and dashboard is not None and dashboard in free
+                head = dashboard if first and dashboard is not None else rng.choice(free)
                 taken.add(head)
                 draw.append(head)
         out.append(draw)
