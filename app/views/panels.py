@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any, Literal, Self
 
 from markdown_it import MarkdownIt
+from markupsafe import Markup
 from pydantic import BaseModel, PrivateAttr
 
 from app.views.compare_checks import comparison_warnings, shared_domain
@@ -382,6 +383,7 @@ class ExperimentPanel(ExperimentResult):
         return [experiment_figure(name, data) for name, data in self.figures.items()]
 
     @cached_property
-    def report_html(self) -> str:
-        """The markdown report rendered (raw HTML in it is not let through)."""
-        return _markdown.render(self.report_markdown)
+    def report_html(self) -> Markup:
+        """The markdown report rendered: every character of the worker's text escaped (raw
+        HTML, links and images are off), so the page shows it without `|safe`."""
+        return Markup(_markdown.render(self.report_markdown))
