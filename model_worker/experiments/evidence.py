@@ -93,7 +93,7 @@ def adequacy(runs: Sequence[PromptRun], design: str) -> Adequacy:
         )
     else:
         note = (
-            f"The model does NOT do the task above chance under counterbalanced order "
+            f"The model is not shown to do the task above chance under counterbalanced order "
             f"(accuracy {found.text(percent=True)}, chance {CHANCE:.0%}): the head-level "
             "results describe a model that is not doing ICL on this task."
         )

@@ -159,8 +159,8 @@ exact binomial (Clopper–Pearson) for accuracies and rates, otherwise a percent
 over prompts (2,000 resamples, fixed seed; paired when two conditions share prompts). Between
 seeds (other evaluation and location prompts) each metric's mean, SD, min and max are given.
 
-**Verdicts.** Each hypothesis is decided from its interval, for each seed: {rule} Combined
-over seeds: {combined}
+**Verdicts.** Each hypothesis is decided from its interval, for each seed: {rule} Then,
+{combined}
 
 **Model adequacy.** Before head-level claims, each experiment checks that the model does the
 task above chance under counterbalanced order (the accuracy interval's lower bound above 50%);
@@ -259,7 +259,8 @@ def section(data: dict[str, Any]) -> list[str]:
     arrangements = data["tables"].get("by_arrangement")
     if arrangements:
         lines += [f"Per demonstration arrangement (seed {data['seed']}):", ""]
-        lines += _table(arrangements, list(arrangements[0]))
+        first = ["arrangement", "n"]
+        lines += _table(arrangements, first + [c for c in arrangements[0] if c not in first])
         lines.append("")
     located = [r for r in data["tables"].get("location", []) if r.get("located") != "no"]
     if located:
@@ -334,7 +335,7 @@ def render(folder: Path) -> str:
             )
     missing = [name for name in EXPERIMENT_NAMES if name not in stored]
     if missing:
-        lines.append(f"- not run: {', '.join(f'`{m}`' for m in missing)}")
+        lines.append(f"- not run here: {', '.join(f'`{m}`' for m in missing)}")
     lines.append("")
     for name in EXPERIMENT_NAMES:
         if name in stored:
