@@ -249,3 +249,18 @@ def test_with_a_real_worker_only_its_signed_result_is_served_and_kept(
                 if key != CLAIM.encode():
                     worker.connection.delete(key)  # FLUSHALL, but for the test's claim
             assert fresh.get(f"/api/analyses/{job_id}").content == genuine
+
+
+def test_the_page_says_the_job_waits_for_a_worker_of_its_model(backend: RedisBackend) -> None:
+    """The status an analysis page polls says why a job does not start during a restart."""
+    settings = backend._settings
+    with TestClient(create_app(settings, backend)) as client:
+        job_id = client.post("/api/analyses", json={"prompt": REQUEST.prompt}).json()["id"]
+        remove_beat(backend._redis, "fake-worker")
+        polled = client.get(f"/api/analyses/{job_id}").json()
+        assert polled["status"] == "queued", polled
+        assert polled["message"] == f"waiting for a worker for {MODEL}"
+        page = client.get(f"/a/{job_id}/status")
+        assert page.status_code == 200 and f"waiting for a worker for {MODEL}" in page.text
+        again = client.post("/api/analyses", json={"prompt": "dog : bar cat : foo dog :"})
+        assert again.status_code == 202  # the model was seen moments ago: accepted
