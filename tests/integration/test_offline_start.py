@@ -18,10 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 18281
-#: The page answers within this long of the start; the model loads after (issue 28: ≤ 3 s plus
-#: the model load on an idle machine; the bound leaves room for a 2-core machine shared by
-#: several test runs).
-ANSWER_WITHIN_S = 30.0
+#: The page answers within this long of the start; the model loads after. A bound against a
+#: hang, not the target (issue 28: ≤ 3 s plus the model load; bench/bench_start.py measures
+#: it): a 2-core machine shared by several test runs took 9–22 s.
+ANSWER_WITHIN_S = 60.0
 
 CLOSED = "http://127.0.0.1:9"  # nothing listens on the discard port
 OFFLINE = {
