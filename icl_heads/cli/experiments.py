@@ -12,8 +12,6 @@ from typing import Annotated
 
 import typer
 
-from app.views.figure_kit.export import draw
-from app.views.figures.experiments import experiment_figure
 from icl_heads.cli import remote as cli_remote
 from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
 from model_worker.contracts import (
@@ -40,6 +38,11 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
     for name, rows in result.tables.items():
         written.append(out / f"{tables[name]}.csv")
         written[-1].write_text(csv_text(rows), encoding="utf-8")
+    # the figure kit imports altair (~0.7 s): only where figures are written, so that a bad
+    # argument is refused at once (issue 28)
+    from app.views.figure_kit.export import draw
+    from app.views.figures.experiments import experiment_figure
+
     figures = file_stems(result.figures, "figure")
     for name, data in result.figures.items():
         figure = experiment_figure(name, data)  # drawn here from the result's data
