@@ -59,3 +59,14 @@ def test_no_progress_bars_restores_what_it_found() -> None:
     with no_progress_bars():
         assert are_progress_bars_disabled() and not hf_logging.is_progress_bar_enabled()
     assert (are_progress_bars_disabled(), hf_logging.is_progress_bar_enabled()) == before
+
+
+def test_loading_draws_no_bar_that_a_notebook_would_warn_about() -> None:
+    """Without ipywidgets, every tqdm bar a kernel draws prints "IProgress not found": while
+    `icl_heads.load_model` runs, transformers' bars are empty and the hub's disabled."""
+    from huggingface_hub.utils import tqdm as hub_tqdm
+    from transformers.utils import logging as hf_logging
+
+    with no_progress_bars():
+        assert type(hf_logging.tqdm(range(2))).__name__ == "EmptyTqdm"
+        assert hub_tqdm(range(2)).disable
