@@ -51,9 +51,11 @@ def reap_abandoned(
             job_id = registry.parse_job_id(entry)
             try:
                 job = fetch_job(job_id, connection)
-            except Exception:  # gone meanwhile
+                status = job.get_status()
+            except Exception as exc:  # gone meanwhile, or a malformed record: not ours to judge
+                log.info("reaper skipped job %s: %s", job_id[:100], exc)
                 continue
-            if job.get_status() != JobStatus.STARTED or job.worker_name in live_workers:
+            if status != JobStatus.STARTED or job.worker_name in live_workers:
                 continue
             if (results or connection).exists(result_key(job_id)):  # finished before it went
                 job.delete()

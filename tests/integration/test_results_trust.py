@@ -24,6 +24,7 @@ from model_worker.queue.keys import (
     LAST_BEATS_KEY,
     WORKERS_KEY,
     heads_stage_key,
+    queue_name,
     result_key,
     worker_key,
 )
@@ -264,3 +265,27 @@ def test_the_page_says_the_job_waits_for_a_worker_of_its_model(backend: RedisBac
         assert page.status_code == 200 and f"waiting for a worker for {MODEL}" in page.text
         again = client.post("/api/analyses", json={"prompt": "dog : bar cat : foo dog :"})
         assert again.status_code == 202  # the model was seen moments ago: accepted
+
+
+def test_a_malformed_record_of_another_job_never_costs_a_good_one_its_record(
+    backend: RedisBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rq.job import JobStatus as RqStatus
+
+    from model_worker.queue.reaper import fetch_job, rq_queue
+
+    good = backend._submit(REQUEST).id
+    bad = backend._submit(AnalysisRequest(prompt="dog : foo cat : bar dog :")).id
+    queue = rq_queue(queue_name(MODEL), backend._redis)
+    for job_id in (good, bad):  # both started, by a worker that has died
+        job = fetch_job(job_id, backend._redis)
+        job.worker_name = "dead-worker"
+        job.set_status(RqStatus.STARTED)
+        job.save()
+        entry = f"{job_id}:execution-1"  # RQ's started registry: "<job id>:<execution id>"
+        backend._redis.zadd(queue.started_job_registry.key, {entry: time.time() + 60})
+    backend._redis.hset(f"rq:job:{bad}", "status", "weird")
+    with caplog.at_level("WARNING"):
+        state = backend._status(good)  # reaps the dead worker's jobs: `bad` is skipped
+    assert state is not None and state.status in (JobStatus.QUEUED, JobStatus.RUNNING)
+    assert f"malformed Redis record of job {good}" not in caplog.text
