@@ -270,6 +270,8 @@ def test_the_page_says_the_job_waits_for_a_worker_of_its_model(backend: RedisBac
 def test_a_malformed_record_of_another_job_never_costs_a_good_one_its_record(
     backend: RedisBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A control (it passes on the code before too: RQ already fails to fetch such a record,
+    which the reaper skipped); it guards the reaper's per-job skip of malformed records."""
     from rq.job import JobStatus as RqStatus
 
     from model_worker.queue.reaper import fetch_job, rq_queue
