@@ -84,3 +84,15 @@ def test_digit_labels_are_analysed_at_the_digit(spaced: LoadedModel) -> None:  #
     # the predicted target is read at the same position
     predicted = analyze(spaced, DIGITS, top_k_heads=2)
     assert predicted.tokens == result.tokens
+
+
+def test_stored_plain_warnings_read_back_as_notes(llama: LoadedModel) -> None:
+    result = analyze(llama, EXAMPLE_PROMPT, target="cat", top_k_heads=2)
+    stored = result.model_dump(mode="json")
+    stored["warnings"] = ["label 'foo' is several tokens"]  # as results before schema 5 had them
+    del stored["notes"]
+    again = AnalysisResult.model_validate(stored)
+    assert [(w.code, w.message) for w in again.warnings] == [
+        ("note", "label 'foo' is several tokens")
+    ]
+    assert again.notes == []
