@@ -3,7 +3,6 @@ specification built with Altair from those rows (data inline, no theme: `spec(th
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +43,8 @@ class Figure:
     rows: list[Row]
     chart: alt.TopLevelMixin
     export_width: int = EXPORT_WIDTH
+    #: the rows the chart draws when its data is named, not inline: written into the spec
+    values: list[Row] | None = None
 
     @property
     def name(self) -> str:
@@ -53,7 +54,7 @@ class Figure:
     def spec(self, theme: Theme, *, offscreen: bool = False) -> dict[str, Any]:
         """The Vega-Lite specification in `theme`; `offscreen`: a fixed width instead of the
         container's (what a download or a notebook draws)."""
-        spec = copy.deepcopy(self._base)
+        spec = dict(self._base)  # a new top level: nothing below it is changed in place
         if mode(theme) == "dark":
             spec = {
                 key: value if key == "data" else recoloured(value) for key, value in spec.items()
@@ -69,6 +70,8 @@ class Figure:
         cached: dict[str, Any] | None = self.__dict__.get("_spec")
         if cached is None:
             cached = self.chart.to_dict(validate=False)
+            if self.values is not None:
+                cached["data"] = {"values": self.values}
             object.__setattr__(self, "_spec", cached)
         return cached
 
@@ -77,6 +80,9 @@ def notebook_chart(figure: Figure, theme: Theme = "light") -> alt.TopLevelMixin:
     """The figure's Altair chart for a notebook: themed, at its off-screen width (a notebook
     cell has no container to fill). Restyle it, `.save()` it, or show it (Vega-Lite)."""
     chart = figure.chart
+    if figure.values is not None:
+        chart = chart.copy()  # type: ignore[attr-defined]
+        chart.data = alt.Data(values=figure.values)
     if getattr(chart, "width", None) == "container":
         chart = chart.properties(width=figure.export_width)
     return chart.configure(**config(theme))

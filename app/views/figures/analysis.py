@@ -233,7 +233,7 @@ def attention_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
         colour_by="kind",
         colours=LABEL_COLOURS,
     )
-    chart = position_chart(tokens, kinds, bars, title=title, y_title="attention")
+    chart, drawn = position_chart(tokens, kinds, bars, title=title, y_title="attention")
     rows: list[Row] = [
         {
             "position": p,
@@ -243,7 +243,7 @@ def attention_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
         }
         for p, a in enumerate(detail.attention)
     ]
-    return Figure(f"{detail.name}-attention", title, rows, chart)
+    return Figure(f"{detail.name}-attention", title, rows, chart, values=drawn)
 
 
 def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
@@ -270,7 +270,7 @@ def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
         colours={name: colours[name] for name in columns},
     )
     title = f"{detail.name}: QK scores (pre-softmax) of the last token"
-    chart = position_chart(tokens, kinds, bars, title=title, y_title="score (pre-softmax)")
+    chart, drawn = position_chart(tokens, kinds, bars, title=title, y_title="score")
     rows: list[Row] = [
         {
             "position": p,
@@ -281,7 +281,7 @@ def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
         }
         for p in range(len(tokens))
     ]
-    return Figure(f"{detail.name}-scores", title, rows, chart)
+    return Figure(f"{detail.name}-scores", title, rows, chart, values=drawn)
 
 
 def ranked_demonstrations(result: AnalysisCore, detail: HeadDetail) -> list[Row]:
@@ -309,7 +309,7 @@ def ranked_demonstrations(result: AnalysisCore, detail: HeadDetail) -> list[Row]
 
 def _signed_chart(
     result: AnalysisCore, detail: HeadDetail, values: list[float], what: str, long: str
-) -> alt.TopLevelMixin:
+) -> tuple[alt.TopLevelMixin, list[Row]]:
     tokens = [visible(p.token) for p in detail.positions]
     bars = Bars(
         values={what: list[float | None](values)},
@@ -324,13 +324,13 @@ def _signed_chart(
 def increase_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
     """Log-prob increase of each subheadvalue a_p·v_p·W_O (per source position)."""
     values = [float(p.increase) for p in detail.positions]
-    chart = _signed_chart(result, detail, values, "increase", "increase")
+    chart, drawn = _signed_chart(result, detail, values, "increase", "increase")
     rows: list[Row] = [
         {"position": p.position, "token": p.token, "attention": p.attention, "increase": p.increase}
         for p in detail.positions
     ]
     title = f"{detail.name}: increase per position"
-    return Figure(f"{detail.name}-increase", title, rows, chart)
+    return Figure(f"{detail.name}-increase", title, rows, chart, values=drawn)
 
 
 def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
@@ -339,12 +339,14 @@ def margin_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
         return None
     first, second = (visible(t) for t in result.margin_labels[:2])
     values = [float(p.margin or 0.0) for p in detail.positions]
-    chart = _signed_chart(result, detail, values, "margin", f"label margin {first} − {second}")
+    chart, drawn = _signed_chart(
+        result, detail, values, "margin", f"label margin {first} − {second}"
+    )
     rows: list[Row] = [
         {"position": p.position, "token": p.token, "margin": p.margin} for p in detail.positions
     ]
     title = f"{detail.name}: label margin per position"
-    return Figure(f"{detail.name}-margin", title, rows, chart)
+    return Figure(f"{detail.name}-margin", title, rows, chart, values=drawn)
 
 
 def comparable(a: AnalysisCore, b: AnalysisCore) -> str | None:

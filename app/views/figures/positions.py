@@ -23,6 +23,9 @@ EXPORT_ROW = 80
 #: the height of one row of bars
 ROW_HEIGHT = 110
 ColourBy = Literal["kind", "series", "sign"]
+#: the name of the chart's data: its rows go into the specification as it is written
+#: (Figure.values), not through Altair, which takes seconds over a long prompt's rows
+DATA = "positions"
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,10 @@ def position_chart(
     *,
     title: str,
     y_title: str,
-) -> alt.TopLevelMixin:
+) -> tuple[alt.TopLevelMixin, list[Row]]:
     """Bars over the positions of `tokens` (`kinds`: label positions' `true label` / `false
-    label`); several series sit side by side at each position."""
+    label`); several series sit side by side at each position. Returns the chart, its data
+    named DATA, and the rows it draws."""
     n = len(tokens)
     if not 1 <= n <= MAX_POSITIONS:
         raise FigureTooLarge(
@@ -133,10 +137,10 @@ def position_chart(
         .encode(**encoding)
         .properties(width=alt.Step(EXPORT_STEP // len(series_names)), height=ROW_HEIGHT)
     )
-    return (
+    chart = (
         bars_chart.facet(
             row=alt.Row("row:O", header=alt.Header(labels=False, title=None)),
-            data=alt.Data(values=data),
+            data=alt.Data(name=DATA),
             spacing=6,
             title=title,
         )
@@ -150,3 +154,4 @@ def position_chart(
         .resolve_scale(x="independent")
         .properties(usermeta={"positions": n, "series": len(series_names)})
     )
+    return chart, data
