@@ -121,6 +121,8 @@ def main() -> None:
             "ICL_REDIS_URL": redis.url,
             "ICL_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
+            # every client of the bench comes from 127.0.0.1: one client for the per-client cap
+            "ICL_CLIENT_CONNECTIONS": str(args.clients + 8),
             "ICL_DATA_DIR": str(Path(tmp) / "data"),
         }
         server = subprocess.Popen(
