@@ -174,3 +174,16 @@ def test_labels_no_token_tells_apart_are_refused_at_once(client: TestClient) -> 
     page = soup(client.post("/analyse", data=typed, follow_redirects=False).text)
     assert "cannot be told apart" in page.select_one('[role="alert"]').text
     assert page.select_one("textarea[name=prompt]").text == prompt  # nothing lost
+
+
+def test_an_experiment_on_few_prompts_says_so_above_its_figures(client: TestClient) -> None:
+    body = {"name": "attention", "dataset": "sentiment-number", "n": 2}
+    job = client.post("/api/experiments", json=body).json()
+    deadline = time.monotonic() + 120
+    while (state := client.get(f"/api/analyses/{job['id']}").json())["status"] != "done":
+        assert state["status"] != "failed" and time.monotonic() < deadline, state
+        time.sleep(0.1)
+    assert [w["code"] for w in state["experiment"]["warnings"]] == ["small_sample"]
+    page = soup(client.get(f"/e/{job['id']}").text)
+    box = page.select_one('[data-panel="warnings"] [data-warning="small_sample"]')
+    assert box is not None and "Only 2 prompts" in box.text
