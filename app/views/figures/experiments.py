@@ -98,24 +98,24 @@ def lines(data: FigureData) -> tuple[alt.TopLevelMixin, list[Row]]:
     x = alt.X(
         "order:Q",
         title=data.x_label or None,
+        scale=alt.Scale(nice=False),
         axis=alt.Axis(tickMinStep=1, format="d", labelOverlap=True),
     )
     colour = alt.Color(
         "series:N", title=None, scale=_colours(data), legend=alt.Legend(orient="top")
     )
     base = alt.Chart(alt.Data(values=rows)).encode(x=x, color=colour)
-    layers = []
+    layers = [
+        base.mark_line(point=True, strokeWidth=2.5).encode(
+            y=alt.Y("value:Q", title=data.y_label or None), tooltip=_tooltip(rows)
+        )
+    ]  # the line first: the legend shows its symbol, not the band's
     if any(r["low"] is not None for r in rows):
         layers.append(
             base.transform_filter("isValid(datum.low)")
             .mark_area(opacity=0.18)
             .encode(y="low:Q", y2="high:Q")
         )
-    layers.append(
-        base.mark_line(point=True, strokeWidth=2.5).encode(
-            y=alt.Y("value:Q", title=data.y_label or None), tooltip=_tooltip(rows)
-        )
-    )
     return alt.layer(*layers), rows
 
 
