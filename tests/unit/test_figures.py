@@ -233,3 +233,24 @@ def test_experiment_results_stored_with_svg_figures_still_load_without_them() ->
     }
     loaded = ExperimentResult.model_validate(stored)
     assert loaded.figures == {} and loaded.tables == stored["tables"]
+
+
+def test_an_old_experiment_page_says_why_it_has_no_figures() -> None:
+    from app.views.jinja_env import render_text
+    from app.views.panels import ExperimentPanel
+
+    old = ExperimentResult.model_validate(
+        {
+            "name": "layers",
+            "model": "smollm2",
+            "dataset": "sentiment-number",
+            "n": 2,
+            "seed": 0,
+            "metrics": {},
+            "tables": {"layers": [{"layer": 0}]},
+            "figures": {"layers": "<svg><script>alert(1)</script></svg>"},
+            "report_markdown": "# Layers",
+        }
+    )
+    html = render_text("notebook/experiment.html", {"experiment": ExperimentPanel.of(old)})
+    assert "data-no-figures" in html and "<script" not in html
