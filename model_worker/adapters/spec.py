@@ -114,6 +114,8 @@ class FamilySpec:
     configurations: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     #: config keys and the only values this engine supports for them (else refused at load)
     switches: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    #: the rotary scaling kinds of ROPE_TYPES the family's config accepts (all checked)
+    rope_types: tuple[str, ...] = ROPE_TYPES
 
     def __post_init__(self) -> None:
         if not self.tiny:
@@ -150,11 +152,11 @@ class FamilySpec:
                 f"{self.title} checkpoint is quantised ({method or 'unknown method'}); the "
                 "analysis reads exact weights: load an unquantised or GGUF checkpoint instead"
             )
-        unknown = sorted(rope_types(config) - set(ROPE_TYPES))
+        unknown = sorted(rope_types(config) - set(self.rope_types))
         if unknown and self.rotary == "rotate_half":
             return (
                 f"rotary scaling {unknown[0]!r} is not verified for {self.title} "
-                f"(verified: {', '.join(ROPE_TYPES)})"
+                f"(verified: {', '.join(self.rope_types)})"
             )
         layer_types = getattr(config, "layer_types", None) or []
         odd = sorted({str(t) for t in layer_types} - set(LAYER_TYPES))
@@ -220,7 +222,7 @@ class FamilySpec:
                     {"name": name, "switches": dict(overrides)}
                     for name, overrides in self.configurations
                 ],
-                "rope_types": list(ROPE_TYPES) if self.rotary == "rotate_half" else [],
+                "rope_types": list(self.rope_types) if self.rotary == "rotate_half" else [],
                 "real_checkpoints": list(self.real_checkpoints),
             },
         }

@@ -11,6 +11,7 @@ SPEC = FamilySpec(
     **{**LLAMA_LIKE, "q": None, "k": None, "v": None},
     qkv="self_attn.qkv_proj",
     qkv_layout="fused",
+    rope_types=("default", "longrope"),  # what transformers' Phi-3 config accepts
     sliding_window=True,  # Phi-3-mini-4k attends within 2,047 positions (config only)
     configurations=(
         ("GQA, no window", {}),

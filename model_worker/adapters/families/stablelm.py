@@ -10,7 +10,7 @@ SPEC = FamilySpec(
     tiny={
         **TINY_GQA,
         **MHA,
-        "partial_rotary_factor": 0.25,
+        "partial_rotary_factor": 0.5,
         "use_qkv_bias": True,
     },
     **{**LLAMA_LIKE, "norm": "layer"},
