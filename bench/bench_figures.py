@@ -92,6 +92,9 @@ def main() -> None:
     with TestClient(create_app(settings, embedded_backend(settings, loader=tiny_words))) as client:
         for n in (12, 66, 300):
             answer = client.post("/analyse", data={"prompt": prompt(n)}, follow_redirects=False)
+            while answer.status_code == 503:  # the model is still loading: asked again
+                time.sleep(float(answer.headers.get("Retry-After", "1")))
+                answer = client.post("/analyse", data={"prompt": prompt(n)}, follow_redirects=False)
             page_url = answer.headers["location"]
             while 'data-status="done"' not in client.get(page_url + "/status").text:
                 time.sleep(0.1)
