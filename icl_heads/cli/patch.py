@@ -1,8 +1,8 @@
 """`icl-heads patch`: activation patching of one prompt against a corrupted one, from the shell.
 
 The request is checked before the model loads (bad input: one `error: …` line, exit 2);
-`--json` prints the PatchingResult; `--out DIR` writes result.json and one CSV per table
-(heads, layers, positions, qkv) per direction.
+`--json` prints the PatchingResult (else a text summary); `--out DIR` writes result.json and
+one CSV per table (heads, layers, positions, qkv) per direction.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def patch(
         typer.echo(f"wrote {len(written)} files to {out}", err=True)
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
-    elif out is None:
+    else:
         print_summary(result)
 
 
