@@ -1,6 +1,9 @@
 """The engine as the embedded backend runs it in its worker thread: load, check, analyse, run
 experiments and idle work, behind one object. The library layer (`icl_heads.serving`) hands it
-to the web tier's `EmbeddedBackend`, so the web tier never imports torch itself."""
+to the web tier's `EmbeddedBackend`, so the web tier never imports torch itself.
+
+Torch and transformers are imported by the methods that need them, in the worker thread that
+loads the model: `icl-heads serve` answers its first page while they load (issue 28)."""
 
 from __future__ import annotations
 
@@ -17,20 +20,12 @@ from model_worker.contracts import (
     ExperimentResult,
 )
 from model_worker.errors import UserInputError
-from model_worker.experiments.job import run_experiment
-from model_worker.jobs import failure_message, idle_work, load_served_model, run_analysis
-from model_worker.loading import LoadedModel
-from model_worker.prompting import (
-    TokenizerOnly,
-    check_length,
-    parse_head_names,
-    read_labels,
-    token_limit,
-)
 from model_worker.settings import Settings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from model_worker.loading import LoadedModel
 
 Progress = Callable[[float, str], None]
 
@@ -41,17 +36,29 @@ class InProcessEngine:
 
     def __init__(self, settings: Settings, loader: Callable[[], LoadedModel] | None = None):
         self._settings = settings
-        self._loader = loader or (lambda: load_served_model(settings))
+        self._loader = loader
         self._tokenizer: PreTrainedTokenizerBase | None = None
 
     def load(self) -> LoadedModel:
-        return self._loader()
+        if self._loader is not None:
+            return self._loader()
+        from model_worker.jobs import load_served_model
+
+        return load_served_model(self._settings)
 
     def check_analysis(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
         """Raise a UserInputError or BudgetError, with the numbers, for a prompt longer than the
         limit, a head the model does not have or a request over the budget. Runs in the event
         loop's thread: it keeps a tokenizer of its own (fast tokenizers must not be shared
         across threads)."""
+        from model_worker.prompting import (
+            TokenizerOnly,
+            check_length,
+            parse_head_names,
+            read_labels,
+            token_limit,
+        )
+
         if self._tokenizer is None:
             self._tokenizer = copy.deepcopy(loaded.tokenizer)
         n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
@@ -71,17 +78,25 @@ class InProcessEngine:
         request: AnalysisRequest,
         on_heads: Callable[[AnalysisResult], None],
     ) -> AnalysisResult:
+        from model_worker.jobs import run_analysis
+
         return run_analysis(loaded, request, on_heads, settings=self._settings)
 
     def experiment(
         self, loaded: LoadedModel, request: ExperimentRequest, progress: Progress
     ) -> ExperimentResult:
+        from model_worker.experiments.job import run_experiment
+
         return run_experiment(
             loaded, request, progress, max_tokens=self._settings.max_prompt_tokens
         )
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None:
+        from model_worker.jobs import idle_work
+
         idle_work(loaded, job_waiting)
 
     def failure_message(self, exc: BaseException) -> str:
+        from model_worker.jobs import failure_message
+
         return failure_message(exc)
