@@ -89,7 +89,8 @@ def main() -> None:
                 f" {svg_ms:>6.0f}ms {png_ms:>6.0f}ms"
             )
     settings = Settings(model="tiny-words")
-    with TestClient(create_app(settings, embedded_backend(settings, loader=tiny_words))) as client:
+    app = create_app(settings, embedded_backend(settings, loader=tiny_words))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         for n in (12, 66, 300):
             answer = client.post("/analyse", data={"prompt": prompt(n)}, follow_redirects=False)
             while answer.status_code == 503:  # the model is still loading: asked again
