@@ -42,7 +42,8 @@ TITLES = {
 CLAIMS: tuple[tuple[str, str, str, str], ...] = (
     ("ICL solves the word tasks", "87–100% (GPT2-large)", "accuracy", "accuracy_minus_chance"),
     (
-        "the label comes from the input, not from the demonstrations' positions",
+        "the answer comes from the input, not from the demonstrations' positions "
+        "(measured: the position effect)",
         "implied",
         "accuracy",
         "accuracy_true_nearest_minus_false_nearest",
@@ -282,6 +283,10 @@ def section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: claims whose verdict quantity measures the opposite of the claim (supported → contradicts)
+OPPOSED = frozenset({"accuracy_true_nearest_minus_false_nearest"})
+
+
 def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
     text, reported, name, quantity = claim
     data = stored.get(name)
@@ -293,14 +298,19 @@ def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any
     if data is None or found is None:
         return f"| {text} | {reported} | not run | cannot test (not run) |"
     measured = _interval(found["interval"])
+    outcome = found["outcome"]
+    if quantity in OPPOSED and outcome != "inconclusive":
+        outcome = "not supported" if outcome == "supported" else "supported"
+    word = {
+        "supported": "supports",
+        "not supported": "contradicts",
+        "inconclusive": "cannot test at this n (inconclusive)",
+    }[outcome]
     if name != "accuracy" and not _adequate(stored, data):
-        word = "cannot test: the model is not doing ICL on the task (counterbalanced)"
-    else:
-        word = {
-            "supported": "supports",
-            "not supported": "contradicts",
-            "inconclusive": "cannot test at this n (inconclusive)",
-        }[found["outcome"]]
+        word = (
+            "cannot test: the model is not shown to do ICL on the task under counterbalanced "
+            f"order (the measurement alone: {found['outcome']})"
+        )
     return f"| {text} | {reported} | `{quantity}` = {measured} | **{word}** |"
 
 
@@ -324,8 +334,10 @@ def render(folder: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
         stored[data["name"]] = data
     lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(". Each")[0] + ".")]
+    order = [name for name in TITLES if name in EXPERIMENT_NAMES]
+    order += [name for name in EXPERIMENT_NAMES if name not in order]
     lines += ["## What was run", ""]
-    for name in EXPERIMENT_NAMES:
+    for name in order:
         if name in stored:
             data = stored[name]
             seeds = ",".join(map(str, data.get("seeds") or [data["seed"]]))
@@ -333,11 +345,11 @@ def render(folder: Path) -> str:
                 f"- `{name}`: `scripts/results.py run {name}:{seeds} --n {data['n']} --dataset "
                 f"{data['dataset']} --design {data['design']}` on {_num(data['model'])}"
             )
-    missing = [name for name in EXPERIMENT_NAMES if name not in stored]
+    missing = [name for name in order if name not in stored]
     if missing:
         lines.append(f"- not run here: {', '.join(f'`{m}`' for m in missing)}")
     lines.append("")
-    for name in EXPERIMENT_NAMES:
+    for name in order:
         if name in stored:
             lines += section(stored[name])
     lines += [
