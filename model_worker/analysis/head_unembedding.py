@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from model_worker.analysis.kernels import unembed_matmul
+from model_worker.analysis.metrics import block_rows
 from model_worker.analysis.projection import VocabProjector
 
 
@@ -60,7 +61,10 @@ class FactoredValues:
 
     def block_rows(self) -> int | None:
         """Rows per block of logits: one head's positions where every head has its U_h (each
-        block is then one product, kept as it comes), else None (the default blocks)."""
-        if any(u is None for u in self.unembeddings):
+        block is then one product, kept as it comes), at most a default block's rows (a long
+        prompt's 1,022 positions made a 201 MB block on SmolLM2), else None (the default
+        blocks)."""
+        first = self.unembeddings[0] if self.unembeddings else None
+        if first is None or any(u is None for u in self.unembeddings):
             return None
-        return max(1, self.z.shape[1])
+        return max(1, min(self.z.shape[1], block_rows(first.shape[0], self.z.device)))

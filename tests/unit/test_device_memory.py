@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from model_worker.device_memory import _host_available, available_bytes, room_for
 from model_worker.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from model_worker.unembedding_cache import HeadUnembeddings
-from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+from tests.tiny_models import EXAMPLE_PROMPT, WORDS, tiny_llama
 
 
 def test_host_memory_is_meminfo_capped_by_the_cgroup(tmp_path: Path) -> None:
@@ -72,3 +73,39 @@ def test_an_analysis_keeps_the_unembedding_of_every_head_it_projects() -> None:
     assert kept <= (len(result.head_details) + len(layers)) * unit
     for detail in result.head_details.values():
         assert loaded.head_unembeddings.holds((detail.layer, detail.head))
+
+
+def test_long_prompts_project_factored_values_in_bounded_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A factored head's positions go in blocks of at most a default block's rows (here 8 of
+    the prompt's 14): the same result as one block a head."""
+    from model_worker.analysis import metrics
+    from model_worker.analysis.head_unembedding import FactoredValues
+
+    def analysed() -> dict[str, object]:
+        loaded = tiny_llama()
+        loaded.head_unembeddings = HeadUnembeddings(2**30)  # U_h at first sight, all kept
+        return analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3).model_dump()
+
+    whole = analysed()
+    rows = 8
+    monkeypatch.setattr(metrics, "CPU_BLOCK_BYTES", rows * 4 * len(WORDS))
+    u_h = [torch.zeros(len(WORDS), 8)]
+    assert FactoredValues(torch.zeros(1, 14, 32), torch.zeros(1, 14, 8), u_h).block_rows() == rows
+    assert close_results(analysed(), whole)
+
+
+def close_results(got: object, expected: object) -> bool:
+    """Equal structures, floats within 1e-6."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return got.keys() == expected.keys() and all(
+            close_results(got[k], expected[k]) for k in expected
+        )
+    if isinstance(expected, list) and isinstance(got, list):
+        return len(got) == len(expected) and all(
+            close_results(a, b) for a, b in zip(got, expected, strict=True)
+        )
+    if isinstance(expected, float) and isinstance(got, float):
+        return abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
+    return got == expected
