@@ -69,11 +69,11 @@ def analyze(
         )
         if server is None:
             check_model_source(model)
+    settings = get_settings()  # a bad ICL_* variable is refused before torch too
     from model_worker.loading import load_model
     from model_worker.report import print_result
     from model_worker.run.analyze import analyze as run_analysis
 
-    settings = get_settings()
     with user_errors():
         options: dict[str, Any] = {
             "target": target,

@@ -6,11 +6,14 @@ Imports no other CLI module (icl_heads.cli and icl_heads.cli compose the command
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from typer.core import TyperGroup
 
 from model_worker.defaults import DType
@@ -31,6 +34,22 @@ class OneLineErrors(TyperGroup):
             message = exc.format_message().replace(": Value error, ", ": ")
             typer.echo(f"error: {message}", err=True)
             raise typer.Exit(2) from None
+        except (SettingsError, ValidationError) as exc:
+            if isinstance(exc, ValidationError) and exc.title != Settings.__name__:
+                raise
+            typer.echo(f"error: {setting_problem(exc)}", err=True)
+            raise typer.Exit(2) from None
+
+
+def setting_problem(exc: SettingsError | ValidationError) -> str:
+    """One line for an `ICL_*` variable (or `.env` entry) the settings cannot read."""
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        name = "ICL_" + "_".join(str(part) for part in error["loc"]).upper()
+        return f"the setting {name} is invalid: {error['msg']}"
+    match = re.search(r'field "(\w+)"', str(exc))
+    name = f"ICL_{match[1].upper()}" if match else "an ICL_* setting"
+    return f'the setting {name} cannot be read: a list or a map is JSON, e.g. \'["a", "b"]\''
 
 
 @contextmanager

@@ -80,3 +80,32 @@ def test_offline_hub_id_not_in_cache_is_refused_at_once(tmp_path: Path) -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["code"] == 2 and "not in the local Hugging Face cache" in report["stderr"]
     assert not report["torch"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("ICL_MAX_PROMPT_TOKENS", "many", "the setting ICL_MAX_PROMPT_TOKENS is invalid"),
+        ("ICL_ALLOWED_HOSTS", "gpu-server", "the setting ICL_ALLOWED_HOSTS cannot be read"),
+    ],
+)
+def test_a_bad_setting_is_one_line(
+    variable: str, value: str, expected: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, "analyze", "-p", PROMPT],
+        cwd=tmp_path,
+        env={
+            "PYTHONPATH": str(ROOT),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            variable: value,
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = report["stderr"].strip().splitlines()
+    assert report["code"] == 2 and len(lines) == 1 and lines[0].startswith(f"error: {expected}")
+    assert not report["torch"]
