@@ -39,34 +39,38 @@ def has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def surrogate_field(value: Any) -> str:
-    """The path (`body.labels.0`) of a string holding a lone surrogate among the first
+Location = tuple[str | int, ...]
+
+
+def surrogate_field(value: Any) -> Location:
+    """Where (`("body", "labels", 0)`) a string holds a lone surrogate, among the first
     NAMING_BUDGET values of `value` (breadth first: the request's own fields first), else
-    `body`."""
-    queue: deque[tuple[tuple[str, ...], Any]] = deque([(("body",), value)])
+    `("body",)`."""
+    queue: deque[tuple[Location, Any]] = deque([(("body",), value)])
     for _ in range(NAMING_BUDGET):
         if not queue:
             break
         path, item = queue.popleft()
         if isinstance(item, str) and has_lone_surrogate(item):
-            return ".".join(path)
+            return path
         if isinstance(item, dict):
             for key, child in islice(item.items(), NAMING_BUDGET):
                 if has_lone_surrogate(key):
-                    return ".".join(path)
+                    return path
                 queue.append(((*path, key), child))
         elif isinstance(item, list):
-            queue.extend(((*path, str(n)), child) for n, child in enumerate(item[:NAMING_BUDGET]))
-    return "body"
+            queue.extend(((*path, n), child) for n, child in enumerate(item[:NAMING_BUDGET]))
+    return ("body",)
 
 
-def json_problem(body: bytes) -> str | None:
-    """Why the JSON `body` is refused (too deep, a lone surrogate and where), or None. A body
-    that is not JSON at all is left to the route's own validation (its 422 says where)."""
+def json_problem(body: bytes) -> list[dict[str, Any]] | None:
+    """Why the JSON `body` is refused (too deep; a lone surrogate, and where), in the shape of
+    FastAPI's validation errors, or None. A body that is not JSON at all is left to the
+    route's own validation (its 422 says where)."""
     try:
         value = json.loads(body)
     except RecursionError:
-        return "the JSON body is nested too deeply"
+        return [{"loc": ["body"], "msg": "the JSON body is nested too deeply", "type": "json"}]
     except ValueError:
         return None
     if not _SURROGATE_HINT.search(body):
@@ -74,10 +78,8 @@ def json_problem(body: bytes) -> str | None:
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        return (
-            f"{surrogate_field(value)}: the text holds a lone UTF-16 surrogate "
-            "(\\ud800-\\udfff without its pair), which is not a character"
-        )
+        msg = "a lone UTF-16 surrogate (\\ud800-\\udfff without its pair) is not a character"
+        return [{"loc": list(surrogate_field(value)), "msg": msg, "type": "string_unicode"}]
     return None
 
 
