@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.retry import Retry
@@ -111,11 +112,14 @@ class RedisBackend(PartsReader):
             "health_check_interval": 30,
         }
         self._redis = Redis.from_url(self._url, **options)
-        self._aredis = AsyncRedis.from_url(self._url, **options)
+        # the asyncio client needs its own Retry: with the blocking one, a connection Redis
+        # closed (a restart) failed the first read on it instead of reconnecting
+        async_options = options | {"retry": AsyncRetry(NoBackoff(), 1)}
+        self._aredis = AsyncRedis.from_url(self._url, **async_options)
         # finished results on their way from the workers: the cache, else the queue's Redis
         cache = settings.cache_redis_url
         self._results = Redis.from_url(cache, **options) if cache else self._redis
-        self._aresults = AsyncRedis.from_url(cache, **options) if cache else self._aredis
+        self._aresults = AsyncRedis.from_url(cache, **async_options) if cache else self._aredis
         self._watch = JobWatch(self._aredis)  # long polls: one mark read per tick
         self._store = store or open_store(settings)
         self._persisted: set[str] = set()  # jobs whose end this process put in the store
