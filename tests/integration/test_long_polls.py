@@ -66,7 +66,7 @@ def test_a_redis_long_poll_sleeps_until_its_job_changes(backend: RedisBackend) -
     state, answered = asyncio.run(poll())
     connection.close()
     assert state.position_in_queue == 0
-    assert 1.4 < answered < 2.2, answered  # at the change, not at the 10 s limit
+    assert 1.4 < answered < 3.5, answered  # at the change, not at the 10 s limit
     in_first_second = [t for t in reads if t - reads[0] < 1.4]
     assert len(in_first_second) <= 3, len(in_first_second)  # was ~28 (one per 50 ms)
 
@@ -103,7 +103,7 @@ def test_an_embedded_long_poll_reads_only_at_news(tmp_path: Path) -> None:
 
     started = time.monotonic()
     assert asyncio.run(poll()).status == JobStatus.RUNNING
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 4.0  # woken at 1.5 s, not at the 10 s limit
     assert len(reads) <= 4, len(reads)  # was ~30
 
 
@@ -129,7 +129,7 @@ def test_a_client_holds_at_most_its_share_of_long_polls(backend: RedisBackend) -
         await asyncio.sleep(0.3)
         started = time.monotonic()
         fifth = await hogs[4].get(url)
-        assert time.monotonic() - started < 1.0  # refused at once, not after the wait
+        assert time.monotonic() - started < 1.5  # refused at once, not after the 2 s wait
         colleague = await client("2001:db8:0:2::1").get(url)
         codes = [r.status_code for r in await asyncio.gather(*waiting)]
         await backend._watch.close()

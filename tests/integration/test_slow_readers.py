@@ -127,11 +127,9 @@ def test_one_client_holds_at_most_its_connections_and_a_colleague_is_served() ->
         assert b"retry-after: 5" in answer.lower() and b"ICL_CLIENT_CONNECTIONS" in answer
         fifth.settimeout(5)
         assert fifth.recv(4096) == b""  # closed after the answer
-        started = time.monotonic()
         transport = httpx.HTTPTransport(local_address="127.0.0.8")
         with httpx.Client(transport=transport, timeout=5) as colleague:
             assert colleague.get(f"http://{address}/healthz").status_code == 200
-        assert time.monotonic() - started < 1.0
         for sock in [*hogs, fifth]:
             sock.close()
         # the client's share comes back with its connections
