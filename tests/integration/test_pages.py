@@ -435,7 +435,7 @@ def test_the_heatmap_comes_before_the_head_details(
             if heads is not None:
                 break
         assert heads is not None, page
-        assert page.select("svg[data-figure=heatmap] rect.cell")
+        assert figure_values(figure_spec(page, "heatmap"))
         assert len(page.select("table.top-heads tbody tr")) == 2
         assert not [th for th in page.select("table.top-heads th") if "MRR" in th.text]
         split = page.select(
@@ -451,7 +451,7 @@ def test_the_heatmap_comes_before_the_head_details(
         api = client.get(f"/api/analyses/{job_id}").json()
         assert api["status"] == "running" and api["result"]["head_details"] == {}
         assert {h["label_increase"] for h in api["result"]["heads"]} == {None}
-        assert len(api["result"]["heads"]) == len(page.select("svg[data-figure=heatmap] rect.cell"))
+        assert len(api["result"]["heads"]) == len(figure_values(figure_spec(page, "heatmap")))
         name = api["result"]["top_heads"][0]
         panel = client.get(f"/a/{job_id}/heads/{name}")
         assert panel.status_code == 200 and "on their way" in panel.text
@@ -493,7 +493,7 @@ def test_the_permalink_of_a_fresh_analysis_comes_with_its_heatmap(
         location = client.post("/analyse", data=form, follow_redirects=False).headers["location"]
         page = soup(client.get(location).text)
         assert page.select_one(".analysis-body[data-status=heads]") is not None
-        assert page.select("svg[data-figure=heatmap] rect.cell")
+        assert figure_values(figure_spec(page, "heatmap"))
         assert page.select_one(".details-pending") is not None
         assert page.select_one("[data-status=running]") is None
     finished(client, location.removeprefix("/a/"))
@@ -535,7 +535,10 @@ def test_token_strings_are_escaped(client: TestClient) -> None:
     assert [s.get("src") for s in page.select("script")] == [
         "/static/vendor/htmx-2.0.11.min.js",
         "/static/js/htmx-guard.js",
-        "/static/js/heatmap.js",
+        "/static/vendor/vega-6.2.0.min.js",
+        "/static/vendor/vega-lite-6.4.1.min.js",
+        "/static/vendor/vega-embed-7.1.0.min.js",
+        "/static/js/figures.js",
         "/static/js/recent.js",
     ]
     assert page.select("[onerror]") == []
