@@ -3,8 +3,10 @@ the size of a 64-token analysis' notebook view."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import nbformat
 import pytest
@@ -37,6 +39,18 @@ def cell_with(notebook: Any, source: str) -> Any:
     return cell
 
 
+def marks(view: Any, figure: str, group: str) -> list[ElementTree.Element]:
+    """The marks of a notebook view's figure (a static SVG image) in its groups named `group`."""
+    image = view.select_one(f'figure[data-figure="{figure}"] img.figure-static')
+    svg = base64.b64decode(str(image["src"]).split(",", 1)[1])
+    return [
+        child
+        for g in ElementTree.fromstring(svg).iter("{http://www.w3.org/2000/svg}g")
+        if group in (g.get("class") or "").split()
+        for child in g
+    ]
+
+
 def test_tour_runs_in_a_kernel_and_shows_the_figures() -> None:
     notebook = nbformat.read(TOUR, as_version=4)
     assert not any(c.get("outputs") for c in notebook.cells if c.cell_type == "code")
@@ -45,15 +59,15 @@ def test_tour_runs_in_a_kernel_and_shows_the_figures() -> None:
     ).execute()  # raises CellExecutionError on any error
 
     analysis = html_of(cell_with(notebook, "\nresult"))
-    assert len(analysis.select('svg[data-figure="heatmap"] rect.cell')) == 270  # 30 × 9 heads
-    assert len(analysis.select('svg[data-figure="layers"] rect.bar')) == 60
+    assert len(marks(analysis, "heatmap", "cells_marks")) == 270  # 30 × 9 heads
+    assert len(marks(analysis, "layers", "mark-rect")) == 60
     top = [row["data-head-name"] for row in analysis.select("table.top-heads tbody tr")]
     assert "L23H1" in top[:10]
     n_tokens = len(analysis.select("[data-position]"))
 
     head = html_of(cell_with(notebook, 'result.head("L23H1")'))
     assert head.select_one("[data-head-name]")["data-head-name"] == "L23H1"
-    assert len(head.select('svg[data-figure="attention"] rect.bar')) == n_tokens
+    assert len(marks(head, "attention", "mark-rect")) == n_tokens
     assert head.select('table[data-table="values"] tbody tr.row--true')
 
     frame = cell_with(notebook, "result.heads_frame().head(10)")
