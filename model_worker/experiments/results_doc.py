@@ -159,6 +159,8 @@ model score well by copying the nearest label; it stays available as `--design f
 exact binomial (Clopper–Pearson) for accuracies and rates, otherwise a percentile bootstrap
 over prompts (2,000 resamples, fixed seed; paired when two conditions share prompts). Between
 seeds (other evaluation and location prompts) each metric's mean, SD, min and max are given.
+With few prompts the percentile bootstrap understates the uncertainty (a change that is zero on
+every prompt gets the interval [0, 0]), so read the verdicts of small-n sections as indicative.
 
 **Verdicts.** Each hypothesis is decided from its interval, for each seed: {rule} Then,
 {combined}
