@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from icl_heads.cli import app
 from model_worker.capture import run_with_cache
 from model_worker.errors import UserInputError
+from model_worker.run.analyze import analyze
 from model_worker.towers import detail_towers, towers
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
@@ -117,3 +118,18 @@ def test_panel_decompositions_attended_then_true_versus_false() -> None:
     each = {p: towers(loaded, EXAMPLE_PROMPT, head="L2H1", position=p).score for p in range(12)}
     assert versus.score == pytest.approx(each[versus.position] - each[versus.versus], abs=1e-4)
     assert versus.model_score == pytest.approx(versus.score, abs=1e-4)
+
+
+def test_analyze_decomposes_the_requested_heads() -> None:
+    """analyze(towers=[...]) details those heads with their decompositions; the attended
+    label's score is the head panel's QK score at that position."""
+    loaded = tiny_llama()
+    result = analyze(loaded, EXAMPLE_PROMPT, target="foo", top_k_heads=2, towers=["L2H1"])
+    detail = result.head_details["L2H1"]
+    attended, versus = detail.towers
+    assert attended.score == pytest.approx(detail.scores[attended.position], abs=1e-4)
+    labels = {label.position: label.is_true for label in result.labels}
+    assert labels[versus.position] and versus.versus is not None and not labels[versus.versus]
+    assert all(not d.towers for name, d in result.head_details.items() if name != "L2H1")
+    with pytest.raises(UserInputError):
+        analyze(loaded, EXAMPLE_PROMPT, towers=["L7H0"])
