@@ -266,3 +266,27 @@ def test_bad_positions_are_one_sentence() -> None:
     plain = run_with_cache(loaded.model, loaded.adapter, loaded.geometry, ids)
     with pytest.raises(TowersError, match="queries and keys"):
         decompose(loaded, plain, 1, 0, n - 1, [0])
+
+
+@pytest.mark.parametrize("name", ["phi", "stablelm"])
+def test_layernorm_qk_norms(name: str) -> None:
+    """Phi's and StableLM's q/k LayerNorms (StableLM: one per head), which their tiny configs
+    leave off (`qk_layernorm` is not taken from the config's keyword arguments): switched on."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from model_worker.loading import wrap_model
+    from tests.tiny_models import WORDS, randomize_norms_and_biases, word_tokenizer
+
+    spec = REGISTRY[name]
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(name, vocab_size=len(WORDS), **spec.tiny)
+    config.qk_layernorm = True
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    randomize_norms_and_biases(model, spec.norm_offset)
+    loaded = wrap_model(model.eval(), word_tokenizer(), name=f"tiny-{name}-qk")
+    ids = loaded.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    cache = run_with_cache(loaded.model, loaded.adapter, loaded.geometry, ids, record_qk=True)
+    assert loaded.adapter.sub(loaded.model, 0, spec.q_norm or "") is not None
+    family = (loaded, cache)
+    test_terms_sum_to_the_models_score(family)
+    test_removing_a_component_changes_the_score_by_its_row_or_column(family)
