@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from model_worker.analysis.patching import pearson
 from model_worker.contracts import ExperimentResult, head_name
 from model_worker.contracts.patching import PatchRequest
-from model_worker.errors import UserInputError
+from model_worker.errors import PromptError, UserInputError
 from model_worker.experiments import stats
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import prompts
@@ -72,6 +72,8 @@ def run(ctx: Context) -> ExperimentResult:
         )
         try:
             pair = make_pair(loaded, request, ctx.max_tokens)
+        except PromptError:
+            raise  # over the prompt limit: one clear line, as every experiment says it
         except UserInputError:
             skipped += 1  # a corruption that changes the length, or leaves LD unchanged
             continue
