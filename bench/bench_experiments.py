@@ -94,12 +94,12 @@ def designs(loaded: LoadedModel, dataset: Dataset, n: int, batch_size: int, repe
             rates[design].append(len(items) / (time.perf_counter() - start))
     for design, seen in rates.items():
         print(
-            f"{design}: {statistics.fmean(seen):.1f} prompts/s (runs: "
+            f"{design}: {statistics.median(seen):.1f} prompts/s median (runs: "
             f"{', '.join(f'{r:.1f}' for r in seen)}), {n} prompts, batch {batch_size}"
         )
-    ratio = statistics.fmean(rates["counterbalanced"]) / statistics.fmean(rates["fftt"])
+    ratio = statistics.median(rates["counterbalanced"]) / statistics.median(rates["fftt"])
     print(
-        f"counterbalanced (with its evidence) / FFTT: {ratio:.2f}x prompts per second; "
+        f"counterbalanced (with its evidence) / FFTT: {ratio:.2f}x prompts per second (medians); "
         f"evidence {1000 * statistics.fmean(evidence_s) / n:.2f} ms per prompt"
     )
 
