@@ -249,3 +249,24 @@ def test_generated_results_document_is_byte_identical_on_a_second_run(
             assert f"`{verdict.quantity}`" in first and f"**{verdict.outcome}**" in first
     assert "(later version, unverified)" in first
     assert "| zeroing ~1% of heads" in first and "cannot test" in first  # gate or n
+
+
+def test_cli_seeds_and_design_bad_input_exit_2_with_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from icl_heads.cli import app
+
+    cases = [
+        (["experiment", "accuracy", "--seeds", "0,x"], "--seeds must be integers"),
+        (["experiment", "accuracy", "--seeds", ""], "--seeds must be integers"),
+        (["experiment", "accuracy", "--design", "random"], "'counterbalanced', 'fftt'"),
+        (
+            ["experiment", "accuracy", "--seeds", "0,1", "--server", "http://127.0.0.1:9"],
+            "run locally only",
+        ),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
