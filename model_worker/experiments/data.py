@@ -60,6 +60,8 @@ def inline_dataset(request: ExperimentRequest) -> ExperimentRequest:
         return request
     path = Path(request.dataset)
     try:
+        if path.suffix.lower() in (".csv", ".jsonl") and not path.is_file():
+            raise DatasetError(f"no such file {request.dataset!r}")
         if not Path(path.name).suffix or not path.is_file():
             raise DatasetError(
                 f"unknown dataset {request.dataset!r}; use {', '.join(BUILTIN_DATASETS)} "
