@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 
 from app.deps import (
@@ -46,15 +47,17 @@ VersusQuery = Annotated[
 ]
 
 
+def _refuse(name: str, message: str) -> RequestValidationError:
+    """A 422 about query parameter `name`, in FastAPI's validation format (as documented)."""
+    return RequestValidationError([{"loc": ("query", name), "msg": message, "type": "value_error"}])
+
+
 def _position(name: str, value: str | None) -> int | None:
     """A query's token position: None for none or empty, 422 for anything but a number."""
     if value is None or not value.strip():
         return None
     if not value.strip().isdigit():
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"{name} {value!r} is not a token position (a number, 0 or more)",
-        )
+        raise _refuse(name, f"{name} {value!r} is not a token position (a number, 0 or more)")
     return int(value)
 
 
@@ -81,12 +84,9 @@ class TowersAt:
     def check(self, result: AnalysisCore) -> None:
         """422 for a position outside the prompt."""
         n = len(result.tokens)
-        for value in (self.position, self.versus):
+        for name, value in (("position", self.position), ("versus", self.versus)):
             if value is not None and value >= n:
-                raise HTTPException(
-                    status.HTTP_422_UNPROCESSABLE_CONTENT,
-                    f"position {value} is outside the prompt (tokens 0 to {n - 1})",
-                )
+                raise _refuse(name, f"position {value} is outside the prompt (tokens 0 to {n - 1})")
 
     def served_by(self, detail: HeadDetail) -> bool:
         """Whether `detail` holds this decomposition."""

@@ -205,7 +205,7 @@ def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
     assert first.status_code in (200, 202)
     pending = soup(client.get(f"/a/{job_id}/heads/{name}").text)
     deadline = time.monotonic() + 30
-    while (poller := pending.select_one("[hx-get]")) is not None:
+    while (poller := pending.select_one(".status[hx-get]")) is not None:
         assert f"/a/{job_id}/heads/{name}?job=a-" in poller["hx-get"]
         assert time.monotonic() < deadline
         time.sleep(0.05)
