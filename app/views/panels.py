@@ -48,9 +48,7 @@ from model_worker.queue.states import JobState, JobStatus
 
 #: experiment reports: text, emphasis and tables only (no raw HTML, links or images from a worker)
 _markdown = (
-    MarkdownIt("commonmark", {"html": False})
-    .enable("table")
-    .disable(["link", "image", "autolink"])
+    MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
 )
 Analysis = AnalysisSummary | AnalysisResult
 
