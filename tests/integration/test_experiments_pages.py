@@ -94,7 +94,7 @@ def test_uploaded_dataset_runs_and_shows_figures_report_downloads(
     ]  # the result view's model is the result its twin answers with
     assert type(shown) is ExperimentPanel and shown.job_id == job_id
     assert answer["experiment"] == shown.model_dump(mode="json")
-    assert 'data-figure="accuracy"' in page.text and "<svg" in page.text
+    assert 'data-figure="accuracy"' in page.text and "data-spec=" in page.text  # drawn by Vega
     assert "Paper vs this run" in page.text and "<table>" in page.text
     csv_file = client.get(f"/e/{job_id}/download/accuracy.csv")
     assert csv_file.status_code == 200 and csv_file.text.startswith("foo_class,input_class")
