@@ -13,9 +13,9 @@ import pytest
 from bs4 import BeautifulSoup
 from nbclient import NotebookClient
 
-from model_worker.contracts import AnalysisResult
+from icl_heads.local import analyze
+from icl_heads.results import AnalysisResult
 from model_worker.loading import LoadedModel
-from model_worker.run.analyze import analyze
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_tour_runs_in_a_kernel_and_shows_the_figures() -> None:
     assert "L23H1" in frame.outputs[0]["data"]["text/plain"]
 
     experiment = html_of(cell_with(notebook, "\nexperiment"))
-    assert experiment.select('figure[data-figure="accuracy"] svg')
+    assert marks(experiment, "accuracy", "mark-rect")
     table = cell_with(notebook, 'experiment.frames()["accuracy"]')
     assert "<table" in table.outputs[0]["data"]["text/html"]
     for output in (o for c in notebook.cells for o in c.get("outputs", [])):

@@ -75,5 +75,5 @@ def test_the_cli_sends_a_local_file_as_its_text(tmp_path: Path) -> None:
     assert inlined.dataset_text == CSV
     assert resolve_dataset(inlined).classes == ("a", "b")
     missing = ExperimentRequest(name="accuracy", dataset=str(tmp_path / "none.csv"))
-    with pytest.raises(ExperimentInputError, match="unknown dataset"):
+    with pytest.raises(ExperimentInputError, match="no such file"):
         inline_dataset(missing)
