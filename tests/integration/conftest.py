@@ -6,13 +6,17 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from redis import Redis
 
 from app.queue.redis_backend import RedisBackend
+from app.store import ResultStore, open_store
 from model_worker.queue.heartbeats import WorkerBeat, write_beat
 from model_worker.queue.keys import queue_name
+from model_worker.settings import Settings
+from tests.integration.db_support import fresh_postgres
 from tests.integration.redis_support import private_db, web_settings
 
 MODEL = "tiny-model"
@@ -42,3 +46,17 @@ def backend() -> Iterator[RedisBackend]:
             backend._redis.close()
             backend._store.close()
             connection.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
+    """An empty durable store, on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        opened = open_store(Settings(data_dir=tmp_path / "data"))
+        yield opened
+        opened.close()
+        return
+    with fresh_postgres() as url:
+        opened = open_store(Settings(database_url=url))
+        yield opened
+        opened.close()

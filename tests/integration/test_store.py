@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.store import DONE, FAILED, PENDING, ResultStore, StoreError, open_store
 from model_worker.settings import Settings
-from tests.integration.db_support import fresh_postgres
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
-    if request.param == "sqlite":
-        opened = open_store(Settings(data_dir=tmp_path / "data"))
-        yield opened
-        opened.close()
-        return
-    with fresh_postgres() as url:
-        opened = open_store(Settings(database_url=url))
-        yield opened
-        opened.close()
 
 
 def test_a_request_is_kept_until_its_result_and_then_the_result(store: ResultStore) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,23 +14,9 @@ from app import store as store_module
 from app.store import SQLITE_FILE, ResultStore, open_store
 from model_worker.contracts import ExperimentRequest
 from model_worker.settings import Settings
-from tests.integration.db_support import fresh_postgres
 
 DATASET = "text,label\n" + "".join(f"sentence number {i},{'ab'[i % 2]}\n" for i in range(20_000))
 PART = b"x" * 10_000
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
-    if request.param == "sqlite":
-        opened = open_store(Settings(data_dir=tmp_path / "data"))
-        yield opened
-        opened.close()
-        return
-    with fresh_postgres() as url:
-        opened = open_store(Settings(database_url=url))
-        yield opened
-        opened.close()
 
 
 def experiment(seed: int) -> str:
