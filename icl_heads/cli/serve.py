@@ -36,6 +36,23 @@ def serve(
     insecure: Annotated[
         bool, typer.Option(help="Allow a non-loopback address without ICL_AUTH_TOKEN.")
     ] = False,
+    threads: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="ICL_THREADS",
+            help="Torch threads of the embedded engine (0: the CPU quota ÷ --workers-per-host); "
+            "unused with ICL_REDIS_URL (the workers run the engine).",
+        ),
+    ] = 0,
+    workers_per_host: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="ICL_WORKERS_PER_HOST",
+            help="How many engines share this host's CPUs (sizes the default --threads).",
+        ),
+    ] = 1,
 ) -> None:
     """Serve the dashboard and JSON API (embedded worker unless ICL_REDIS_URL is set)."""
     import uvicorn
@@ -50,7 +67,9 @@ def serve(
         web_app = create_app(settings)
     else:
         from icl_heads.serving import embedded_backend
+        from model_worker.threads import set_threads
 
+        set_threads(threads, workers_per_host)  # before the engine's thread loads the model
         web_app = create_app(settings, embedded_backend(settings))
     uvicorn.Server(server_config(web_app, settings, **uvicorn_options(settings))).run()
 

@@ -3,6 +3,7 @@ the workers of a host."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -50,3 +51,82 @@ def test_set_threads_sets_torch(tmp_path: Path) -> None:
         assert torch.get_num_threads() == expected
     finally:
         torch.set_num_threads(before)
+
+
+def served_threads(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], redis: bool, env: dict[str, str] | None = None
+) -> int:
+    """`icl-heads serve ARGS` with uvicorn, the app and the engine stubbed out: torch's thread
+    count the engine's own (new) thread then sees."""
+    import threading
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import app.main
+    import app.timeouts
+    import icl_heads.serving
+    from icl_heads.cli import app as cli
+    from model_worker.settings import get_settings
+
+    class Server:
+        def __init__(self, _config: object) -> None:
+            pass
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr(uvicorn, "Server", Server)
+    monkeypatch.setattr(app.main, "create_app", lambda *_a, **_k: object())
+    monkeypatch.setattr(app.timeouts, "server_config", lambda *_a, **_k: None)
+    monkeypatch.setattr(icl_heads.serving, "embedded_backend", lambda *_a, **_k: None)
+    for name in ("ICL_THREADS", "ICL_WORKERS_PER_HOST", "ICL_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    if redis:
+        monkeypatch.setenv("ICL_REDIS_URL", "redis://127.0.0.1:1/0")
+    else:
+        monkeypatch.delenv("ICL_REDIS_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["serve", "--host", "127.0.0.1", *args])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    seen: list[int] = []
+    engine = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    engine.start()
+    engine.join()
+    return seen[0]
+
+
+def test_serve_sets_the_embedded_engines_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`icl-heads serve --threads N` (embedded mode) sets torch's threads for the engine's
+    thread too; the default is the CPU quota ÷ --workers-per-host; with Redis (no engine in
+    the process) the option changes nothing."""
+    before = torch.get_num_threads()
+    cores = max(1, math.floor(cpu_quota()))
+    try:
+        torch.set_num_threads(cores)
+        assert served_threads(monkeypatch, ["--threads", "1"], redis=False) == 1
+        assert torch.get_num_threads() == 1
+        expected = max(1, cores // 2)
+        torch.set_num_threads(cores)
+        assert served_threads(monkeypatch, ["--workers-per-host", "2"], redis=False) == expected
+        torch.set_num_threads(cores)
+        assert served_threads(monkeypatch, ["--threads", "1"], redis=True) == cores
+        torch.set_num_threads(cores)  # the worker's variable serves here too
+        assert served_threads(monkeypatch, [], redis=False, env={"ICL_THREADS": "1"}) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_serve_refuses_a_bad_thread_count_in_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from icl_heads.cli import app as cli
+
+    result = CliRunner().invoke(cli, ["serve", "--threads", "-1"])
+    assert result.exit_code == 2
+    assert "--threads" in result.output and "Traceback" not in result.output
