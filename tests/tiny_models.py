@@ -151,6 +151,9 @@ def tiny_family(
         **{**spec.tiny, **(overrides or {})},
         **{k: 0.0 for k in DROPOUTS},
     )
+    for key, value in (overrides or {}).items():  # a boolean switch some versions' config
+        if isinstance(value, bool) and getattr(config, key, None) is not value:  # classes drop
+            setattr(config, key, value)  # (Phi's and StableLM's qk_layernorm)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=dtype)
     randomize_norms_and_biases(model, spec.norm_offset)
     return wrap_model(model, word_tokenizer(), name=f"tiny-{family}")

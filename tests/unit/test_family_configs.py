@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 from transformers import AutoConfig
 
 import tests.unit.test_families as checks
 from model_worker.adapters import REGISTRY
-from model_worker.adapters.spec import ROPE_TYPES
+from model_worker.adapters.spec import ROPE_TYPES, FamilySpec
 from model_worker.analysis.flow import flow_masks, information_flow, layer_masses, pair_counts
 from model_worker.analysis.scores import masked
 from model_worker.architectures import adapter_for
@@ -85,6 +86,56 @@ def test_adapter_attention_is_the_models(configured: LoadedModel) -> None:
 
 def test_the_declared_block_shape_is_the_models(configured: LoadedModel) -> None:
     checks.test_the_declared_block_shape_is_the_models(configured)
+
+
+def test_analyze_equals_the_batched_experiments(configured: LoadedModel) -> None:
+    """The whole analysis (narrowed capture, details) runs on every configuration and its head
+    increases equal the experiments' batched ones (an independent capture)."""
+    checks.test_batched_experiment_increases_equal_analyze(configured)
+
+
+def switch_flags(spec: FamilySpec) -> list[str]:
+    """The config flags that decide a spec's structure: its q/k norms' and parallel residual's."""
+    flags = [spec.qk_norm_flag, spec.parallel if isinstance(spec.parallel, str) else None]
+    return [flag for flag in flags if flag is not None]
+
+
+SWITCHED = [
+    (family, flag) for family, spec in sorted(REGISTRY.items()) for flag in switch_flags(spec)
+]
+
+
+@pytest.mark.parametrize(("family", "flag"), SWITCHED, ids=[f"{f}-{k}" for f, k in SWITCHED])
+def test_the_matrix_covers_both_values_of_every_structural_flag(family: str, flag: str) -> None:
+    """Each flag that switches a family's structure (q/k norms, parallel residual) is built
+    both ways by the matrix, and the built model really has (or lacks) what it switches: the
+    q/k norm modules in every layer, the parallel block (see the declared block shape test).
+    A config's keyword a model class ignores would otherwise leave one side never tested."""
+    spec = REGISTRY[family]
+    seen: dict[bool, str] = {}
+    for name, overrides in spec.configurations:
+        loaded = tiny_family(family, overrides=overrides)
+        value = bool(getattr(loaded.model.config, flag))
+        seen.setdefault(value, name)
+        adapter, model = loaded.adapter, loaded.model
+        if flag == spec.qk_norm_flag:
+            assert adapter.qk_norm == value, name
+            for layer in range(loaded.geometry.n_layers):
+                for path in (spec.q_norm, spec.k_norm):
+                    assert path is not None
+                    present = isinstance(getattr_path(adapter.layer(model, layer), path), nn.Module)
+                    assert present == value, f"{name}: layer {layer} {path} present={present}"
+        else:
+            assert adapter.parallel == value, name
+    assert set(seen) == {False, True}, f"{family}: {flag} only ever {set(seen)} in {seen}"
+
+
+def getattr_path(module: nn.Module, path: str) -> object:
+    """The attribute at dotted `path` under `module`, None where any step is missing."""
+    found: object = module
+    for part in path.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def rope_parameters(loaded: LoadedModel, rope_type: str) -> dict[str, Any]:
