@@ -1,31 +1,51 @@
-"""GPU benchmark: one forward pass vs one full analysis, and peak GPU memory, at 64 and 512 tokens.
+"""GPU benchmark: a forward pass vs a full analysis, its host and device time, peak GPU memory.
 
 Loads the model given on the command line on CUDA (bf16 weights by default, fp32 analysis maths)
-and prints the figures measured in this one run. Without CUDA it says so and exits 0.
+and prints the figures measured in this one run, at 64 and 512 tokens by default. Without CUDA
+it says so and exits 0.
+
+Host against device (issue 29's target: host ≤ 2× the GPU maths): the analysis is timed whole
+(synchronised), its maths are replayed alone (bench_replay.py: the capturing forward pass and
+every vocabulary product again, on the same inputs, synchronised), and one analysis runs under
+torch's profiler, whose CUDA kernel and copy times sum to the device's busy time. The host's
+time is the analysis's wall time minus the device's busy time (the GPU idles while the host
+works: one stream).
 
     .venv/bin/python bench/bench_gpu.py [MODEL] [--dtype bfloat16] [--repeats 5]
-    .venv/bin/python bench/bench_gpu.py --random-like smollm2 --tokenizer FOLDER [--dtype ...]
+    .venv/bin/python bench/bench_gpu.py --random-like llama-8b --tokenizer bench/tokenizer
+    bash bench/gpu_check.sh     # the whole GPU check: versions, 1B and 8B shapes, device tests
 
 MODEL is a Hugging Face id, a local folder or a .gguf (default: SmolLM2-135M-Instruct).
-`--random-like SHAPE` builds a Llama of a known shape (SHAPES: SmolLM2-135M's or Llama-3.2-1B's
-config) with RANDOM weights on the GPU, for machines the real weights cannot reach: timings
-depend on the shapes, not on the weights. Its tokenizer comes from `--tokenizer` (a folder, e.g.
-SmolLM2's saved with `load_model().tokenizer.save_pretrained(FOLDER)`), default the default
-model's.
+`--random-like SHAPE` builds a Llama of a known shape (SHAPES: SmolLM2-135M's, Llama-3.2-1B's or
+Llama-3.1-8B's config) with RANDOM weights directly on the GPU (no CPU copy: 16 GB for 8B), for
+machines the real weights cannot reach: timings depend on the shapes, not on the weights. Its
+tokenizer comes from `--tokenizer` (a folder, e.g.
+SmolLM2's saved with `load_model().tokenizer.save_pretrained(FOLDER)`: bench/tokenizer/ is one),
+default the default model's. The random shapes keep their real vocabulary size; the tokenizer's
+ids are a subset of it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from bench_analysis import prompt_of
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+from bench_replay import outside_maths
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from model_worker.loading import LoadedModel, freeze_loaded_objects, load_model, wrap_model
 from model_worker.run.analyze import analyze
@@ -60,43 +80,123 @@ SHAPES: dict[str, dict[str, Any]] = {
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": True,
     },
+    "tiny": {  # for checking this script on a CPU (`--device cpu`): SmolLM2's vocabulary
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 49152,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": True,
+    },
+    "llama-8b": {  # meta-llama/Llama-3.1-8B
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+    },
 }
 
 
+def tokenizer_from(folder: str) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in `folder`; its tokenizer.json read directly where this transformers
+    does not know the saved tokenizer class (the folder may come from a newer version)."""
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except (ValueError, OSError, KeyError, AttributeError) as exc:
+        print(f"AutoTokenizer could not read {folder} ({exc}); reading its tokenizer.json")
+        config = json.loads((Path(folder) / "tokenizer_config.json").read_text())
+        special = {
+            k: config[k]
+            for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+            if k in config
+        }
+        return PreTrainedTokenizerFast(
+            tokenizer_file=str(Path(folder) / "tokenizer.json"), **special
+        )
+
+
 def random_like(shape: str, tokenizer: str | None, dtype: str, device: str) -> LoadedModel:
-    """A Llama of SHAPES[shape] with random (seeded) weights, built on `device` in `dtype`."""
+    """A Llama of SHAPES[shape] with random (seeded) weights, built on `device` in `dtype`
+    (directly there: no copy on the CPU)."""
     config = LlamaConfig(**SHAPES[shape], bos_token_id=1, eos_token_id=2, pad_token_id=2)
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(
             config, dtype=getattr(torch, dtype), attn_implementation="eager"
         )
-    words = AutoTokenizer.from_pretrained(tokenizer) if tokenizer else load_model().tokenizer
+    words = tokenizer_from(tokenizer) if tokenizer else load_model().tokenizer
     loaded = wrap_model(model.eval(), words, name=f"random-like-{shape}")
     freeze_loaded_objects()  # as load_model does: the GC's scans skip the model's objects
     return loaded
 
 
-def cuda_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median wall seconds of `run` on CUDA (synchronised, after one warm-up call)."""
+def synchronize(device: torch.device) -> None:
+    """Wait for `device`'s queued work (CUDA); nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_seconds(run: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """Median wall seconds of `run` (synchronised, after one warm-up call)."""
     run()
-    torch.cuda.synchronize()
+    synchronize(device)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
-        torch.cuda.synchronize()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def peak_gib(run: Callable[[], object]) -> float:
-    """Peak GPU memory (GiB) allocated while `run` runs once."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+def peak_gib(run: Callable[[], object], device: torch.device) -> float | None:
+    """Peak GPU memory (GiB) allocated while `run` runs once (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
     run()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() / 2**30
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def gib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} GiB"
+
+
+def device_busy_seconds(run: Callable[[], object], device: torch.device) -> float | None:
+    """Seconds the GPU spent in kernels and copies while `run` ran once (torch's profiler:
+    the sum of the CUDA activities' own times); None where the profiler saw no CUDA activity
+    (no CUPTI), or off CUDA."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize(device)
+    # as torch's own table sums "Self CUDA time total": the device-side events (kernels, copies)
+    from torch.autograd import DeviceType
+
+    total_us = sum(
+        e.self_device_time_total
+        for e in prof.key_averages()
+        if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+    )
+    return total_us / 1e6 if total_us > 0 else None
 
 
 def bench_length(loaded: LoadedModel, tokens: int, repeats: int) -> None:
@@ -110,11 +210,31 @@ def bench_length(loaded: LoadedModel, tokens: int, repeats: int) -> None:
     def full() -> object:
         return analyze(loaded, prompt, top_k_heads=20)
 
-    t_forward, t_full = cuda_seconds(forward, repeats), cuda_seconds(full, repeats)
+    device = loaded.device
+    t_forward = device_seconds(forward, repeats, device)
+    times, recorded = outside_maths(loaded, prompt, repeats, lambda: synchronize(device))
+    t_full, t_maths = times["analysis"], times["replay"]
+    busy = device_busy_seconds(full, device)
     print(
         f"{ids.shape[1]:>4} tokens  forward {t_forward * 1000:8.1f} ms   analysis "
         f"{t_full * 1000:8.1f} ms   ratio {t_full / t_forward:6.1f}×   peak memory: forward "
-        f"{peak_gib(forward):.2f} GiB, analysis {peak_gib(full):.2f} GiB"
+        f"{gib(peak_gib(forward, device))}, analysis {gib(peak_gib(full, device))}"
+    )
+    print(
+        f"      maths replayed alone (capture + {len(recorded.products)} products, "
+        f"{recorded.gflop():.0f} GFLOP) {t_maths * 1000:8.1f} ms: analysis / maths "
+        f"{t_full / t_maths:5.2f}×"
+    )
+    if busy is None:
+        print("      device busy time: no CUDA activity profiled; the replay's time stands for it")
+        host, device = t_full - t_maths, t_maths
+        source = "the replay"
+    else:
+        host, device = t_full - busy, busy
+        source = "the profiler"
+    print(
+        f"      device busy {device * 1000:8.1f} ms (from {source}), host {host * 1000:8.1f} ms: "
+        f"host / device {host / device:5.2f}× (target ≤ 2×)"
     )
 
 
@@ -126,19 +246,25 @@ def main() -> int:
     parser.add_argument("--random-like", choices=sorted(SHAPES), help="random weights, real shape")
     parser.add_argument("--tokenizer", help="tokenizer folder for --random-like")
     parser.add_argument("--tokens", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument(
+        "--device", default="cuda", help="cuda (default), or cpu to check this script without one"
+    )
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device here: bench_gpu.py measures GPU runs only (nothing measured)")
         return 0
+    started = time.perf_counter()
     if args.random_like:
-        loaded = random_like(args.random_like, args.tokenizer, args.dtype, "cuda")
+        loaded = random_like(args.random_like, args.tokenizer, args.dtype, args.device)
     else:
-        loaded = load_model(args.model, device="cuda", dtype=args.dtype)
-    weights = torch.cuda.memory_allocated() / 2**30
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+    on_cuda = loaded.device.type == "cuda"
+    weights = torch.cuda.memory_allocated() / 2**30 if on_cuda else None
+    where = torch.cuda.get_device_name(loaded.device) if on_cuda else "the CPU"
     print(
-        f"{loaded.name} ({loaded.adapter.family}, {args.dtype} weights, {weights:.2f} GiB) on "
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, fp32 matmul precision "
-        f"{torch.get_float32_matmul_precision()!r}"
+        f"{loaded.name} ({loaded.adapter.family}, {args.dtype} weights, {gib(weights)}) on "
+        f"{where}, torch {torch.__version__}, fp32 matmul precision "
+        f"{torch.get_float32_matmul_precision()!r}; built in {time.perf_counter() - started:.1f} s"
     )
     if args.random_like:
         print("RANDOM weights of the real shape: the timings hold for the shape, not the values")

@@ -1,0 +1,174 @@
+"""What an analysis spends outside its maths: the full analysis against a replay of exactly its
+products (the capturing forward pass and every vocabulary product, on the same inputs, through
+the same kernels), interleaved in one run; the difference is the work around the maths
+(element-wise passes over the logits, top-k lists, ranks, moving results to the host, building
+and validating the result). Issue 29's target: that difference ≤ 10% of the analysis at 62 and
+512 tokens, on the CPU.
+
+    PYTHONPATH=. .venv/bin/python bench/bench_replay.py [--tokens 62 512] [--repeats 5]
+
+The replay records one analysis (after two warm-ups, so that recurring heads' U_h are kept as
+a served worker keeps them): every call of `run_with_cache` in `model_worker.run.analyze` and
+every product through `model_worker.analysis.kernels.kernel_for` (the unembedding products,
+U_h built and used), with their inputs; replaying them runs those calls again, back to back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from machine import cpu_model
+
+import model_worker.analysis.kernels as kernels
+import model_worker.run.analyze as analyze_module
+from model_worker.loading import LoadedModel
+from model_worker.run.analyze import analyze
+
+
+@dataclass
+class Recorded:
+    """The captures (args, kwargs) and products (x, w, kernel) of the analyses run while
+    recording."""
+
+    captures: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    products: list[tuple[torch.Tensor, torch.Tensor, kernels.Kernel]] = field(default_factory=list)
+
+    def rows(self) -> int:
+        """Rows multiplied in all: the products' left operands' rows."""
+        return sum(int(x.shape[0]) for x, _, _ in self.products)
+
+    def gflop(self) -> float:
+        """The products' floating-point operations (2 · N · V · D each), in GFLOP."""
+        return sum(2 * x.shape[0] * w.shape[0] * x.shape[1] for x, w, _ in self.products) / 1e9
+
+
+@contextmanager
+def recording() -> Iterator[Recorded]:
+    """Record every capture and vocabulary product the analyses run inside make."""
+    found = Recorded()
+    real_capture, real_kernel_for = analyze_module.run_with_cache, kernels.kernel_for
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        found.captures.append((args, kwargs))
+        return real_capture(*args, **kwargs)
+
+    def kernel_for(x: torch.Tensor, w: torch.Tensor, kept: bool = False) -> kernels.KernelChoice:
+        choice = real_kernel_for(x, w, kept)
+        found.products.append((x, w, choice.kernel))
+        return choice
+
+    analyze_module.run_with_cache = capture  # type: ignore[assignment]
+    kernels.kernel_for = kernel_for  # type: ignore[assignment]
+    try:
+        yield found
+    finally:
+        analyze_module.run_with_cache = real_capture  # type: ignore[assignment]
+        kernels.kernel_for = real_kernel_for  # type: ignore[assignment]
+
+
+def replay(recorded: Recorded) -> None:
+    """The recorded captures and products again, back to back (their results dropped)."""
+    for args, kwargs in recorded.captures:
+        analyze_module.run_with_cache(*args, **kwargs)
+    for x, w, kernel in recorded.products:
+        kernel(x, w)
+
+
+def recorded_analysis(loaded: LoadedModel, prompt: str, **options: Any) -> Recorded:
+    """One analysis of `prompt`, recorded (its result dropped)."""
+    with recording() as found:
+        analyze(loaded, prompt, **options)
+    return found
+
+
+def interleaved(
+    runs: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None]
+) -> dict[str, float]:
+    """Median wall seconds of each run, alternating them (after one warm-up each); `sync`
+    waits for the device after each run (CUDA), so that its time counts."""
+    walls: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()
+        sync()
+    for _ in range(repeats):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            sync()
+            walls[name].append(time.perf_counter() - started)
+    return {name: statistics.median(times) for name, times in walls.items()}
+
+
+def outside_maths(
+    loaded: LoadedModel, prompt: str, repeats: int, sync: Callable[[], None] = lambda: None
+) -> tuple[dict[str, float], Recorded]:
+    """Median seconds of the full analysis and of the replay of its maths, interleaved, after
+    two warm-up analyses; and what was replayed."""
+    for _ in range(2):
+        analyze(loaded, prompt, top_k_heads=20)
+    recorded = recorded_analysis(loaded, prompt, top_k_heads=20)
+    again = recorded_analysis(loaded, prompt, top_k_heads=20)
+    if len(again.products) != len(recorded.products):
+        print(
+            f"note: the analysis made {len(recorded.products)} then {len(again.products)} "
+            "products (U_h kept between them changed): the replay is of the first"
+        )
+    times = interleaved(
+        {
+            "analysis": lambda: analyze(loaded, prompt, top_k_heads=20),
+            "replay": lambda: replay(recorded),
+        },
+        repeats,
+        sync,
+    )
+    return times, recorded
+
+
+def report(tokens: int, times: dict[str, float], recorded: Recorded, target: float) -> float:
+    """Print one length's figures; returns the share of the analysis outside its maths."""
+    analysis, maths = times["analysis"], times["replay"]
+    share = (analysis - maths) / analysis
+    print(
+        f"{tokens:>5} tokens  analysis {analysis * 1000:8.1f} ms   replay of its maths "
+        f"{maths * 1000:8.1f} ms ({len(recorded.products)} products, {recorded.rows():,} rows, "
+        f"{recorded.gflop():.0f} GFLOP)   analysis / maths {analysis / maths:.3f}×   outside "
+        f"the maths {share * 100:5.1f}% (target ≤ {target * 100:.0f}%)"
+    )
+    return share
+
+
+def main() -> int:
+    from bench_analysis import prompt_of
+
+    from model_worker.loading import load_model
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[62, 512])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    loaded = load_model(device="cpu", dtype="float32")
+    print(
+        f"model {loaded.name} (CPU, fp32), torch {torch.__version__}, "
+        f"threads {torch.get_num_threads()}"
+    )
+    print(f"CPU {cpu_model()}; load average {os.getloadavg()[0]:.2f}")
+    for tokens in args.tokens:
+        prompt = prompt_of(loaded, tokens)
+        n = len(loaded.tokenizer(prompt).input_ids)
+        times, recorded = outside_maths(loaded, prompt, args.repeats)
+        report(n, times, recorded, 0.10)
+        print(f"      load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
