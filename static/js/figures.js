@@ -19,6 +19,8 @@
 
   // --- the heatmap: which head a cell is, and opening its panel ---
 
+  var asked = null; // the head a click or Enter asked for last (see keepOpenHead)
+
   function cellItems(view) {
     var found = [];
     (function walk(node) {
@@ -49,6 +51,10 @@
   function openHead(root, name) {
     if (!root || !window.htmx) return;
     var base = root.getAttribute("data-heads-url");
+    var panel = document.getElementById("head-panel");
+    // the panel this request fills; a body swapped in before its answer has a new one
+    if (panel) panel.setAttribute("data-opening", name);
+    asked = name;
     window.htmx.ajax("GET", base + "/heads/" + name, {
       target: "#head-panel",
       swap: "innerHTML",
@@ -154,15 +160,25 @@
 
   // A head opened while the finished analysis' body was on its way (its request carried the
   // URL from before the click) is opened again in the body that replaced it: once per panel.
+  // A click's answer that arrives after the body was replaced lands in the old, detached
+  // panel (and only then puts ?head= in the address): the head asked for last is opened again
+  // in the new panel too.
+  function forget() {
+    asked = null; // a later click, link or Back decides what is open
+  }
+  document.addEventListener("click", forget, true);
+  window.addEventListener("popstate", forget);
   function keepOpenHead() {
     var match = /[?&]head=(L\d+H\d+)/.exec(window.location.search);
+    var name = asked || (match && match[1]);
     var panel = document.getElementById("head-panel");
     var root = document.querySelector("[data-heads-url]");
-    if (!match || !panel || !root || !window.htmx) return;
+    if (!name || !panel || !root || !window.htmx) return;
     if (panel.querySelector(":scope > :not(.hint)") || panel.hasAttribute("hx-get")) return;
-    if (panel.getAttribute("data-reopened") === match[1]) return;
-    panel.setAttribute("data-reopened", match[1]);
-    window.htmx.ajax("GET", root.getAttribute("data-heads-url") + "/heads/" + match[1], {
+    if (panel.getAttribute("data-opening") === name) return; // its own answer is on the way
+    if (panel.getAttribute("data-reopened") === name) return;
+    panel.setAttribute("data-reopened", name);
+    window.htmx.ajax("GET", root.getAttribute("data-heads-url") + "/heads/" + name, {
       target: "#head-panel",
       swap: "innerHTML",
     });
