@@ -44,7 +44,8 @@ from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.evidence import Evidence, adequacy
+from model_worker.experiments.data import prompts
+from model_worker.experiments.evidence import Evidence
 from model_worker.experiments.figure_data import bar_chart, scatter
 from model_worker.experiments.locate import n_located, zeroing
 from model_worker.experiments.progress import ProgressFn, Stages
@@ -132,7 +133,7 @@ def run(ctx: Context) -> ExperimentResult:
             "ablation": 2.0,
         },
     )
-    items = ctx.prepare(ctx.prompts())
+    items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed))
 
     def extra(batch: Batch, cache: object) -> list[tuple[Tensor, Tensor]]:
         out = []
@@ -232,7 +233,7 @@ def run(ctx: Context) -> ExperimentResult:
         row["function_vector_exact"] = exact_of.get(flat)
         head_rows.append(row)
 
-    evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
+    evidence = Evidence()
     correlations: list[Row] = []
     for a, b in combinations(SCORES, 2):
         keep = ~(np.isnan(values[a]) | np.isnan(values[b]))

@@ -176,16 +176,11 @@ Numbers marked *(later version, unverified)* come from public summaries of the l
 """
 
 
-def store(
-    result: ExperimentResult, folder: Path, run: dict[str, str | int | float | None] | None = None
-) -> Path:
+def store(result: ExperimentResult, folder: Path) -> Path:
     """Write `result` without figures, report and the per-point tables to
-    `folder/<name>.json` (sorted keys: the same result gives the same bytes), with `run`
-    (how it ran: command, CPU, load, seconds) under the key "run" when given."""
+    `folder/<name>.json` (sorted keys: the same result gives the same bytes)."""
     data = result.model_dump(mode="json", exclude={"figures", "report_markdown"})
     data["tables"] = {k: v for k, v in data["tables"].items() if k not in LEFT_OUT}
-    if run is not None:
-        data["run"] = run
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{result.name}.json"
     path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n", encoding="utf-8")

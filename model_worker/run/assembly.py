@@ -239,15 +239,13 @@ def head_detail(
     *,
     i: int,
     j: int,
-    key_j: int | None,
     layer: int,
     head: int,
     increase: float,
     row: Tensor,
     random_head: tuple[str, int] | None,
 ) -> HeadDetail:
-    """The HeadDetail of the i-th detailed head (layer index j among the detailed layers,
-    key_j among those whose label keys were projected; None: its `keys` were not computed);
+    """The HeadDetail of the i-th detailed head (layer index j among the detailed layers);
     `row` its attention row [S]; `random_head`: its same-layer random baseline head and that
     head's index in the baseline views."""
     last = run.last
@@ -266,7 +264,7 @@ def head_detail(
             "attention": attention,
             "positions": _positions(run, attention, per_position[i].tolist(), margins),
             "values": _values(run, views, i),
-            "keys": None if key_j is None else _keys(run, views, key_j, layer),
+            "keys": _keys(run, views, j, layer),
             "query": run.tops(views.query, i),
             "query_by_offset": _offset_queries(run, views, i),
             "resid_pre": run.tops(views.resid_pre, j),

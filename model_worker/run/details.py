@@ -23,14 +23,9 @@ UNEMBEDDING_SHARE = 0.25
 
 
 def head_details(
-    run: PromptRun,
-    heads: list[tuple[int, int]],
-    increases: Tensor,
-    label_keys: list[tuple[int, int]] | None = None,
+    run: PromptRun, heads: list[tuple[int, int]], increases: Tensor
 ) -> list[HeadDetail]:
-    """Per-position contributions and the Table 1 vocabulary views of `heads`, batched; the
-    label-key tables of those in `label_keys` only (None: of every head), the others' `keys`
-    None (computed on demand)."""
+    """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
     if not heads:
         return []
     c, g = run.cache, run.loaded.geometry
@@ -38,8 +33,6 @@ def head_details(
     labels, kv = run.label_positions, run.kv_index()
     at_labels = c.at_each(labels)
     layers = sorted({layer for layer, _ in heads})
-    keyed = set(heads if label_keys is None else label_keys) & set(heads)
-    key_layers = sorted({layer for layer, _ in keyed})  # the layers whose label keys are read
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
     w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
@@ -89,8 +82,8 @@ def head_details(
         random_values=baseline,
         queries=real_queries(run, heads, w_k),
         offsets=torch.stack([o for o in offsets if o is not None]) if rotary else None,
-        keys=c.normalized[key_layers, 0][:, at_labels],
-        prior=prior_attention(run, key_layers, at_labels),
+        keys=c.normalized[layers, 0][:, at_labels],
+        prior=torch.stack([c.attn_out[:layer, 0][:, at_labels].sum(0) for layer in layers]),
         resid_pre=c.resid_pre[layers, 0, last],
     )
     return [
@@ -99,7 +92,6 @@ def head_details(
             views,
             i=i,
             j=layers.index(layer),
-            key_j=key_layers.index(layer) if (layer, head) in keyed else None,
             layer=layer,
             head=head,
             increase=float(increases[layer, head]),
@@ -112,15 +104,6 @@ def head_details(
         )
         for i, (layer, head) in enumerate(heads)
     ]
-
-
-def prior_attention(run: PromptRun, layers: list[int], at: list[int]) -> Tensor:
-    """The sum of the attention outputs before each of `layers` at kept positions `at`
-    [len(layers), len(at), D] (the released code's key view; layer 0's is zero)."""
-    c = run.cache
-    if not layers:
-        return c.attn_out.new_zeros(0, len(at), c.attn_out.shape[-1])
-    return torch.stack([c.attn_out[:layer, 0][:, at].sum(0) for layer in layers])
 
 
 def with_towers(
