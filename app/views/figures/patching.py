@@ -215,7 +215,7 @@ def qkv_figure(result: PatchingResult, direction: DirectionResult) -> Figure | N
     exactly; None when none were."""
     if not direction.qkv:
         return None
-    title = f"Query, keys and values of the in-context heads patched, {_what(direction)}"
+    title = f"q / k / v of the in-context heads patched, {direction.direction}"
     rows: list[Row] = []
     data: list[Row] = []
     for q in direction.qkv:
