@@ -209,6 +209,9 @@ model score well by copying the nearest label; it stays available as `--design f
 exact binomial (Clopper–Pearson) for accuracies and rates, otherwise a percentile bootstrap
 over prompts (2,000 resamples, fixed seed; paired when two conditions share prompts). Between
 seeds (other evaluation and location prompts) each metric's mean, SD, min and max are given.
+Rates over heads (the share of the top-20 heads whose attention drops) and the overlap of two
+datasets' top 20 are statistics of per-head means: their intervals resample the prompts and
+recompute every head's mean, then the rate or overlap (method "prompt bootstrap").
 With few prompts the percentile bootstrap understates the uncertainty (a change that is zero on
 every prompt gets the interval [0, 0]), so read the verdicts of small-n sections as indicative.
 
@@ -269,6 +272,32 @@ def _by_seed(data: dict[str, Any], quantity: str) -> str:
     )
 
 
+#: what a section's quantities mean, where their names do not say it
+NOTES = {
+    "heads": (
+        "`top20_overlap_share`: the share of this dataset's top 20 heads that are also in the "
+        "other built-in dataset's top 20 (each dataset's prompts resampled on its own, both top "
+        "20s re-ranked in every resample); chance is 20 / (layers × heads)."
+    ),
+    "imbalance": (
+        "The imbalanced prompt drops the true demonstration nearest the input, so the summed "
+        "true-label attention (`located_attn_true_drop`, `top20_true_attention_drop_rate`) "
+        "falls partly by construction. `…_per_label` divides each sum by its number of true "
+        "labels; `…_kept` compares the attention on the true label that stays, at the same "
+        "position in both prompts (nothing falls by construction; attention freed by the "
+        "dropped label pushes it down, so a positive drop is conservative); `…_vs_control` "
+        "subtracts the false-label drop of the matched control (the same prompts with the "
+        "false demonstration nearest the input dropped instead): 0 for heads that treat true "
+        "and false labels alike. `top20_…_rate…`: the share of the top 20 heads by increase "
+        "whose change goes the stated way, resampling prompts."
+    ),
+    "reorder": (
+        "`top20_…_rate`: the share of the top 20 heads by increase whose true-label attention "
+        "drops (false-label attention rises), resampling prompts."
+    ),
+}
+
+
 def section(data: dict[str, Any]) -> list[str]:
     """The Markdown lines of one stored experiment."""
     seeds = data.get("seeds") or [data["seed"]]
@@ -280,6 +309,8 @@ def section(data: dict[str, Any]) -> list[str]:
         f"{', '.join(map(str, seeds))}.",
         "",
     ]
+    if data["name"] in NOTES:
+        lines += [NOTES[data["name"]], ""]
     if data.get("adequacy"):
         lines += [f"**Model adequacy (seed {data['seed']}).** {data['adequacy']['note']}", ""]
     if data["verdicts"]:
