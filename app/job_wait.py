@@ -1,11 +1,12 @@
 """Waiting for a job's news: the long poll of the status partial (`next_state`) and the
 permalink's short wait for a state it can draw (`drawable_state`).
 
-A wait is a subscription, not a loop of reads: it sleeps in the backend's
-`wait_for_change` (the embedded worker's JobNews, Redis's JobWatch) and reads the job's state
-when woken, or once per REREAD_S as a safety net (a change just before the wait began), which
-is also how often it notices a client that went away. Each client holds at most
-ICL_CLIENT_LONG_POLLS long polls at once (`long_poll_slot`: 429 beyond).
+A wait is a subscription, not a loop of reads: it subscribes to the job's news
+(`Backend.watch`: the embedded worker's JobNews, Redis's JobWatch) before it reads the job's
+state, and reads it again only when there is news; every REREAD_S it only checks whether its
+client went away. Each client holds at most ICL_CLIENT_LONG_POLLS waits at once, long polls
+and the permalink's wait together (`long_poll_slot`: a long poll beyond is 429; a permalink
+beyond answers at once without waiting).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from app.security.client_slots import ClientSlots
 from model_worker.queue.result_parts import DETAILS_MESSAGE
 from model_worker.queue.states import JobState, JobStatus
 
-#: Longest sleep between two reads of a waited-on job's state when no news woke the wait.
+#: How often a wait with no news checks that its client is still there (it reads nothing).
 REREAD_S = 1.0
 
 
@@ -49,22 +50,29 @@ async def next_state(
 ) -> JobState:
     """The job's state as soon as it ends or reports news (its per-head stage among them:
     the message DETAILS_MESSAGE), else after `wait_s` (a long poll: the page learns of the
-    result at once instead of at its next poll; with no news it reads the state again every
-    `interval_s`). A page that does not show the per-head stage yet (`heads_shown` False)
-    gets it at once when the job is there already. Stops early once `gone()` says the
-    client went away (its answer would be thrown away)."""
-    first = state = await job_state(backend, job_id)
-    if not heads_shown and state.message == DETAILS_MESSAGE:
-        return state
-    deadline = time.monotonic() + wait_s
-    news = ("status", "progress", "message", "position_in_queue")
-    while state.status in (JobStatus.QUEUED, JobStatus.RUNNING) and time.monotonic() < deadline:
-        await backend.wait_for_change(job_id, min(interval_s, deadline - time.monotonic()))
-        if gone is not None and await gone():
-            break
-        state = await job_state(backend, job_id)
-        if any(getattr(state, key) != getattr(first, key) for key in news):
-            break
+    result at once instead of at its next poll). It subscribes to the job's news before its
+    first read and reads the state again only when there is news; every `interval_s` it only
+    asks `gone()` whether the client went away (its answer would be thrown away). A page that
+    does not show the per-head stage yet (`heads_shown` False) gets it at once when the job
+    is there already."""
+    async with backend.watch(job_id) as news:
+        first = state = await job_state(backend, job_id)
+        if not heads_shown and state.message == DETAILS_MESSAGE:
+            return state
+        deadline = time.monotonic() + wait_s
+        keys = ("status", "progress", "message", "position_in_queue")
+        while state.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            changed = await news.wait(min(interval_s, left))
+            if gone is not None and await gone():
+                break
+            if not changed:
+                continue
+            state = await job_state(backend, job_id)
+            if any(getattr(state, key) != getattr(first, key) for key in keys):
+                break
     return state
 
 
@@ -87,12 +95,22 @@ async def drawable_state(
 ) -> JobState | None:
     """The job's state once the page can draw it, or after `wait_s` (None if unknown): the
     permalink of a job that is about to reach its per-head stage comes with the heatmap in
-    it, instead of a spinner whose long poll fetches the heatmap in a second request."""
+    it, instead of a spinner whose long poll fetches the heatmap in a second request. Like
+    `next_state`, it waits on the job's news (subscribed, then read once more: a change
+    between the two reads is not missed), never on a timer of reads."""
     state = await backend.status(job_id)
+    if state is None or drawable(state) or wait_s <= 0:
+        return state
     deadline = time.monotonic() + wait_s
-    while state is not None and not drawable(state) and time.monotonic() < deadline:
-        await backend.wait_for_change(job_id, min(interval_s, deadline - time.monotonic()))
-        if gone is not None and await gone():
-            break
+    async with backend.watch(job_id) as news:
         state = await backend.status(job_id)
+        while state is not None and not drawable(state):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            changed = await news.wait(min(interval_s, left))
+            if gone is not None and await gone():
+                break
+            if changed:
+                state = await backend.status(job_id)
     return state

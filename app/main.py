@@ -24,7 +24,6 @@ from app.routes import (
     health,
     pages,
     panels,
-    patching,
     pins,
 )
 from app.security.client_slots import ClientSlots
@@ -96,7 +95,6 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(experiments.router)
     app.include_router(families.router)
     app.include_router(pins.router)
-    app.include_router(patching.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -105,6 +105,7 @@ class Report:
     http_codes: Counter[int] = field(default_factory=Counter)
     transport_errors: int = 0
     wall_s: float = 0.0
+    server_cpu_s: float = 0.0  # the web process's CPU time during the phase
 
     def count(self, status: str) -> int:
         return sum(a.status == status for a in self.analyses)
@@ -319,6 +320,9 @@ GHOST = "ghost-model"
 PROXY = "127.0.0.67"
 #: Each flood's abuser has its own address: one flood's rate limit never carries into the next.
 LONG_POLLER, PNG_LOOPER = "127.0.0.68", "127.0.0.69"
+#: What a flood's counts hold once its set-up (a finished heavy analysis, queued jobs) is done
+#: and the flood itself runs: the normal users start 5 s after that.
+READY = "flooding"
 
 
 def heavy_body(n: int) -> dict[str, Any]:
@@ -346,6 +350,7 @@ async def flood_slow_readers(base_url: str, counts: Counter[str], token: str = T
         job_id = await done_heavy(client, 0)
         size = len((await client.get(f"/api/analyses/{job_id}")).content)
         counts[f"result of {size:,} bytes"] += 1
+        counts[READY] = 1
     port = int(base_url.rsplit(":", 1)[1])
     request = (
         f"GET /api/analyses/{job_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -385,6 +390,7 @@ async def flood_long_polls(base_url: str, counts: Counter[str], token: str = TOK
             if answer.status_code == 202:
                 ids.append(answer.json()["id"])
         counts[f"{len(ids)} queued jobs polled"] += 1
+        counts[READY] = 1
 
         async def poll(n: int) -> None:
             while True:
@@ -407,6 +413,7 @@ async def flood_png(base_url: str, counts: Counter[str], token: str = TOKEN) -> 
         job_id = await done_heavy(client, 1)
         head = (await client.get(f"/api/analyses/{job_id}")).json()["result"]["top_heads"][0]
         urls = [f"/figures/{job_id}/heatmap.png", f"/figures/{job_id}/heads/{head}/attention.png"]
+        counts[READY] = 1
 
         async def loop(lane: int) -> None:
             for n in range(lane, 10**9):
@@ -423,6 +430,7 @@ async def flood_ipv6(base_url: str, counts: Counter[str], token: str = TOKEN) ->
     """Heavy analyses from a new IPv6 address of one /64 each time (through a trusted proxy's
     X-Forwarded-For): every address a newcomer, if the server keys on exact addresses."""
     async with client_from(base_url, PROXY, token, connections=16) as client:
+        counts[READY] = 1
 
         async def lane(offset: int) -> None:
             for n in range(offset, 10**9, 4):
@@ -472,7 +480,9 @@ def phase_line(label: str, report: Report, rss: list[float]) -> str:
         f"{pct(report.request_seconds, 99):>7} | submit→answer p50 {pct(answer_s, 50):>8} p99 "
         f"{pct(answer_s, 99):>8} | answered {answered}/{len(report.analyses)}, errors "
         f"{report.errors}, 429 {report.http_codes.get(429, 0)} | server RSS peak "
-        f"{max(rss, default=0):.0f} MB"
+        f"{max(rss, default=0):.0f} MB | web CPU {report.server_cpu_s:.1f} s in "
+        f"{report.wall_s:.0f} s ({100 * report.server_cpu_s / max(report.wall_s, 1e-9):.0f}%)"
+        f" | load {' '.join(f'{n:.1f}' for n in os.getloadavg())}"
     )
 
 
@@ -508,7 +518,11 @@ async def flood_phase(
             target=flood_process, args=(name, stack.base_url, str(out)), daemon=True
         )
         abuser.start()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and READY not in _counts(out):
+            await asyncio.sleep(0.2)
         await asyncio.sleep(5)
+    cpu_before = cpu_seconds(stack.server.pid)
     try:
         report = await run_load(stack.base_url, bodies, users, timeout)
     finally:
@@ -517,15 +531,76 @@ async def flood_phase(
         if abuser is not None:
             abuser.kill()
             abuser.join()
-    counts: Counter[str] = Counter(json.loads(out.read_text()) if out.exists() else {})
-    return report, counts, rss
+    report.server_cpu_s = cpu_seconds(stack.server.pid) - cpu_before
+    return report, _counts(out), rss
 
 
-def run_floods(stack: Stack, names: list[str], total: int, users: int, timeout: float) -> None:
+def _counts(out: Path) -> Counter[str]:
+    try:
+        return Counter(json.loads(out.read_text()))
+    except (OSError, ValueError):
+        return Counter()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process `pid` has used so far, in seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def quiet_phase(stack: Stack, name: str | None, seconds: float) -> str:
+    """No normal users: the web process's CPU time over `seconds` with only flood `name`
+    running (None: nothing), and a colleague's `/api/models` latencies (one request every
+    0.1 s from its own address): what the abuser alone costs the server."""
+    assert stack.server is not None
+    out = stack.folder / f"quiet-{name}.json"
+    abuser = None
+    if name is not None:
+        abuser = multiprocessing.get_context("spawn").Process(
+            target=flood_process, args=(name, stack.base_url, str(out)), daemon=True
+        )
+        abuser.start()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and READY not in _counts(out):
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(3)
+    report = Report([])
+    cpu_before, started = cpu_seconds(stack.server.pid), time.monotonic()
+    try:
+        async with client_from(stack.base_url, "127.0.1.200", TOKEN) as client:
+            while time.monotonic() - started < seconds:
+                await _request(client, report, "GET", "/api/models")
+                await asyncio.sleep(0.1)
+    finally:
+        if abuser is not None:
+            abuser.kill()
+            abuser.join()
+    cpu = cpu_seconds(stack.server.pid) - cpu_before
+    wall = time.monotonic() - started
+    return (
+        f"  {'abuser alone' if name else 'idle':<13} web CPU {cpu:.1f} s in {wall:.0f} s "
+        f"({100 * cpu / wall:.0f}%) | a colleague's /api/models p50 "
+        f"{pct(report.request_seconds, 50)} p99 {pct(report.request_seconds, 99)}, codes "
+        f"{dict(report.http_codes)} | load {' '.join(f'{n:.1f}' for n in os.getloadavg())}"
+    )
+
+
+def run_floods(
+    stack: Stack, names: list[str], total: int, users: int, timeout: float, quiet_s: float = 0
+) -> None:
     """Each flood in `names`: the normal load alone, then beside the abuser (fresh prompts in
-    every phase: no cache hits)."""
+    every phase: no cache hits); with `quiet_s`, also the server idle and with the abuser
+    alone for that long (`quiet_phase`; `total` 0: only those)."""
     for index, name in enumerate(names):
         print(f"flood {name}:", flush=True)
+        if quiet_s:
+            print(asyncio.run(quiet_phase(stack, None, quiet_s)), flush=True)
+            print(asyncio.run(quiet_phase(stack, name, quiet_s)), flush=True)
+        if not total:
+            continue
         for with_abuser in (False, True):
             seed = 100_000 + 1000 * (2 * index + with_abuser)
             bodies = [{"prompt": p} for p in distinct_prompts(total, seed=seed)]
@@ -661,6 +736,12 @@ def main() -> None:
     parser.add_argument(
         "--floods", default="", help=f"comma-separated of {', '.join(FLOODS)}, or 'all'"
     )
+    parser.add_argument(
+        "--quiet-s",
+        type=float,
+        default=0,
+        help="with --floods: also measure the web CPU idle and with the abuser alone this long",
+    )
     args = parser.parse_args()
     env = {} if args.client_jobs is None else {"ICL_CLIENT_QUEUED_JOBS": str(args.client_jobs)}
     floods = list(FLOODS) if args.floods == "all" else [f for f in args.floods.split(",") if f]
@@ -677,7 +758,7 @@ def main() -> None:
                 f"{args.users} normal users × {args.total} analyses a phase",
                 flush=True,
             )
-            run_floods(stack, floods, args.total, args.users, args.timeout)
+            run_floods(stack, floods, args.total, args.users, args.timeout, args.quiet_s)
         return
     abuser_counts: Counter[str] = Counter()
     with (

@@ -67,6 +67,18 @@ class Settings(BaseSettings):
     auth_token: SecretStr | None = Field(
         None, description="Shared access token; unset = no login (only safe on 127.0.0.1)."
     )
+    users: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Named users, JSON {name: token}: a user's token (bearer or login) names "
+        "them, and every per-client bound (rate limits, queue shares, fair-queue priority, "
+        "long polls) keys on that user instead of the address; beside or instead of "
+        "ICL_AUTH_TOKEN.",
+    )
+    users_file: Path | None = Field(
+        None,
+        description="A file of named users, one `name token` per line (# comments): the same "
+        "as ICL_USERS, the tokens kept out of the environment.",
+    )
     session_max_age_s: int = Field(12 * 3600, ge=60, description="Login cookie lifetime.")
     trusted_origins: list[str] = Field(
         default_factory=list, description="Extra origins allowed to post (a reverse proxy's)."

@@ -1,13 +1,14 @@
 """Long polls over Redis as a subscription: one watcher per web process instead of a loop of
 full status reads per poll.
 
-While any long poll waits, one task reads a small mark of every job waited on — its RQ
-status, meta (progress, message) and queue's length, whether its result and its per-head
-stage exist — all in one pipeline on the event loop (no thread of the shared pool) every
-TICK_S, and wakes the waiters of each job whose mark changed. A thousand polls of one job
-cost one mark read per tick; a poll reads the job's whole status only when woken (or, as a
-safety net, once per `app.job_wait.REREAD_S`). Redis unreachable: every waiter is woken (its
-status read then answers 503).
+A poll subscribes to its job (`subscribe`) before it reads the job's state; the job's mark —
+its RQ status, meta (progress, message) and queue's length, whether its result and its
+per-head stage exist — is read at once as the baseline if no other poll holds one. While any
+poll is subscribed, one task reads the marks of every job subscribed to, all in one pipeline
+on the event loop (no thread of the shared pool) every TICK_S, and notes the news of each job
+whose mark changed. A thousand polls of one job cost one mark read per tick; a poll reads the
+job's whole status only when there is news, never on a timer. Redis unreachable: every
+subscription gets news (its status read then answers 503).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis as AsyncRedis
@@ -22,54 +24,79 @@ from redis.exceptions import RedisError
 from rq import Queue
 from rq.job import Job
 
+from app.job_news import News
 from model_worker.queue.keys import heads_stage_key, result_key
 
 #: Seconds between two reads of the marks of the jobs waited on.
 TICK_S = 0.05
 log = logging.getLogger(__name__)
 Mark = tuple[Any, ...]
+NO_QUEUE = "icl:no-queue"
 
 
-def _wake(futures: set[asyncio.Future[None]]) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(None)
+def _note(subscribers: set[News]) -> None:
+    for news in subscribers:
+        news.note()
 
 
 class JobWatch:
-    """Waiters per job id, woken when the job's mark in Redis changes."""
+    """Subscriptions per job id, noted when the job's mark in Redis changes."""
 
     def __init__(self, redis: AsyncRedis, tick_s: float = TICK_S) -> None:
         self._redis = redis
         self._tick_s = tick_s
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._subscribers: dict[str, set[News]] = {}
         self._marks: dict[str, Mark] = {}
         self._queues: dict[str, str] = {}  # job -> its queue's list key, once read
         self._task: asyncio.Task[None] | None = None
+        self._baselines: dict[str, asyncio.Future[None]] = {}  # baseline reads under way
+        self.mark_reads = 0  # pipelines sent (ticks and baselines), for tests and benchmarks
 
     @property
     def watched(self) -> int:
         """How many jobs some poll waits on."""
-        return len(self._waiters)
+        return len(self._subscribers)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, job_id: str) -> AsyncIterator[News]:
+        """Note every change of `job_id`'s mark from now until the block ends."""
+        news = News()
+        self._subscribers.setdefault(job_id, set()).add(news)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+        try:
+            if job_id not in self._marks:  # the baseline: changes after it are news
+                reading = self._baselines.get(job_id)
+                if reading is None:  # one read for every poll that subscribes meanwhile
+                    reading = asyncio.ensure_future(self._baseline(job_id))
+                    self._baselines[job_id] = reading
+                try:
+                    await asyncio.shield(reading)
+                except (RedisError, OSError) as exc:
+                    log.debug("job mark unreadable (%s)", exc)
+                    news.note()
+            yield news
+        finally:
+            subscribers = self._subscribers.get(job_id)
+            if subscribers is not None:
+                subscribers.discard(news)
+                if not subscribers:
+                    del self._subscribers[job_id]
+                    self._marks.pop(job_id, None)
+                    self._queues.pop(job_id, None)
+
+    async def _baseline(self, job_id: str) -> None:
+        try:
+            mark = (await self._read([job_id]))[job_id]
+            if job_id in self._subscribers:  # (else every poll of it left meanwhile)
+                self._marks.setdefault(job_id, mark)
+        finally:
+            self._baselines.pop(job_id, None)
 
     async def wait(self, job_id: str, at_most_s: float) -> None:
         """Return at the next change of `job_id`'s mark, or after `at_most_s`."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._waiters.setdefault(job_id, set()).add(future)
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._watch())
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(future, at_most_s)
-        finally:
-            waiting = self._waiters.get(job_id)
-            if waiting is not None:
-                waiting.discard(future)
-                if not waiting:
-                    del self._waiters[job_id]
-                    self._marks.pop(job_id, None)
-                    self._queues.pop(job_id, None)
+        async with self.subscribe(job_id) as news:
+            await news.wait(at_most_s)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -78,42 +105,53 @@ class JobWatch:
                 await self._task
 
     async def _watch(self) -> None:
-        """Read the marks every tick while anyone waits; wake the waiters of changed jobs."""
-        while self._waiters:
-            ids = list(self._waiters)
+        """Read the marks every tick while anyone waits; note the news of changed jobs."""
+        while self._subscribers:
+            await asyncio.sleep(self._tick_s)
+            ids = list(self._subscribers)
+            if not ids:
+                break
             try:
                 marks: dict[str, Mark] | None = await self._read(ids)
             except (RedisError, OSError) as exc:
-                log.debug("job marks unreadable (%s): waking every long poll", exc)
+                log.debug("job marks unreadable (%s): news for every long poll", exc)
                 marks = None
             for job_id in ids:
-                waiting = self._waiters.get(job_id)
-                if not waiting:
+                subscribers = self._subscribers.get(job_id)
+                if not subscribers:
                     continue
                 if marks is None:
-                    _wake(waiting)
+                    _note(subscribers)
                     continue
                 before = self._marks.get(job_id)
                 self._marks[job_id] = marks[job_id]
-                if before is not None and before[-1] is not None and before != marks[job_id]:
-                    _wake(waiting)  # (a mark read before its queue was known is no baseline)
-            await asyncio.sleep(self._tick_s)
+                if before is not None and before != marks[job_id]:
+                    _note(subscribers)
 
     async def _read(self, ids: list[str]) -> dict[str, Mark]:
-        """Each job's mark, in one pipeline."""
+        """Each job's mark, in one pipeline (and one more for jobs whose queue is not known
+        yet: a mark is whole from its first read)."""
+        self.mark_reads += 1
+        unknown = [job_id for job_id in ids if job_id not in self._queues]
+        if unknown:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for job_id in unknown:
+                    pipe.hget(Job.key_for(job_id), "origin")
+                origins = await pipe.execute()
+            for job_id, origin in zip(unknown, origins, strict=True):
+                if origin is not None:
+                    name = origin.decode() if isinstance(origin, bytes) else str(origin)
+                    self._queues[job_id] = Queue.redis_queue_namespace_prefix + name
         queues = dict(self._queues)
         async with self._redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
-                pipe.hmget(Job.key_for(job_id), ["status", "meta", "origin"])
+                pipe.hmget(Job.key_for(job_id), ["status", "meta"])
                 pipe.exists(result_key(job_id))
                 pipe.exists(heads_stage_key(job_id))
-                pipe.llen(queues.get(job_id, "icl:no-queue"))
+                pipe.llen(queues.get(job_id, NO_QUEUE))
             replies = await pipe.execute()
         marks: dict[str, Mark] = {}
         for n, job_id in enumerate(ids):
-            (status, meta, origin), done, heads, queued = replies[4 * n : 4 * n + 4]
-            if origin is not None and job_id not in self._queues:
-                name = origin.decode() if isinstance(origin, bytes) else str(origin)
-                self._queues[job_id] = Queue.redis_queue_namespace_prefix + name
-            marks[job_id] = (status, meta, done, heads, queued if job_id in queues else None)
+            (status, meta), done, heads, queued = replies[4 * n : 4 * n + 4]
+            marks[job_id] = (status, meta, done, heads, queues.get(job_id), queued)
         return marks

@@ -17,6 +17,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from redis import Redis
@@ -30,6 +31,7 @@ from rq.exceptions import DeserializationError, InvalidJobOperation, NoSuchJobEr
 from rq.job import Job
 from rq.job import JobStatus as RqStatus
 
+from app.job_news import News
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit
@@ -38,10 +40,7 @@ from app.queue.prompt_limit import PromptLimit
 from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
 from model_worker.budget import BudgetError, check_analysis, check_experiment
 from model_worker.contracts import AnalysisRequest, ExperimentRequest
-from model_worker.contracts.patching import PatchRequest
-from model_worker.errors import UserInputError
 from model_worker.log_safety import redact
-from model_worker.pair_check import check_heads, check_pair
 from model_worker.queue.heartbeats import WorkerBeat, last_beat, live_beats
 from model_worker.queue.keys import (
     analysis_job_id,
@@ -50,8 +49,6 @@ from model_worker.queue.keys import (
     experiment_job_id,
     heads_stage_key,
     is_experiment,
-    job_kind,
-    patching_job_id,
     queue_name,
     result_key,
 )
@@ -64,11 +61,8 @@ from model_worker.settings import Settings
 T = TypeVar("T")
 ANALYSIS_FUNC = "model_worker.jobs.analysis_job"
 EXPERIMENT_FUNC = "model_worker.jobs.experiment_job"
-PATCHING_FUNC = "model_worker.jobs.patching_job"
 FAILED_TTL_S = 24 * 3600
 CLAIM_TTL_S = 10
-#: How long a submit waits for a twin request that holds the claim to finish enqueuing.
-TWIN_WAIT_S = 5.0
 QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
 #: A client's list of jobs is forgotten after this long without a new submission.
 CLIENT_JOBS_TTL_S = 24 * 3600
@@ -159,9 +153,6 @@ class RedisBackend(PartsReader):
     async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
         return await self._call(self._submit, request, client)
 
-    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
-        return await self._call(self._submit, request, client)
-
     def _live_for(self, model: str) -> list[WorkerBeat]:
         """The live workers of `model`, else the last one seen within the grace period (a
         rolling restart, a Redis restart: the job waits for it); 404 when none was."""
@@ -194,9 +185,7 @@ class RedisBackend(PartsReader):
         fresh = time.time() - latest.beat_at <= self._settings.worker_grace_s
         return latest if fresh else None
 
-    def _submit(
-        self, request: AnalysisRequest | ExperimentRequest | PatchRequest, client: str = ""
-    ) -> JobState:
+    def _submit(self, request: AnalysisRequest | ExperimentRequest, client: str = "") -> JobState:
         model = request.model or self.default_model
         beats = self._live_for(model)
         fingerprint = min(beat.fingerprint for beat in beats)
@@ -204,9 +193,6 @@ class RedisBackend(PartsReader):
             if isinstance(request, ExperimentRequest):
                 check_experiment(request, self._settings.max_experiment_n)
                 job_id = experiment_job_id(model, fingerprint, request)
-            elif isinstance(request, PatchRequest):
-                self._check_patch(request, beats)
-                job_id = patching_job_id(model, fingerprint, request)
             else:
                 n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
                 if n_tokens is not None:  # else the worker checks the budget
@@ -216,25 +202,10 @@ class RedisBackend(PartsReader):
             raise BackendError(str(exc), status=422) from exc
         return self._enqueue(job_id, request, model, fingerprint, beats, client)
 
-    def _check_patch(self, request: PatchRequest, beats: list[WorkerBeat]) -> None:
-        """422 (one sentence) for a pair that cannot be patched or a head the model lacks,
-        with the workers' published tokenizer and geometry (without them the worker checks,
-        and the job fails with the same sentence)."""
-        try:
-            sizes = [(beat.n_layers, beat.n_heads) for beat in beats]
-            known = [(layers, heads) for layers, heads in sizes if layers and heads]
-            if known:
-                check_heads(request, *min(known))
-            encode = self._prompt_limit.encoder(self._redis, beats)
-            if encode is not None:
-                check_pair(request, encode)
-        except UserInputError as exc:
-            raise BackendError(str(exc), status=422) from exc
-
     def _enqueue(
         self,
         job_id: str,
-        request: AnalysisRequest | ExperimentRequest | PatchRequest,
+        request: AnalysisRequest | ExperimentRequest,
         model: str,
         fingerprint: str,
         beats: list[WorkerBeat],
@@ -271,18 +242,15 @@ class RedisBackend(PartsReader):
                 if refusal is not None:
                     raise refusal
                 ahead = not any(active.values())
-            kind = job_kind(job_id)
+            kind = "experiment" if experiment else "analysis"
             self._store.remember(job_id, kind, model, fingerprint, request.model_dump_json())
             if known is not None:  # a failed earlier attempt: start afresh
                 fetch_job(job_id, self._redis).delete()
             timeout = (
-                self._settings.job_timeout_s
-                if kind == "analysis"
-                else self._settings.experiment_timeout_s  # patching: ~100 passes a direction
+                self._settings.experiment_timeout_s if experiment else self._settings.job_timeout_s
             )
-            func = {"experiment": EXPERIMENT_FUNC, "patching": PATCHING_FUNC}
             job = queue.enqueue(
-                func.get(kind, ANALYSIS_FUNC),
+                EXPERIMENT_FUNC if experiment else ANALYSIS_FUNC,
                 request.model_dump_json(),
                 self._settings.result_ttl_s,
                 job_id=job_id,
@@ -291,7 +259,7 @@ class RedisBackend(PartsReader):
                 failure_ttl=FAILED_TTL_S,
                 retry=JobRetry(max=1),
                 meta={"model": model},
-                description=f"{kind} on {model}",
+                description=f"{'experiment' if experiment else 'analysis'} on {model}",
             )
             position = place_ahead(self._redis, queue, job_id) if ahead else job.get_position()
             if client is not None:
@@ -339,16 +307,17 @@ class RedisBackend(PartsReader):
         return held is not None and _bytes(held) == token.encode()
 
     def _twin(self, job_id: str) -> JobState:
-        """A twin request is enqueuing `job_id`: its state once it exists (never a 202 for a job
-        that may never be enqueued); 503 if the twin does not finish in time."""
-        deadline = time.monotonic() + TWIN_WAIT_S
-        while time.monotonic() < deadline:
-            known = self._stored_status(job_id)
-            if known is not None:
-                return known
-            if not self._redis.exists(claim_key(job_id)):  # the twin gave up (429, error)
-                break
-            time.sleep(0.05)
+        """A twin request is enqueuing `job_id` right now: answered at once, never a wait. Its
+        state if the job exists; 202 QUEUED once the twin has recorded the request in the
+        store (from then on a status read finds the job, or enqueues it again from the store
+        should the twin die before enqueuing); else 503 + Retry-After: 1 (the twin may still be
+        refused, and a 202 would name a job nobody enqueues)."""
+        known = self._stored_status(job_id)
+        if known is not None and known.status != JobStatus.FAILED:  # (failed: a retry starts)
+            return known
+        stored = self._store.job(job_id)
+        if stored is not None and stored.state != FAILED:
+            return JobState(id=job_id, status=JobStatus.QUEUED)
         raise BackendError(
             "an identical request is being submitted right now; retry in a second",
             status=503,
@@ -391,6 +360,10 @@ class RedisBackend(PartsReader):
         """Return when the job's mark in Redis changes (app.queue.job_watch), at the latest
         after `at_most_s`."""
         await self._watch.wait(job_id, at_most_s)
+
+    def watch(self, job_id: str) -> AbstractAsyncContextManager[News]:
+        """The job's news (app.queue.job_watch): a change of its mark in Redis."""
+        return self._watch.subscribe(job_id)
 
     async def read_heads_stage(self, job_id: str) -> bytes | None:
         """The per-head stage the worker published (model_worker.jobs.heads_publisher), if its

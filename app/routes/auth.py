@@ -8,15 +8,10 @@ from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import RedirectResponse, Response
 
 from app.deps import SettingsDep
-from app.security.auth import (
-    COOKIE_NAME,
-    client_address,
-    configured_token,
-    safe_next,
-    token_matches,
-)
+from app.security.auth import COOKIE_NAME, client_address, safe_next
 from app.security.login_limit import LoginLimiter, too_many_failures
 from app.security.sessions import SessionStore
+from app.security.users import Accounts
 from app.templating import render
 
 router = APIRouter(tags=["auth"], include_in_schema=False)
@@ -32,7 +27,7 @@ def login_page(
 @router.get("/login")
 async def login_form(request: Request, settings: SettingsDep, next: str = "/") -> Response:
     """The token form; straight on to `next` when no token is configured."""
-    if configured_token(settings) is None:
+    if not Accounts(settings).enabled:
         return RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     return login_page(request, next)
 
@@ -45,9 +40,10 @@ async def login(
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
     """Check the token (failures are limited per client, app.security.login_limit); on success
-    open a server-side session, set its HttpOnly SameSite=Strict cookie and go to `next`."""
-    expected = configured_token(settings)
-    if expected is None:
+    open a server-side session, set its HttpOnly SameSite=Strict cookie and go to `next`. The
+    shared token opens an anonymous session; a named user's token (ICL_USERS) one of that user."""
+    accounts = Accounts(settings)
+    if not accounts.enabled:
         return RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     limiter: LoginLimiter = request.app.state.login_limiter
     address = client_address(request.scope)
@@ -56,7 +52,8 @@ async def login(
         response = login_page(request, next, too_many_failures(wait), 429)
         response.headers["Retry-After"] = str(wait)
         return response
-    if not token_matches(token, expected):
+    account = accounts.holder(token)
+    if account is None:
         limiter.failed(address)
         return login_page(request, next, "That token is not right.", 401)
     limiter.succeeded(address)
@@ -64,7 +61,7 @@ async def login(
     response = RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         COOKIE_NAME,
-        await sessions.open(expected),
+        await sessions.open(account.token),
         max_age=settings.session_max_age_s,
         httponly=True,
         samesite="strict",

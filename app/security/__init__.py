@@ -1,9 +1,9 @@
 """Shared-server hardening: access control, same-origin checks, limits, headers, error pages.
 
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
-headers, 500 page), Host check, body limit, rate limit, same-origin check, authentication
-(sessions, login guessing limits), JSON bodies (no lone surrogates, bounded nesting),
-HTML-only answers to htmx. It also makes every log line of
+headers, 500 page), Host check, body limit, same-origin check, authentication (sessions, login
+guessing limits, named users), rate limit (per named user, else per address), JSON bodies (no
+lone surrogates, bounded nesting), HTML-only answers to htmx. It also makes every log line of
 the process safe (model_worker.log_safety).
 """
 
@@ -40,6 +40,11 @@ def install(app: FastAPI, settings: Settings) -> None:
     # add_middleware puts each new layer outside the previous ones: innermost first.
     app.add_middleware(HtmlOnlyForHtmxMiddleware)
     app.add_middleware(JsonInputMiddleware)
+    app.add_middleware(  # inside authentication: a named user's requests count as theirs
+        RateLimitMiddleware,
+        per_minute=settings.rate_limit_per_minute,
+        writes_per_minute=settings.write_rate_limit_per_minute,
+    )
     app.add_middleware(
         AuthMiddleware,
         settings=settings,
@@ -47,11 +52,6 @@ def install(app: FastAPI, settings: Settings) -> None:
         limiter=app.state.login_limiter,
     )
     app.add_middleware(SameOriginMiddleware, trusted_origins=settings.trusted_origins)
-    app.add_middleware(
-        RateLimitMiddleware,
-        per_minute=settings.rate_limit_per_minute,
-        writes_per_minute=settings.write_rate_limit_per_minute,
-    )
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -16,9 +16,11 @@ from starlette.requests import HTTPConnection
 from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.security.clients import USER_STATE
 from app.security.login_limit import LoginLimiter, too_many_failures
 from app.security.responses import error_response, wants_json
 from app.security.sessions import SessionStore, SessionsUnavailable
+from app.security.users import Account, Accounts
 from model_worker.settings import Settings
 
 COOKIE_NAME = "icl_session"
@@ -27,7 +29,7 @@ PUBLIC_PREFIXES = ("/static/",)
 
 
 def configured_token(settings: Settings) -> str | None:
-    """The access token, or None when access control is off (unset or empty)."""
+    """The shared access token, or None when it is unset or empty."""
     token = settings.auth_token.get_secret_value() if settings.auth_token else ""
     return token or None
 
@@ -42,17 +44,24 @@ def bearer_token(headers: Headers) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
 
 
-async def is_authenticated(
-    connection: HTTPConnection, token: str | None, sessions: SessionStore
-) -> bool:
-    """No token configured, a matching bearer token, or the cookie of a live session."""
-    if token is None:
-        return True
+#: Who an open server (no token configured) is talking to: anyone, named by address.
+ANYONE = Account(None, "")
+
+
+async def account_of(
+    connection: HTTPConnection, accounts: Accounts, sessions: SessionStore
+) -> Account | None:
+    """Whose request this is: anyone when no token is configured; the holder of a matching
+    bearer token, or of the token a live session was opened under; None: not authenticated."""
+    if not accounts.enabled:
+        return ANYONE
     given = bearer_token(connection.headers)
     if given is not None:
-        return token_matches(given, token)
+        return accounts.holder(given)
     cookie = connection.cookies.get(COOKIE_NAME)
-    return cookie is not None and cookie != "" and await sessions.valid(cookie, token)
+    if cookie is None or cookie == "":
+        return None
+    return accounts.by_digest(await sessions.token_digest(cookie))
 
 
 def client_address(scope: Scope) -> str:
@@ -76,7 +85,7 @@ class AuthMiddleware:
         self, app: ASGIApp, settings: Settings, sessions: SessionStore, limiter: LoginLimiter
     ) -> None:
         self.app = app
-        self.token = configured_token(settings)
+        self.accounts = Accounts(settings)
         self.sessions = sessions
         self.limiter = limiter
 
@@ -89,23 +98,27 @@ class AuthMiddleware:
             return
         connection = HTTPConnection(scope)
         address = client_address(scope)
-        bearer = bearer_token(connection.headers) if self.token else None
+        bearer = bearer_token(connection.headers) if self.accounts.enabled else None
         wait = None if bearer is None else self.limiter.retry_after(address)
         if wait is not None:
             detail, headers = too_many_failures(wait), {"Retry-After": str(wait)}
             await error_response(scope, 429, detail, headers)(scope, receive, send)
             return
         try:
-            authenticated = await is_authenticated(connection, self.token, self.sessions)
+            account = await account_of(connection, self.accounts, self.sessions)
         except SessionsUnavailable as exc:
             if not self.is_public(scope["path"]):
                 response = error_response(scope, 503, str(exc), {"Retry-After": "5"})
                 await response(scope, receive, send)
                 return
-            authenticated = False
+            account = None
+        authenticated = account is not None
         if bearer is not None:
             (self.limiter.succeeded if authenticated else self.limiter.failed)(address)
-        scope.setdefault("state", {})["authenticated"] = authenticated
+        state = scope.setdefault("state", {})
+        state["authenticated"] = authenticated
+        if account is not None and account.user is not None:
+            state[USER_STATE] = account.user  # every per-client bound keys on the user
         if authenticated or self.is_public(scope["path"]):
             await self.app(scope, receive, send)
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 
+from app.security.users import UsersError, configured_users
 from model_worker.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
@@ -27,7 +28,9 @@ def is_loopback(host: str) -> bool:
 
 
 def has_token(settings: Settings) -> bool:
-    return bool(settings.auth_token and settings.auth_token.get_secret_value())
+    """Whether some token guards the server: the shared one or a named user's."""
+    shared = bool(settings.auth_token and settings.auth_token.get_secret_value())
+    return shared or bool(settings.users) or settings.users_file is not None
 
 
 def token_weakness(token: str) -> str | None:
@@ -49,18 +52,25 @@ def token_weakness(token: str) -> str | None:
 def bind_refusal(host: str, settings: Settings, insecure: bool = False) -> str | None:
     """Why serving on `host` is refused, or None: a non-loopback address needs a strong
     ICL_AUTH_TOKEN (or, without any token, an explicit --insecure)."""
+    try:
+        users = configured_users(settings)
+    except UsersError as exc:
+        return f"refusing to start with these users: {exc}"
     if is_loopback(host):
         return None
     if has_token(settings):
-        assert settings.auth_token is not None
-        weakness = token_weakness(settings.auth_token.get_secret_value())
-        if weakness is None:
-            return unsigned_results_refusal(host, settings)
-        return (
-            f"refusing to listen on {host!r} with a weak ICL_AUTH_TOKEN: {weakness}. Use a "
-            f"random token of at least {MIN_TOKEN_LENGTH} characters, e.g. the output of "
-            f"{GENERATE}."
-        )
+        tokens = {f"token for user {name!r}": token for name, token in users.items()}
+        if settings.auth_token and settings.auth_token.get_secret_value():
+            tokens = {"ICL_AUTH_TOKEN": settings.auth_token.get_secret_value(), **tokens}
+        for which, token in tokens.items():
+            weakness = token_weakness(token)
+            if weakness is not None:
+                return (
+                    f"refusing to listen on {host!r} with a weak {which}: {weakness}. Use a "
+                    f"random token of at least {MIN_TOKEN_LENGTH} characters, e.g. the output "
+                    f"of {GENERATE}."
+                )
+        return unsigned_results_refusal(host, settings)
     if insecure:
         return None
     return (

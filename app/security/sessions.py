@@ -45,6 +45,11 @@ class SessionStore(Protocol):
         """True for a live, unexpired session opened under `token`."""
         ...
 
+    async def token_digest(self, session_id: str) -> str | None:
+        """The SHA-256 of the token a live, unexpired session was opened under (it names the
+        account: app.security.users), else None."""
+        ...
+
     async def revoke(self, session_id: str) -> None: ...
 
     async def close(self) -> None: ...
@@ -66,13 +71,17 @@ class MemorySessions:
         return session_id
 
     async def valid(self, session_id: str, token: str) -> bool:
+        stored = await self.token_digest(session_id)
+        return stored is not None and secrets.compare_digest(stored, digest(token))
+
+    async def token_digest(self, session_id: str) -> str | None:
         entry = self._sessions.get(digest(session_id))
         if entry is None:
-            return False
+            return None
         if entry[1] <= time.monotonic():
             self._sessions.pop(digest(session_id), None)
-            return False
-        return secrets.compare_digest(entry[0], digest(token))
+            return None
+        return entry[0]
 
     async def revoke(self, session_id: str) -> None:
         self._sessions.pop(digest(session_id), None)
@@ -105,12 +114,15 @@ class RedisSessions:
         return session_id
 
     async def valid(self, session_id: str, token: str) -> bool:
+        stored = await self.token_digest(session_id)
+        return stored is not None and secrets.compare_digest(stored, digest(token))
+
+    async def token_digest(self, session_id: str) -> str | None:
         try:
             stored = await self._redis.get(session_key(digest(session_id)))
         except RedisError as exc:
             raise self._unavailable(exc) from exc
-        expected = digest(token).encode()
-        return isinstance(stored, bytes) and secrets.compare_digest(stored, expected)
+        return stored.decode("ascii", "replace") if isinstance(stored, bytes) else None
 
     async def revoke(self, session_id: str) -> None:
         try:

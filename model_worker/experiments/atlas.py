@@ -44,8 +44,7 @@ from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
-from model_worker.experiments.evidence import Evidence
+from model_worker.experiments.evidence import Evidence, adequacy
 from model_worker.experiments.figure_data import bar_chart, scatter
 from model_worker.experiments.locate import n_located, zeroing
 from model_worker.experiments.progress import ProgressFn, Stages
@@ -133,7 +132,7 @@ def run(ctx: Context) -> ExperimentResult:
             "ablation": 2.0,
         },
     )
-    items = ctx.prepare(prompts(ctx.dataset, ctx.n, ctx.seed))
+    items = ctx.prepare(ctx.prompts())
 
     def extra(batch: Batch, cache: object) -> list[tuple[Tensor, Tensor]]:
         out = []
@@ -233,7 +232,7 @@ def run(ctx: Context) -> ExperimentResult:
         row["function_vector_exact"] = exact_of.get(flat)
         head_rows.append(row)
 
-    evidence = Evidence()
+    evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
     correlations: list[Row] = []
     for a, b in combinations(SCORES, 2):
         keep = ~(np.isnan(values[a]) | np.isnan(values[b]))

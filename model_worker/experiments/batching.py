@@ -79,6 +79,9 @@ class PromptRun:
     extra: Any = None
     #: [L, H]: I of each head restricted to the label positions, when computed
     label_increases: Tensor | None = None
+    #: [L, H, labels]: attention of the last token on each label position, in prompt order
+    #: (item.label_true says which are true)
+    attn_labels: Tensor | None = None
 
     @property
     def correct(self) -> bool:
@@ -230,6 +233,7 @@ def summarize_row(batch: Batch, cache: RunCache, row: int) -> PromptRun:
         attn_true=pattern[..., true_pos].sum(-1).cpu(),
         attn_false=pattern[..., false_pos].sum(-1).cpu(),
         increases=None,
+        attn_labels=pattern[..., list(item.label_positions)].cpu(),
     )
 
 

@@ -76,7 +76,13 @@ def adequacy(runs: Sequence[PromptRun], design: str) -> Adequacy:
     """The gate: the accuracy interval's lower bound above chance (two labels: 0.5). Only a
     counterbalanced design can pass: under a fixed order, answering from the label sequence
     alone scores well."""
-    found = accuracy_interval(runs)
+    return adequacy_of([r.correct for r in runs], design)
+
+
+def adequacy_of(correct: Sequence[bool], design: str) -> Adequacy:
+    """`adequacy` from one flag per prompt: is the true label's logit above the false one's?
+    (For experiments that do not keep PromptRuns, e.g. patching's clean runs.)"""
+    found = stats.rate(correct)
     above = found.low > CHANCE
     adequate = above and design == "counterbalanced"
     if adequate:

@@ -120,8 +120,25 @@ def run(ctx: Context) -> ExperimentResult:
     }
     evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
     increases = [r.increases.flatten().tolist() for r in runs if r.increases is not None]
+    other_increases = [
+        r.increases.flatten().tolist() for r in other_runs if r.increases is not None
+    ]
+    if increases and other_increases:
+        # the overlap's interval: both datasets' prompts resampled (each on its own), the top
+        # 20 of each re-ranked in every resample
+        k = min(TOP, g.n_layers * g.n_heads)
+        share = stats.bootstrap_over_heads_two(increases, other_increases, stats.top_k_overlap(k))
+        chance = stats.chance_overlap(k, g.n_layers * g.n_heads)
+        evidence.add(f"top{TOP}_overlap_share", share)
+        evidence.decide(
+            f"the top {TOP} heads of {ctx.dataset.name} and {other_name} overlap more than "
+            f"two random sets of {TOP} heads (chance share {chance:.3f})",
+            f"top{TOP}_overlap_share_minus_chance",
+            share.shifted(chance),
+            min_effect=0.1,
+        )
     if increases:
-        draws = _resampled_means(increases)  # [R, L·H]
+        draws = stats.resampled_means(increases, resamples=1000)  # [R, L·H]
         for row in rows:
             index = int(row["layer"] or 0) * g.n_heads + _head_index(str(row["head"]))
             low, high = np.percentile(draws[:, index], [2.5, 97.5])
@@ -179,7 +196,8 @@ def run(ctx: Context) -> ExperimentResult:
                     (
                         "overlap of the top 20 between datasets",
                         "similar head indexes on both datasets",
-                        f"{overlap} of {len(rows)} shared with {other_name}",
+                        f"{overlap} of {len(rows)} shared with {other_name}"
+                        + _interval_text(evidence, f"top{TOP}_overlap_share"),
                     ),
                 ]
             ),
@@ -195,12 +213,9 @@ def _head_index(name: str) -> int:
     return int(name.split("H")[1])
 
 
-def _resampled_means(rows: list[list[float]], resamples: int = 1000) -> np.ndarray:
-    """[R, K]: the column means of `rows` [N, K] over bootstrap resamples of the rows, as
-    resample counts times the rows (no [R, N, K] copy)."""
-    data = np.asarray(rows, dtype=np.float64)
-    n = data.shape[0]
-    picks = np.random.default_rng(stats.SEED).integers(0, n, size=(resamples, n))
-    counts = np.zeros((resamples, n))
-    np.add.at(counts, (np.arange(resamples)[:, None], picks), 1.0)
-    return counts @ data / n
+def _interval_text(evidence: Evidence, name: str) -> str:
+    """` (share 0.55 [0.4, 0.7], 95% prompt bootstrap)` of a recorded interval, or nothing."""
+    found = evidence.intervals.get(name)
+    if found is None:
+        return ""
+    return f" (share {found.text()}, 95% {found.method})"

@@ -25,8 +25,7 @@ from model_worker.contracts.patching import PatchRequest
 from model_worker.errors import PromptError, UserInputError
 from model_worker.experiments import stats
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import prompts
-from model_worker.experiments.evidence import Evidence
+from model_worker.experiments.evidence import Evidence, adequacy_of
 from model_worker.experiments.figure_data import bar_chart, heatmap
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
@@ -61,7 +60,7 @@ def run(ctx: Context) -> ExperimentResult:
     pairs: list[Pair] = []
     spans, estimates, directs = [], [], []
     skipped = 0
-    items = prompts(ctx.dataset, ctx.n, ctx.seed)
+    items = ctx.prompts()
     for i, item in enumerate(items):
         first(i / len(items), f"prompt {i + 1} of {len(items)}")
         request = PatchRequest(
@@ -113,7 +112,9 @@ def run(ctx: Context) -> ExperimentResult:
         qkv_rows.append(deltas[len(patched) :])
     exact = np.asarray(exact_rows)
     qkv = np.asarray(qkv_rows)
-    evidence = Evidence()
+    evidence = Evidence(
+        adequacy=adequacy_of([p.ld(p.clean_run.logits) > 0 for p in pairs], ctx.request.design)
+    )
     head_rows: list[Row] = []
     exact_intervals = {h: effect(exact[:, j], spans) for j, h in enumerate(patched)}
     for flat in range(g.n_layers * g.n_heads):

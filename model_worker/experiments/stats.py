@@ -294,3 +294,105 @@ def verdict(
     rule = RULE.format(quantity=quantity, null=null, bar=null + min_effect, effect=min_effect)
     outcome = decide(interval, null=null, min_effect=min_effect)
     return Verdict(hypothesis, quantity, interval, null, min_effect, rule, outcome)
+
+
+# --- rates over heads, resampling prompts ----------------------------------------------------
+#
+# A rate over heads ("true-label attention drops in 17 of the top 20 heads") or an overlap of
+# two head rankings is a statistic of per-head means, each a mean over prompts. Its interval
+# comes from resampling the prompts: every resample recomputes each head's mean from the same
+# resampled prompts (the heads stay paired), then the statistic.
+
+PROMPT_BOOTSTRAP = "prompt bootstrap"
+
+
+def resampled_means(
+    rows: ArrayLike, *, seed: int = SEED, resamples: int = RESAMPLES
+) -> NDArray[np.float64]:
+    """[R, K]: the column means of `rows` [N, K] (N prompts) over `resamples` bootstrap
+    resamples of the rows, as resample counts @ rows / N (no [R, N, K] copy)."""
+    data = np.asarray(rows, dtype=np.float64)
+    n = data.shape[0]
+    picks = _indices(n, seed, resamples)
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], picks), 1.0)
+    return np.asarray(counts @ data / n, dtype=np.float64)
+
+
+def bootstrap_over_heads(
+    rows: ArrayLike,
+    statistic: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    *,
+    seed: int = SEED,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+) -> Interval:
+    """`statistic` of the per-head means of `rows` [n prompts, k heads] and its interval,
+    resampling prompts. `statistic` maps per-head means [..., k] to [...] (e.g. the share of
+    heads whose mean change is above 0: `lambda m: (m > 0).mean(-1)`)."""
+    data = np.asarray(rows, dtype=np.float64)
+    if data.ndim != 2 or data.shape[0] == 0 or data.shape[1] == 0:
+        return _empty(PROMPT_BOOTSTRAP)
+    estimate = float(statistic(data.mean(axis=0)))
+    draws = np.asarray(statistic(resampled_means(data, seed=seed, resamples=resamples)))
+    low, high = _bounds(draws.astype(np.float64), level)
+    return Interval(estimate, float(low), float(high), data.shape[0], PROMPT_BOOTSTRAP, level)
+
+
+def bootstrap_over_heads_two(
+    a: ArrayLike,
+    b: ArrayLike,
+    statistic: Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]],
+    *,
+    seed: int = SEED,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+) -> Interval:
+    """`statistic` of two independent samples' per-head means (a [n_a, k], b [n_b, k], e.g.
+    two datasets' prompts) and its interval, each sample's prompts resampled on its own.
+    `n` of the interval is the smaller sample."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.ndim != 2 or y.ndim != 2 or 0 in x.shape or 0 in y.shape:
+        return _empty(PROMPT_BOOTSTRAP)
+    estimate = float(statistic(x.mean(axis=0), y.mean(axis=0)))
+    draws = np.asarray(
+        statistic(
+            resampled_means(x, seed=seed, resamples=resamples),
+            resampled_means(y, seed=seed + 1, resamples=resamples),
+        )
+    )
+    low, high = _bounds(draws.astype(np.float64), level)
+    n = min(x.shape[0], y.shape[0])
+    return Interval(estimate, float(low), float(high), n, PROMPT_BOOTSTRAP, level)
+
+
+def share_above(threshold: float = 0.0) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+    """The statistic "share of heads whose mean is above `threshold`" (over the last axis)."""
+    return lambda means: np.asarray((means > threshold).mean(axis=-1), dtype=np.float64)
+
+
+def top_k_mask(means: NDArray[np.float64], k: int) -> NDArray[np.bool_]:
+    """A mask [..., K] of the `k` largest entries over the last axis (ties: the lower index,
+    as a stable descending sort ranks them)."""
+    order = np.argsort(-means, axis=-1, kind="stable")[..., :k]
+    mask = np.zeros(means.shape, dtype=bool)
+    np.put_along_axis(mask, order, True, axis=-1)
+    return mask
+
+
+def top_k_overlap(
+    k: int,
+) -> Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]]:
+    """The statistic "share of the top `k` of a that are also in the top `k` of b"."""
+
+    def overlap(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+        both = top_k_mask(a, k) & top_k_mask(b, k)
+        return np.asarray(both.sum(axis=-1) / k, dtype=np.float64)
+
+    return overlap
+
+
+def chance_overlap(k: int, total: int) -> float:
+    """The expected share of overlap of two independent random sets of `k` of `total`
+    items: k / total."""
+    return k / total if total else math.nan

@@ -34,7 +34,7 @@ from model_worker.contracts import ExperimentResult, head_name
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Prepared
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.evidence import Evidence
+from model_worker.experiments.evidence import Evidence, adequacy_of
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
@@ -114,6 +114,7 @@ def run(ctx: Context) -> ExperimentResult:
     items = ctx.prepare(ctx.prompts())
     found: dict[Head, list[PromptTowers]] = {head: [] for head in location.heads}
     progress = stages.stage("decompose")
+    correct: list[bool] = []
     for n, item in enumerate(items):
         with loaded.lock:
             cache = run_with_cache(
@@ -124,6 +125,8 @@ def run(ctx: Context) -> ExperimentResult:
                 logits_to_keep=1,
                 record_qk=True,
             )
+        last_logits = cache.logits[0, -1]
+        correct.append(bool(last_logits[item.true_id] > last_logits[item.false_id]))
         true = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if t]
         false = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if not t]
         if true and false:
@@ -135,7 +138,7 @@ def run(ctx: Context) -> ExperimentResult:
                 found[(layer, index)].append(measure(item, at_p, at_p.minus(at_q), p, q))
         progress((n + 1) / len(items), f"decomposed {n + 1} of {len(items)} prompts")
 
-    evidence = Evidence()
+    evidence = Evidence(adequacy=adequacy_of(correct, ctx.request.design))
     component_rows: list[Row] = []
     recurrence_rows: list[Row] = []
     parts: dict[str, list[float]] = {name: [] for name in (*GROUPS, "position")}

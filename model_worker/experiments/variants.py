@@ -12,8 +12,24 @@ With the counterbalanced design (default) "imbalanced" drops the true demonstrat
 input and "reordered" swaps the true and false slots of each arrangement (FFTT → TTFF,
 FTFT → TFTF, …). Hypotheses, each with a paired bootstrap interval over prompts: accuracy
 falls; the located heads' mean attention on true labels falls; on false labels it rises (per
-prompt, balanced minus variant, or variant minus balanced). Note that an imbalanced prompt has
-one true label fewer, so its summed true-label attention falls partly by construction.
+prompt, balanced minus variant, or variant minus balanced).
+
+An imbalanced prompt has one true label fewer, so its summed true-label attention falls partly
+by construction. Two corrections are reported beside the raw drop (`located_attn_true_drop`):
+- per label occurrence (`..._per_label`): the attention summed over the true labels divided by
+  their number (2 balanced, 1 imbalanced), i.e. the mean attention on one true label;
+- a matched control (`..._corrected`, the verdict the summary uses): the same prompts with the
+  false demonstration nearest the input dropped instead (variant "minority-false"); the
+  false-label attention they lose is what dropping one demonstration of a label removes
+  mechanically. Corrected true drop = (balanced − imbalanced true-label attention) −
+  (balanced − control false-label attention); corrected false rise = (imbalanced − balanced
+  false-label attention) − (control − balanced true-label attention). Under counterbalancing
+  the dropped true and the dropped false demonstration sit in the same positions equally often.
+
+Rates over heads ("drops in 17 of the top 20 heads") carry a 95% interval from resampling the
+prompts (stats.bootstrap_over_heads: every resample recomputes each head's mean change, then
+the share of heads whose change is above 0); hypothesis: the change goes the stated way in more
+than half of the top 20 heads.
 Per demonstration arrangement of the balanced prompt, the same differences are tabled.
 """
 
@@ -21,6 +37,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import Literal
 
 from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import Variant
@@ -40,6 +57,10 @@ from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.interventions import Head
 
 TOP = 20
+#: the matched control of the imbalanced prompts: a false demonstration dropped instead
+CONTROL: Variant = "minority-false"
+#: a rate over the top heads is "most of them" above this share
+MOST = 0.5
 
 
 def _mean(runs: Sequence[PromptRun], head: Head, true: bool) -> float:
@@ -48,10 +69,12 @@ def _mean(runs: Sequence[PromptRun], head: Head, true: bool) -> float:
 
 def run(ctx: Context) -> ExperimentResult:
     variant: Variant = "imbalanced" if ctx.request.name == "imbalance" else "reordered"
-    stages = Stages(ctx.progress, {"locate": 2.0, "balanced": 1.0, variant: 1.0})
+    names: tuple[Variant, ...] = ("balanced", variant)
+    if variant == "imbalanced":
+        names += (CONTROL,)
+    stages = Stages(ctx.progress, {"locate": 2.0, **dict.fromkeys(names, 1.0)})
     location = locate_for(ctx, stages.stage("locate"))
     sets: dict[str, list[PromptRun]] = {}
-    names: tuple[Variant, Variant] = ("balanced", variant)
     for name in names:
         items = ctx.prepare(ctx.prompts(name))
         sets[name] = run_prompts(
@@ -75,6 +98,10 @@ def run(ctx: Context) -> ExperimentResult:
         }
         for head in shown
     ]
+    if CONTROL in sets:
+        for row, head in zip(rows, shown, strict=True):
+            row["attn_true_control"] = _mean(sets[CONTROL], head, True)
+            row["attn_false_control"] = _mean(sets[CONTROL], head, False)
     top_rows = [r for r in rows if int(r["increase_rank"] or 0) <= TOP]
     located_rows = [r for r in rows if r["located"] == "yes"]
 
@@ -103,27 +130,56 @@ def run(ctx: Context) -> ExperimentResult:
     evidence.add("accuracy_balanced", accuracy_interval(balanced))
     evidence.add(f"accuracy_{variant}", accuracy_interval(changed))
     heads = location.heads
+    control = sets.get(CONTROL)
 
-    def located(r: PromptRun, true: bool) -> float:
-        table = r.attn_true if true else r.attn_false
-        return statistics.fmean(float(table[h]) for h in heads)
+    def located(kind: Kind, true: bool) -> list[float]:
+        """Per prompt: the kind's change, averaged over the located heads."""
+        rows = head_changes(balanced, changed, heads, true, kind=kind, control=control)
+        return [statistics.fmean(row) for row in rows]
 
-    checks = (
-        ("accuracy falls", "accuracy_drop", lambda b, c: float(b.correct) - float(c.correct)),
+    accuracy_drops = [
+        float(b.correct) - float(c.correct) for b, c in zip(balanced, changed, strict=True)
+    ]
+    checks: list[tuple[str, str, list[float]]] = [
+        ("accuracy falls", "accuracy_drop", accuracy_drops),
         (
-            "the located heads' attention on true labels falls",
+            "the located heads' attention on true labels falls (raw sum"
+            + (": partly mechanical, one true label fewer)" if control is not None else ")"),
             "located_attn_true_drop",
-            lambda b, c: located(b, True) - located(c, True),
+            located("raw", True),
         ),
         (
             "the located heads' attention on false labels rises",
             "located_attn_false_rise",
-            lambda b, c: located(c, False) - located(b, False),
+            located("raw", False),
         ),
-    )
+    ]
+    if control is not None:
+        checks += [
+            (
+                "the located heads' attention per true label falls (per label occurrence)",
+                "located_attn_true_drop_per_label",
+                located("per_label", True),
+            ),
+            (
+                "the located heads' attention on the true label that stays falls "
+                "(position-matched: the dropped demonstration's label left out of the balanced "
+                "sum, so nothing falls by construction)",
+                "located_attn_true_drop_kept",
+                located("kept", True),
+            ),
+            (
+                "dropping a true demonstration costs the located heads more true-label "
+                "attention than dropping a false one (matched control) costs false-label "
+                "attention",
+                "located_attn_true_drop_vs_control",
+                located("vs_control", True),
+            ),
+        ]
+        metrics["accuracy_control"] = accuracy(control)
+        evidence.add("accuracy_control", accuracy_interval(control))
     arrangement_rows: dict[str, Row] = {}
-    for hypothesis, quantity, change in checks:
-        values = [change(b, c) for b, c in zip(balanced, changed, strict=True)]
+    for hypothesis, quantity, values in checks:
         evidence.decide(
             f"{variant}: {hypothesis}",
             quantity,
@@ -139,6 +195,8 @@ def run(ctx: Context) -> ExperimentResult:
             )
             row.update(interval_columns(quantity, stats.bootstrap_mean(members)))
     arrangements = list(arrangement_rows.values())
+    rates = _head_rates(evidence, variant, balanced, changed, location.top(TOP), control)
+    metrics.update({name: found.estimate for name, found in rates.items()})
     figures = {
         f"{variant}_located": bar_chart(
             f"Attention on true/false labels, balanced vs {variant} — in-context heads",
@@ -182,14 +240,16 @@ def run(ctx: Context) -> ExperimentResult:
                         expected,
                         f"in-context heads {metrics['located_attn_true_balanced']:.3f} → "
                         f"{metrics[f'located_attn_true_{variant}']:.3f}; drops in {true_drops} of "
-                        f"the top {len(top_rows)} heads",
+                        f"the top {len(top_rows)} heads"
+                        + _rate_text(rates.get(f"top{TOP}_true_attention_drop_rate")),
                     ),
                     (
                         f"attention on false labels, balanced → {variant}",
                         "rises (imbalanced)" if variant == "imbalanced" else "—",
                         f"in-context heads {metrics['located_attn_false_balanced']:.3f} → "
                         f"{metrics[f'located_attn_false_{variant}']:.3f}; rises in {false_rises} "
-                        f"of the top {len(top_rows)} heads",
+                        f"of the top {len(top_rows)} heads"
+                        + _rate_text(rates.get(f"top{TOP}_false_attention_rise_rate")),
                     ),
                 ]
             ),
@@ -202,3 +262,124 @@ def run(ctx: Context) -> ExperimentResult:
         report,
         evidence,
     )
+
+
+#: how a head's change is measured (see head_changes)
+Kind = Literal["raw", "per_label", "kept", "vs_control"]
+
+
+def _count(run: PromptRun, side: str) -> int:
+    """How many demonstrations of `side` (`T` true, `F` false) the prompt has (at least 1)."""
+    return max(1, run.item.prompt.arrangement.count(side))
+
+
+def kept_true(run: PromptRun, head: Head) -> float:
+    """Attention of `head` on the true labels of a balanced prompt except the one its
+    imbalanced variant drops (the true demonstration nearest the input)."""
+    if run.attn_labels is None:
+        raise ValueError("the run has no per-label attention")
+    sides = "".join("T" if t else "F" for t in run.item.label_true)
+    dropped = sides.rindex("T")
+    kept = [i for i, side in enumerate(sides) if side == "T" and i != dropped]
+    return float(run.attn_labels[head][kept].sum()) if kept else 0.0
+
+
+def head_changes(
+    balanced: Sequence[PromptRun],
+    changed: Sequence[PromptRun],
+    heads: Sequence[Head],
+    true: bool,
+    *,
+    kind: Kind = "raw",
+    control: Sequence[PromptRun] | None = None,
+) -> list[list[float]]:
+    """[n prompts, heads]: per prompt (balanced[i] and its variant changed[i]) and head, the
+    true-label attention drop (`true`: balanced − variant) or the false-label attention rise
+    (variant − balanced), measured as `kind`:
+
+    - "raw": the attention summed over the labels (a prompt that loses a true demonstration
+      loses that label's attention by construction);
+    - "per_label": each sum divided by its number of labels;
+    - "kept" (true side, imbalanced): the balanced sum over the true labels the variant keeps
+      (the same demonstrations, at the same positions) minus the variant's; attention freed by
+      the dropped label and spread over the rest pushes it *down*, so a positive value is
+      conservative;
+    - "vs_control": the raw change minus the `control`'s (the same prompts with the false
+      demonstration nearest the input dropped) change of the other side: balanced − control
+      false-label attention for a true drop. Zero when dropping a demonstration costs its
+      label the same attention whether that label is true or false, including when a
+      majority effect hits both alike.
+    """
+    if kind == "vs_control" and control is None:
+        raise ValueError("kind 'vs_control' needs the control runs")
+
+    def attention(r: PromptRun, on_true: bool, head: Head) -> float:
+        value = float((r.attn_true if on_true else r.attn_false)[head])
+        if kind == "per_label":
+            return value / _count(r, "T" if on_true else "F")
+        return value
+
+    rows = []
+    for i, (b, c) in enumerate(zip(balanced, changed, strict=True)):
+        row = []
+        for head in heads:
+            if true:
+                before = kept_true(b, head) if kind == "kept" else attention(b, True, head)
+                found = before - attention(c, True, head)
+            else:
+                found = attention(c, False, head) - attention(b, False, head)
+            if kind == "vs_control" and control is not None:
+                k = control[i]
+                found -= (
+                    attention(b, False, head) - attention(k, False, head)
+                    if true
+                    else attention(k, True, head) - attention(b, True, head)
+                )
+            row.append(found)
+        rows.append(row)
+    return rows
+
+
+def _head_rates(
+    evidence: Evidence,
+    variant: str,
+    balanced: Sequence[PromptRun],
+    changed: Sequence[PromptRun],
+    heads: Sequence[Head],
+    control: Sequence[PromptRun] | None,
+) -> dict[str, stats.Interval]:
+    """The share of the top heads whose true-label attention drops (false-label attention
+    rises), with prompt-bootstrap intervals and verdicts against "more than half"; for the
+    imbalanced prompts also the true-label drop per label occurrence, position-matched
+    ("kept") and against the matched control."""
+    if not heads or not balanced:
+        return {}
+    above = stats.share_above(0.0)
+    found: dict[str, stats.Interval] = {}
+    kinds: list[tuple[Kind, bool, str]] = [("raw", True, ""), ("raw", False, "")]
+    if control is not None:
+        kinds += [
+            ("per_label", True, " per label occurrence"),
+            ("kept", True, " on the true label that stays (position-matched)"),
+            ("vs_control", True, " more than false-label attention in the matched control"),
+        ]
+    for kind, true, words in kinds:
+        rows = head_changes(balanced, changed, heads, true, kind=kind, control=control)
+        what, verb = ("true", "drop") if true else ("false", "rise")
+        suffix = "" if kind == "raw" else f"_{kind}"
+        quantity = f"top{TOP}_{what}_attention_{verb}_rate{suffix}"
+        share = stats.bootstrap_over_heads(rows, above)
+        found[quantity] = evidence.add(quantity, share)
+        evidence.decide(
+            f"{variant}: {what}-label attention {verb}s{words} in more than half of the "
+            f"top {len(heads)} heads by increase",
+            f"{quantity}_minus_half",
+            share.shifted(MOST),
+            min_effect=0.1,
+        )
+    return found
+
+
+def _rate_text(found: stats.Interval | None) -> str:
+    """` (share 0.85 [0.7, 0.95], 95% prompt bootstrap)`, or nothing."""
+    return "" if found is None else f" (share {found.text()}, 95% {found.method})"

@@ -19,10 +19,6 @@
 
   // --- the heatmap: which head a cell is, and opening its panel ---
 
-  // the layer × head heatmaps whose cells open a head's panel: the analysis page's, and the
-  // patching page's patching-effect and direct-effect heatmaps (app/views/figures/patching.py)
-  var CLICKABLE = ["heatmap", "effects", "direct"];
-
   var asked = null; // the head a click or Enter asked for last (see keepOpenHead)
 
   function cellItems(view) {
@@ -126,7 +122,7 @@
       .vegaEmbed(target, spec, options(host))
       .then(function (result) {
         host.setAttribute("data-drawn", "true");
-        if (CLICKABLE.indexOf(host.getAttribute("data-figure")) >= 0) wireHeatmap(host, result.view);
+        if (host.getAttribute("data-figure") === "heatmap") wireHeatmap(host, result.view);
       })
       .catch(function (error) {
         host.setAttribute("data-drawn", "failed");

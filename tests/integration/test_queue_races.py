@@ -4,6 +4,7 @@ against a real Redis: no worker runs, a heartbeat is written by hand."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -18,10 +19,11 @@ from app.routes.analyses import get_analysis
 from model_worker.contracts import AnalysisRequest
 from model_worker.jobs import store_parts
 from model_worker.loading import LoadedModel
-from model_worker.queue.keys import claim_key, result_key
+from model_worker.queue.keys import analysis_job_id, claim_key, result_key
 from model_worker.queue.result_parts import result_parts
 from model_worker.queue.states import JobStatus
 from model_worker.run.analyze import analyze
+from tests.integration.conftest import MODEL
 from tests.integration.redis_support import signed_as_worker
 
 pytestmark = pytest.mark.redis
@@ -49,18 +51,31 @@ def test_a_claim_whose_reply_was_lost_still_enqueues(
     assert state.position_in_queue == 0
 
 
-def test_a_submit_never_accepts_a_job_a_twin_may_not_enqueue(
-    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+def test_a_submit_meeting_a_twin_answers_at_once_and_never_for_a_phantom(
+    backend: RedisBackend,
 ) -> None:
-    """A twin holds the claim but never enqueues (it failed): 503 to retry, not a phantom 202."""
-    monkeypatch.setattr(backend_module, "TWIN_WAIT_S", 0.3)
-    first = backend._submit(REQUEST)
-    backend._redis.delete(f"rq:job:{first.id}")  # as if that job had never been enqueued
-    backend._redis.set(claim_key(first.id), "someone else", ex=10)
-    assert backend._status(first.id) == first.model_copy(update={"position_in_queue": None})
+    """A twin request holds the enqueue claim. Before it recorded the request it may still be
+    refused: 503 + Retry-After: 1, not a phantom 202. Once it has: 202 QUEUED, and should the
+    twin die before enqueuing, the next status read enqueues the job from the store. Both at
+    once: the submit used to wait up to 5 s for the twin (issue 24)."""
+    fingerprint = "f" * 16  # the fake worker's (tests/integration/conftest.py)
+    job_id = analysis_job_id(MODEL, fingerprint, REQUEST)
+    backend._redis.set(claim_key(job_id), "someone else", ex=10)  # a twin's claim, unrecorded
+    started = time.monotonic()
     with pytest.raises(BackendError) as refused:
         backend._submit(REQUEST)
-    assert refused.value.status == 503
+    assert time.monotonic() - started < 1.0
+    assert refused.value.status == 503 and refused.value.retry_after == 1
+
+    # the twin gets as far as recording the request, then dies
+    backend._store.remember(job_id, "analysis", MODEL, fingerprint, REQUEST.model_dump_json())
+    started = time.monotonic()
+    state = backend._submit(REQUEST)
+    assert time.monotonic() - started < 1.0
+    assert state.id == job_id and state.status == JobStatus.QUEUED
+    backend._redis.delete(claim_key(job_id))  # the twin's claim expires
+    assert backend._status(job_id).status == JobStatus.QUEUED  # type: ignore[union-attr]
+    assert backend._redis.exists(f"rq:job:{job_id}")  # enqueued from the store: no phantom
 
 
 def test_status_reads_queued_while_a_failed_job_is_enqueued_afresh(

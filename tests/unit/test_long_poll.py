@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.job_news import JobNews
+from app.job_news import JobNews, News, polled
 from app.job_wait import drawable_state, next_state
 from app.queue.embedded import EmbeddedBackend
 from icl_heads.serving import embedded_backend
@@ -39,6 +40,9 @@ class Queued:
 
     async def wait_for_change(self, job_id: str, at_most_s: float) -> None:
         await asyncio.sleep(at_most_s)
+
+    def watch(self, job_id: str) -> contextlib.AbstractAsyncContextManager[News]:
+        return polled()  # hears of no change: every wait says "maybe"
 
 
 class ReadSpy(EmbeddedBackend):
@@ -75,7 +79,36 @@ def test_job_news_wakes_a_waiter_from_another_thread() -> None:
         return loop.time() - start
 
     assert asyncio.run(waits()) < 15  # woken by the publish, not by the 30 s limit
-    assert news._waiters == {}  # nothing left behind
+    assert news.subscribed == 0  # nothing left behind
+
+
+def test_a_change_between_the_first_read_and_the_wait_is_not_missed(tmp_path: Path) -> None:
+    """The poll subscribes before it reads: a change published right after its first read
+    (before it waits) still answers it at once. Before, the news went to no waiter and the
+    poll slept until its next timed read (here 30 s)."""
+    backend = embedded_backend(Settings(model="tiny-llama", data_dir=tmp_path), loader=tiny_llama)
+    backend._set(JobState(id="a-1", status=JobStatus.QUEUED))
+    real = backend.status
+    reads = 0
+
+    async def status_then_change(job_id: str) -> JobState | None:
+        nonlocal reads
+        state = await real(job_id)
+        reads += 1
+        if reads == 1:  # the worker thread starts the job just after the poll's first read
+            await asyncio.to_thread(backend._set, JobState(id="a-1", status=JobStatus.RUNNING))
+        return state
+
+    backend.status = status_then_change  # type: ignore[method-assign]
+
+    async def poll() -> JobState:
+        try:
+            return await asyncio.wait_for(next_state(backend, "a-1", 60, interval_s=30), 10)
+        finally:
+            await backend.close()
+
+    assert asyncio.run(poll()).status == JobStatus.RUNNING
+    assert reads == 2
 
 
 def test_the_embedded_long_poll_answers_at_the_change_not_at_its_interval(
