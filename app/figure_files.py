@@ -4,10 +4,14 @@ it is full or a drawing runs out of time); SVG and PNG are drawn off the event l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import HTTPException, Query, Request, Response, status
 
+from app.security.client_slots import ClientSlots
+from app.security.clients import client_of
 from app.views.figure_kit.export import MEDIA_TYPES, Format, data_file
 from app.views.figure_kit.figure import Figure, FigureTooLarge
 from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
@@ -23,6 +27,26 @@ def renderer(request: Request) -> FigureRenderer:
     if found is None:
         found = request.app.state.figure_renderer = FigureRenderer()
     return found
+
+
+@contextmanager
+def render_share(request: Request) -> Iterator[None]:
+    """Hold one of the client's ICL_CLIENT_RENDERS drawing slots for the block (a file from the
+    cache holds it for no time); 429 + Retry-After when it holds them all: one client cannot
+    fill the render pool's queue and leave everyone else 503."""
+    slots: ClientSlots | None = getattr(request.app.state, "render_slots", None)
+    if slots is None:
+        limit = request.app.state.settings.client_renders
+        slots = request.app.state.render_slots = ClientSlots(limit)
+    with slots.slot(client_of(request.scope)) as granted:
+        if not granted:
+            raise HTTPException(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                f"too many figure files drawing for this client at once (at most {slots.limit}, "
+                "ICL_CLIENT_RENDERS); retry in 2 s",
+                headers={"Retry-After": "2"},
+            )
+        yield
 
 
 def registered(kind: FigureKind, name: str, fmt: Format) -> FigureEntry:
@@ -64,7 +88,9 @@ async def figure_response(
     if fmt == "csv" or fmt == "json":
         return Response(data_file(figure, fmt, theme), media_type=MEDIA_TYPES[fmt], headers=headers)
     try:
-        data = await renderer(request).render(figure.spec(theme, offscreen=True), fmt)
+        spec = figure.spec(theme, offscreen=True)
+        with render_share(request):
+            data = await renderer(request).render(spec, fmt)
     except FigureTooLarge as exc:
         raise too_large(exc) from exc
     except RenderBusy as exc:

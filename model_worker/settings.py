@@ -134,7 +134,15 @@ class Settings(BaseSettings):
         description="Response bytes all stalled readers together may hold (oldest cut beyond).",
     )
     client_connections: int = Field(
-        32, ge=1, description="Open connections per client (IPv6: per /64); 429 beyond."
+        32,
+        ge=1,
+        description="Open connections per client address (IPv6: per /64) in each web process "
+        "(N replicas: up to N times this); 429 beyond.",
+    )
+    client_renders: int = Field(
+        2,
+        ge=1,
+        description="Figure files (SVG, PNG) one client may have drawing at once; 429 beyond.",
     )
     client_long_polls: int = Field(
         16, ge=1, description="Concurrent long polls (?wait=) per client; 429 beyond."

@@ -1,0 +1,89 @@
+"""One client cannot fill the figure render pool (issue 24): each client has at most
+ICL_CLIENT_RENDERS figure files drawing at once (429 + Retry-After beyond), so a client
+asking for many distinct figures at once leaves room for everyone else. Before, the pool's
+queue was first come, first served: one client's nine drawings made every colleague's 503."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.store import open_store
+from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
+from icl_heads.serving import embedded_backend
+from model_worker.queue.result_parts import analysis_parts
+from model_worker.run.analyze import analyze
+from model_worker.settings import Settings
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+
+STORED = "a-" + "0" * 31 + "3"
+THEMES = ["light", "dark", "presentation", "presentation-dark"]
+
+
+class SlowRenderer(FigureRenderer):
+    """The real pool's bounds (1 drawing, `waiting` queued) with a drawing that takes 0.5 s
+    and no process: what matters here is who gets a place."""
+
+    async def render(self, spec: dict[str, Any], fmt: Literal["svg", "png"]) -> bytes:
+        key = self.key(spec, fmt)
+        if self._admitted >= self._limit:
+            raise RenderBusy("the server is drawing other figures; try again in a few seconds")
+        self._admitted += 1
+        try:
+            async with self._slots:
+                await asyncio.sleep(0.5)
+        finally:
+            self._admitted -= 1
+        return key.encode()
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    settings = Settings(
+        model="tiny-llama",
+        data_dir=tmp_path,
+        client_renders=2,
+        rate_limit_per_minute=0,
+        write_rate_limit_per_minute=0,
+    )
+    store = open_store(settings)
+    result = analyze(tiny_llama(), EXAMPLE_PROMPT, target="foo", labels=["foo", "bar"])
+    store.save(STORED, analysis_parts(result))
+    backend = embedded_backend(settings, loader=tiny_llama, store=store)
+    made = create_app(settings, backend)
+    made.state.backend = backend  # (no lifespan under ASGITransport)
+    made.state.figure_renderer = SlowRenderer(workers=1, waiting=3)  # room for 4
+    return made
+
+
+def test_one_client_holds_at_most_its_share_of_drawings(app: Any) -> None:
+    """Client A asks for four distinct drawings at once: two are drawn, two are 429 at once
+    (Retry-After); client B, arriving meanwhile, is drawn: the pool (room for 4) still has a
+    place for it. Before, A's four filled the pool and B got 503."""
+
+    def client(address: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app, client=(address, 40000))
+        return httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30)
+
+    async def scenario() -> tuple[list[httpx.Response], httpx.Response]:
+        hog, colleague = client("10.0.0.1"), client("10.0.0.2")
+        asked = [
+            asyncio.create_task(hog.get(f"/figures/{STORED}/heatmap.svg?theme={theme}"))
+            for theme in THEMES
+        ]
+        await asyncio.sleep(0.1)
+        other = await colleague.get(f"/figures/{STORED}/layers.svg")
+        return list(await asyncio.gather(*asked)), other
+
+    answers, other = asyncio.run(scenario())
+    codes = sorted(answer.status_code for answer in answers)
+    assert codes == [200, 200, 429, 429], [a.text for a in answers]
+    refused = [a for a in answers if a.status_code == 429]
+    assert all(a.headers["Retry-After"] == "2" for a in refused)
+    assert "ICL_CLIENT_RENDERS" in refused[0].text
+    assert other.status_code == 200, other.text
