@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from icl_heads.results import AnalysisResult, ExperimentResult
-from model_worker import loading
+from model_worker import contracts, loading
 from model_worker.experiments import job as engine_experiments
 from model_worker.run import analyze as engine_analyze
 
@@ -45,7 +45,19 @@ def load_model(*args: Any, **kwargs: Any) -> loading.LoadedModel:
 
 @functools.wraps(engine_analyze.analyze)
 def analyze(*args: Any, **kwargs: Any) -> AnalysisResult:
-    return AnalysisResult.of(engine_analyze.analyze(*args, **kwargs))
+    result = AnalysisResult.of(engine_analyze.analyze(*args, **kwargs))
+    if kwargs.get("label_keys") != "all":  # a head's label keys: computed when it is opened
+        again = {key: value for key, value in kwargs.items() if key != "on_heads"}
+
+        def complete(name: str) -> contracts.HeadDetail:
+            extra = [*(again.get("extra_heads") or []), name]
+            found = engine_analyze.analyze(
+                *args, **{**again, "extra_heads": extra, "label_keys": [name]}
+            )
+            return found.head_details[name]
+
+        result._complete = complete
+    return result
 
 
 @functools.wraps(engine_experiments.run_experiment)

@@ -8,10 +8,11 @@ and an engine result converts without copying its data (`AnalysisResult.of`). To
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from app.views import frames
 from app.views.figure_kit.figure import notebook_chart
@@ -36,6 +37,10 @@ class UnknownHead(KeyError):
 
 class AnalysisResult(contracts.AnalysisResult):
     """An analysis in a notebook: tokens, layer chart, heatmap and top heads; tables."""
+
+    #: computes a detailed head's whole detail, label-key tables included (which analyses
+    #: compute on demand), when the result came from `icl_heads.analyze` here; else None
+    _complete: Callable[[str], contracts.HeadDetail] | None = PrivateAttr(default=None)
 
     @classmethod
     def of(cls, result: contracts.AnalysisResult) -> AnalysisResult:
@@ -80,8 +85,13 @@ class AnalysisResult(contracts.AnalysisResult):
 
     def head(self, name: str) -> Head:
         """Head `name` (`L23H1`) of those this analysis detailed, tied to it; UnknownHead (a
-        KeyError) naming the valid heads and what to do for any other name."""
+        KeyError) naming the valid heads and what to do for any other name. Its label-key
+        tables, computed on demand, are computed now where this result can (`_complete`) and
+        kept with it."""
         detailed = list(self.head_details)
+        found = self.head_details.get(name)
+        if found is not None and found.keys is None and self._complete is not None:
+            self.head_details[name] = self._complete(name)
         shown = ", ".join(detailed[:12]) + (" …" if len(detailed) > 12 else "")
         if name not in self.head_details:
             if self.has_head(name):

@@ -125,6 +125,7 @@ def run_analysis(
         towers=request.towers,
         towers_position=request.towers_position,
         towers_versus=request.towers_versus,
+        label_keys=request.label_keys,
         max_tokens=settings.max_prompt_tokens,
         rank_by=request.rank_by,
         on_heads=heads_stage,

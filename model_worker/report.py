@@ -71,7 +71,7 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         tokens.add_column("top tokens")
         for value in detail.values:
             tokens.add_row(f"{value.position}-value", _words(value.value))
-        for key in detail.keys:
+        for key in detail.keys or []:  # None: not computed (label_keys)
             tokens.add_row(f"{key.position}-key", _words(key.normalized_input))
         tokens.add_row(f"{len(result.tokens) - 1}-query", _words(detail.query))
         console.print(tokens)

@@ -45,6 +45,8 @@ VersusQuery = Annotated[
     str | None,
     Query(max_length=12, description="towers: minus this position's score (default: true−false)."),
 ]
+#: ask for the head's label-key tables (computed on demand: an extra analysis of the head)
+KeysQuery = Annotated[bool, Query(description="Include the label-key tables (computed on demand).")]
 
 
 def _refuse(name: str, message: str) -> RequestValidationError:
@@ -102,15 +104,18 @@ def extra_head_request(
     model: str | None,
     top_k_tokens: int,
     towers: TowersAt | None = None,
+    keys: bool = False,
 ) -> AnalysisRequest:
     """The request that reproduces `result` (same prompt and options) with `name` detailed
-    (and, with `towers`, its score decomposed): the stored request when the result has one,
-    else one rebuilt from the result (with `top_k_tokens`, what its details show)."""
+    (and, with `towers`, its score decomposed; with `keys`, its label-key tables computed): the
+    stored request when the result has one, else one rebuilt from the result (with
+    `top_k_tokens`, what its details show)."""
     at = towers or TowersAt()
     decomposed = {
         "towers": [name] if towers else [],
         "towers_position": at.position,
         "towers_versus": at.versus,
+        "label_keys": [name] if keys else [],
     }
     if result.request is not None:
         return result.request.model_copy(
@@ -164,12 +169,14 @@ async def find_head(
     job: str | None,
     client: str,
     towers: TowersAt | None = None,
+    keys: bool = False,
 ) -> HeadFound | HeadComputing:
     """Where head `name` of analysis `job_id` stands.
 
     A head outside the stored details (or, with `towers`, stored without its score
-    decomposition) is computed by a second analysis with `extra_heads=[name]` (and
-    `towers=[name]`); `job` is that analysis' id once submitted. While the analysis itself is
+    decomposition; with `keys`, without its label-key tables, which analyses compute on demand)
+    is computed by a second analysis with `extra_heads=[name]` (and `towers=[name]`,
+    `label_keys=[name]`); `job` is that analysis' id once submitted. While the analysis itself is
     still computing its head details, it is the job to wait for.
     """
     state = await job_state(backend, job_id)
@@ -185,7 +192,7 @@ async def find_head(
         towers.check(result)
     if name in result.detail_mrr:
         stored = await stored_detail(backend, job_id, name)
-        if towers is None or towers.served_by(stored):
+        if (towers is None or towers.served_by(stored)) and (not keys or stored.keys is not None):
             return HeadFound(result, job_id, stored)
     if job is None or job == job_id:
         served = {info.name for info in await backend.models()}
@@ -195,7 +202,7 @@ async def find_head(
             top_k_tokens = len(
                 (await stored_detail(backend, job_id, next(iter(result.detail_mrr)))).query
             )
-        request = extra_head_request(result, name, model, top_k_tokens, towers)
+        request = extra_head_request(result, name, model, top_k_tokens, towers, keys)
         extra = await backend.submit(request, client)
     else:
         extra = await job_state(backend, job)
@@ -287,9 +294,10 @@ async def head_view(
     job: str | None,
     client: str,
     towers: TowersAt | None = None,
+    keys: bool = False,
 ) -> HeadPanel | HeadPending:
     """Head `name` of analysis `job_id`: its panel, or the job computing it (see `find_head`)."""
-    found = await find_head(backend, job_id, name, job, client, towers)
+    found = await find_head(backend, job_id, name, job, client, towers, keys)
     if isinstance(found, HeadComputing):
         return HeadPending.of(found.computing, job_id, name)
     return HeadPanel.of(found.result, found.detail, job_id, found.source)
@@ -306,12 +314,14 @@ async def head_panel(
     towers: TowersQuery = False,
     position: PositionQuery = None,
     versus: VersusQuery = None,
+    keys: KeysQuery = False,
 ) -> Response:
     """A head's panel; polls while a head outside the stored details (or its score
-    decomposition, with `towers`, at `position` minus `versus`) is being computed."""
+    decomposition, with `towers`, at `position` minus `versus`; its label-key tables, with
+    `keys`) is being computed."""
     at = TowersAt.of(towers, position, versus)
-    panel = await head_view(backend, job_id, name, job, client, at)
-    decomposed = {} if at is None else at.query()
+    panel = await head_view(backend, job_id, name, job, client, at, keys)
+    decomposed = ({} if at is None else at.query()) | ({"keys": "true"} if keys else {})
     query = ({"job": panel.job} if panel.job != job_id else {}) | decomposed
     twin = url_path(request, "head_json", query or None, job_id=job_id, name=name)
     pending = isinstance(panel, HeadPending)
@@ -337,12 +347,14 @@ async def head_json(
     towers: TowersQuery = False,
     position: PositionQuery = None,
     versus: VersusQuery = None,
+    keys: KeysQuery = False,
 ) -> HeadPanel | HeadPending:
     """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`).
     With `towers`, the detail carries its score decomposition (`detail.towers`), at `position`
-    minus `versus` when given (422 for a position outside the prompt)."""
+    minus `versus` when given (422 for a position outside the prompt). With `keys`, its
+    label-key tables (`detail.keys`, else null: analyses compute them on demand)."""
     panel = await head_view(
-        backend, job_id, name, job, client, TowersAt.of(towers, position, versus)
+        backend, job_id, name, job, client, TowersAt.of(towers, position, versus), keys
     )
     if isinstance(panel, HeadPending):
         response.status_code = status.HTTP_202_ACCEPTED

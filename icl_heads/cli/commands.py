@@ -81,6 +81,7 @@ def analyze(
             "norm": norm,
             "top_k_heads": top_k,
             "rank_by": rank_by,
+            "label_keys": "all",  # the whole result (the dashboard computes them on demand)
         }
         if server is not None:
             result = cli_remote.analyze(server, prompt, model=model, **options)

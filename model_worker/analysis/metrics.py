@@ -87,6 +87,11 @@ class VocabSummary:
         thousands of top-token lists from them is ~10× cheaper than a tensor index each."""
         return self.top_ids.tolist(), self.top_values.tolist()
 
+    @cached_property
+    def rank_lists(self) -> list[Any]:
+        """ranks as (nested) Python lists, converted once, as `top_lists`."""
+        return self.ranks.tolist()  # type: ignore[no-any-return]
+
     def reshaped(self, shape: tuple[int, ...]) -> VocabSummary:
         """Rows [N] laid out as `shape` (N = prod(shape)), on the CPU for reading."""
         width = self.top_ids.shape[-1]

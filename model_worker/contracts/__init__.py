@@ -42,7 +42,9 @@ from model_worker.contracts.towers import Towers
 #: KeyProjection.normalized_input and HeadDetail.resid_pre. 5: labels read at the first token that
 #: tells them apart (a shared prefix appended to the prompt), coded `warnings`, `notes`.
 #: 6: experiment figures are data (FigureData), no longer SVG drawn by the engine.
-RESULT_SCHEMA_VERSION = 6
+#: 7: a head's label-key tables (`HeadDetail.keys`) are computed on demand: None until asked for
+#: (`AnalysisRequest.label_keys`).
+RESULT_SCHEMA_VERSION = 7
 
 #: How a head's vector is read through the final norm (model_worker.analysis.projection):
 #: the norm's scale frozen at the analysed position (`fixed`, the default and the paper code's),
@@ -133,6 +135,13 @@ class AnalysisRequest(_Frozen):
     #: and a second one whose score is subtracted (default: top true − top false label)
     towers_position: int | None = Field(default=None, ge=0)
     towers_versus: int | None = Field(default=None, ge=0)
+    #: detailed heads whose label-key tables (`HeadDetail.keys`: every label's normalised
+    #: layer input and earlier attention outputs, projected) are computed, "all" for every
+    #: detailed head's; the others' are None, computed when a head's tables are opened (an
+    #: extra analysis with the head here: they are ~44% of the products at 512 tokens)
+    label_keys: Annotated[list[HeadName], Field(max_length=32)] | Literal["all"] = Field(
+        default_factory=list
+    )
     #: what ranks the heads (`rank` is accepted too: the name requests had before schema 4)
     rank_by: RankBy = Field(default="increase", validation_alias=AliasChoices("rank_by", "rank"))
 
@@ -290,7 +299,8 @@ class HeadDetail(_Frozen):
     attention: list[Fp32]
     positions: list[PositionContribution]
     values: list[ValueProjection]
-    keys: list[KeyProjection]
+    #: None: not computed (on demand: `AnalysisRequest.label_keys`)
+    keys: list[KeyProjection] | None = None
     query: list[TopToken]
     query_by_offset: list[OffsetQuery] = Field(default_factory=list)
     #: the layer's input residual (resid_pre, before its norm) at the last position

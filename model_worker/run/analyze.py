@@ -5,7 +5,8 @@ the top heads' per-position contributions and vocabulary views (the details)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 
@@ -44,6 +45,7 @@ def analyze(
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
     rank_by: RankBy = "increase",
     on_heads: Callable[[AnalysisResult], None] | None = None,
+    label_keys: Sequence[str] | Literal["all"] = (),
 ) -> AnalysisResult:
     """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
 
@@ -53,12 +55,19 @@ def analyze(
     the first stage's result (`head_details` empty) before the details are computed.
     `towers`: heads (detailed too) whose score is decomposed into the two towers (docs/towers.md),
     at `towers_position` and minus `towers_versus` (defaults: see `model_worker.towers`).
+    `label_keys`: heads (detailed too) whose label-key tables (`HeadDetail.keys`) are computed,
+    or "all" for every detailed head's; the others' `keys` are None (on demand: ~44% of the
+    details' products at 512 tokens, read only when a head's tables are opened).
 
     Raises a UserInputError subclass with one clear line for bad input.
     """
     g = loaded.geometry
     extra = parse_head_names(extra_heads or [], g.n_layers, g.n_heads)
     decomposed = parse_head_names(towers or [], g.n_layers, g.n_heads)
+    keyed = []
+    if label_keys != "all":  # one name alone is read as a list of one
+        names = [label_keys] if isinstance(label_keys, str) else list(label_keys)
+        keyed = parse_head_names(names, g.n_layers, g.n_heads)
     # labels whose first tokens coincide are read where they differ (the shared prefix appended)
     _, words = label_words(prompt, labels)
     reading = read_labels(loaded, prompt, [word for word, _ in words])
@@ -147,7 +156,10 @@ def analyze(
     # the details of the top (and extra) heads
     if split is None:
         summaries = head_summaries(g.n_heads, order, columns, split_by_label())
-    details = head_details(run, list(dict.fromkeys(top + extra + decomposed)), increases.increase)
+    detailed = list(dict.fromkeys(top + extra + decomposed + keyed))
+    details = head_details(
+        run, detailed, increases.increase, detailed if label_keys == "all" else keyed
+    )
     details = [
         with_towers(run, d, towers_position, towers_versus)
         if (d.layer, d.head) in decomposed

@@ -63,11 +63,12 @@ def layer_flows(run: PromptRun) -> list[LayerFlow]:
     ]
 
 
-def label_mrr(run: PromptRun, ranks: Tensor) -> list[LabelMrr]:
+def label_mrr(run: PromptRun, ranks: Tensor | list[int]) -> list[LabelMrr]:
     """MRR per label token from the ranks [n_labels] of each position's own label."""
     per_label: dict[int, list[int]] = {}
-    for position, rank in zip(run.label_positions, ranks.tolist(), strict=True):
-        per_label.setdefault(int(run.encoded.ids[position]), []).append(rank)
+    listed = ranks if isinstance(ranks, list) else ranks.tolist()
+    for position, rank in zip(run.label_positions, listed, strict=True):
+        per_label.setdefault(run.ids[position], []).append(rank)
     return [
         LabelMrr(label=run.loaded.token_text(label), mrr=mean_reciprocal_rank(r))
         for label, r in per_label.items()
@@ -185,15 +186,16 @@ def _positions(
     ]
 
 
-def _values(run: PromptRun, views: HeadViews, i: int) -> list[dict[str, Any]]:
-    """Head i's label value projections, unweighted and attention-weighted (ValueProjection)."""
+def _values(run: PromptRun, views: HeadViews, i: int, ranks: list[int]) -> list[dict[str, Any]]:
+    """Head i's label value projections, unweighted and attention-weighted (ValueProjection);
+    `ranks`: their label ranks."""
     texts = run.encoded.texts
     return [
         {
             "position": p,
             "token": texts[p],
             "is_true": run.is_true(p),
-            "label_rank": int(views.value.ranks[i, n]),
+            "label_rank": ranks[n],
             "value": run.tops(views.value, i, n),
             "weighted_value": run.tops(views.weighted, i, n),
         }
@@ -239,22 +241,26 @@ def head_detail(
     *,
     i: int,
     j: int,
+    key_j: int | None,
     layer: int,
     head: int,
     increase: float,
-    row: Tensor,
+    attention: list[float],
+    per_position: list[float],
+    margins: list[float] | None,
     random_head: tuple[str, int] | None,
 ) -> HeadDetail:
-    """The HeadDetail of the i-th detailed head (layer index j among the detailed layers);
-    `row` its attention row [S]; `random_head`: its same-layer random baseline head and that
-    head's index in the baseline views."""
+    """The HeadDetail of the i-th detailed head (layer index j among the detailed layers,
+    key_j among those whose label keys were projected; None: its `keys` were not computed);
+    `attention`, `per_position`, `margins`: its attention, per-position increases and label
+    margins (None: no margin) at each position up to the last, as plain floats; `random_head`:
+    its same-layer random baseline head and that head's index in the baseline views."""
     last = run.last
-    attention = row[: last + 1].tolist()
-    per_position, margin = views.contribution.increase, views.contribution.margin
-    margins = [None] * (last + 1) if margin is None else margin[i].tolist()
+    no_margins: list[Any] = [None] * (last + 1)
+    value_ranks = views.value.rank_lists[i]
     baseline_mrr: list[LabelMrr] = []
     if random_head is not None and views.random is not None:
-        baseline_mrr = label_mrr(run, views.random.ranks[random_head[1]])
+        baseline_mrr = label_mrr(run, views.random.rank_lists[random_head[1]])
     return HeadDetail.model_validate(
         {
             "layer": layer,
@@ -262,13 +268,13 @@ def head_detail(
             "name": head_name(layer, head),
             "increase": increase,
             "attention": attention,
-            "positions": _positions(run, attention, per_position[i].tolist(), margins),
-            "values": _values(run, views, i),
-            "keys": _keys(run, views, j, layer),
+            "positions": _positions(run, attention, per_position, margins or no_margins),
+            "values": _values(run, views, i, value_ranks),
+            "keys": None if key_j is None else _keys(run, views, key_j, layer),
             "query": run.tops(views.query, i),
             "query_by_offset": _offset_queries(run, views, i),
             "resid_pre": run.tops(views.resid_pre, j),
-            "value_mrr": label_mrr(run, views.value.ranks[i]),
+            "value_mrr": label_mrr(run, value_ranks),
             "random_head": None if random_head is None else random_head[0],
             "random_head_mrr": baseline_mrr,
             **score_fields(head_scores(run, layer, head)),

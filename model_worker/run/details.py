@@ -3,10 +3,13 @@ the top (and extra) heads, computed in one batch, then assembled per head."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from model_worker.analysis.baseline import random_heads
+from model_worker.analysis.contributions import Increase
 from model_worker.analysis.details import head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.contracts import HeadDetail, head_name
@@ -23,9 +26,14 @@ UNEMBEDDING_SHARE = 0.25
 
 
 def head_details(
-    run: PromptRun, heads: list[tuple[int, int]], increases: Tensor
+    run: PromptRun,
+    heads: list[tuple[int, int]],
+    increases: Tensor,
+    label_keys: list[tuple[int, int]] | None = None,
 ) -> list[HeadDetail]:
-    """Per-position contributions and the Table 1 vocabulary views of `heads`, batched."""
+    """Per-position contributions and the Table 1 vocabulary views of `heads`, batched; the
+    label-key tables of those in `label_keys` only (None: of every head), the others' `keys`
+    None (computed on demand)."""
     if not heads:
         return []
     c, g = run.cache, run.loaded.geometry
@@ -33,6 +41,8 @@ def head_details(
     labels, kv = run.label_positions, run.kv_index()
     at_labels = c.at_each(labels)
     layers = sorted({layer for layer, _ in heads})
+    keyed = set(heads if label_keys is None else label_keys) & set(heads)
+    key_layers = sorted({layer for layer, _ in keyed})  # the layers whose label keys are read
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
     w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
@@ -82,20 +92,24 @@ def head_details(
         random_values=baseline,
         queries=real_queries(run, heads, w_k),
         offsets=torch.stack([o for o in offsets if o is not None]) if rotary else None,
-        keys=c.normalized[layers, 0][:, at_labels],
-        prior=torch.stack([c.attn_out[:layer, 0][:, at_labels].sum(0) for layer in layers]),
+        keys=c.normalized[key_layers, 0][:, at_labels],
+        prior=prior_attention(run, key_layers, at_labels),
         resid_pre=c.resid_pre[layers, 0, last],
     )
+    host = to_host(run, heads, increases, rows, views.contribution)
     return [
         head_detail(
             run,
             views,
             i=i,
             j=layers.index(layer),
+            key_j=key_layers.index(layer) if (layer, head) in keyed else None,
             layer=layer,
             head=head,
-            increase=float(increases[layer, head]),
-            row=rows[i],
+            increase=host.increases[i],
+            attention=host.attention[i],
+            per_position=host.per_position[i],
+            margins=None if host.margins is None else host.margins[i],
             random_head=(
                 (head_name(layer, randoms[layer]), random_layers.index(layer))
                 if layer in randoms
@@ -104,6 +118,60 @@ def head_details(
         )
         for i, (layer, head) in enumerate(heads)
     ]
+
+
+@dataclass(frozen=True)
+class HostValues:
+    """The detailed heads' per-position numbers as plain floats, per head: increases [K],
+    attention, per-position increases and label margins (None: none) [K][last + 1]."""
+
+    increases: list[float]
+    attention: list[list[float]]
+    per_position: list[list[float]]
+    margins: list[list[float]] | None
+
+
+def to_host(
+    run: PromptRun,
+    heads: list[tuple[int, int]],
+    increases: Tensor,
+    rows: Tensor,
+    contribution: Increase,
+) -> HostValues:
+    """`heads`' increases (of `increases` [L, H]), attention `rows` [K, S] and per-position
+    `contribution` [K, S'] moved to the host in one transfer (each `.tolist()` of a device
+    tensor is a synchronised copy of its own) and converted to lists once."""
+    n, width = len(heads), run.last + 1
+    index = torch.tensor([layer * increases.shape[1] + head for layer, head in heads])
+    parts = [
+        increases.flatten()[index.to(increases.device)].float(),
+        rows[:, :width].float().flatten(),
+        contribution.increase[:, :width].float().flatten(),
+    ]
+    margin = contribution.margin
+    if margin is not None:
+        parts.append(margin[:, :width].float().flatten())
+    device = parts[0].device
+    flat = torch.cat([p.to(device) for p in parts]).cpu().tolist()
+
+    def rows_of(start: int) -> list[list[float]]:
+        return [flat[start + i * width : start + (i + 1) * width] for i in range(n)]
+
+    return HostValues(
+        increases=flat[:n],
+        attention=rows_of(n),
+        per_position=rows_of(n + n * width),
+        margins=None if margin is None else rows_of(n + 2 * n * width),
+    )
+
+
+def prior_attention(run: PromptRun, layers: list[int], at: list[int]) -> Tensor:
+    """The sum of the attention outputs before each of `layers` at kept positions `at`
+    [len(layers), len(at), D] (the released code's key view; layer 0's is zero)."""
+    c = run.cache
+    if not layers:
+        return c.attn_out.new_zeros(0, len(at), c.attn_out.shape[-1])
+    return torch.stack([c.attn_out[:layer, 0][:, at].sum(0) for layer in layers])
 
 
 def with_towers(

@@ -14,7 +14,6 @@ from model_worker.analysis.metrics import VocabSummary
 from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.capture import RunCache
 from model_worker.contracts import NormMode
-from model_worker.device_memory import to_device
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded
 
@@ -27,12 +26,12 @@ def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> Voc
     return VocabProjector.at(
         FinalNorm(
             norm.kind,
-            to_device(norm.weight, device),
-            None if norm.bias is None else to_device(norm.bias, device),
+            norm.weight.to(device),
+            None if norm.bias is None else norm.bias.to(device),
             norm.eps,
         ),
-        to_device(w_u, device),
-        None if b_u is None else to_device(b_u, device),
+        w_u.to(device),
+        None if b_u is None else b_u.to(device),
         mode,
         x_final,
         adapter.final_softcap,
@@ -57,6 +56,12 @@ class PromptRun:
         attention layers, of every head and of every subheadvalue."""
         return self.projector.logits(self.cache.resid_pre[:, 0, self.cache.at(self.last)])
 
+    @cached_property
+    def ids(self) -> list[int]:
+        """The prompt's token ids as plain ints (read per label and per head: a tensor index
+        each was thousands of small torch calls an analysis)."""
+        return [int(i) for i in self.encoded.ids.tolist()]
+
     @property
     def last(self) -> int:
         return len(self.encoded.texts) - 1
@@ -66,11 +71,11 @@ class PromptRun:
         return [span.position for span in self.structure.labels]
 
     def is_true(self, position: int) -> bool:
-        return int(self.encoded.ids[position]) == self.target
+        return self.ids[position] == self.target
 
     def margin_ids(self) -> tuple[int, int] | None:
         """(target-side label, other label) token ids when the prompt has exactly two labels."""
-        ids = list(dict.fromkeys(int(self.encoded.ids[p]) for p in self.label_positions))
+        ids = list(dict.fromkeys(self.ids[p] for p in self.label_positions))
         if len(ids) != 2:
             return None
         return (ids[1], ids[0]) if ids[1] == self.target else (ids[0], ids[1])
@@ -78,9 +83,7 @@ class PromptRun:
     def w_o(self, layer: int) -> Tensor:
         """Each head's write into the residual per unit of z (W_O, post-norm γ folded in)."""
         g = self.loaded.geometry
-        return to_device(
-            self.loaded.adapter.w_out(self.loaded.model, layer, g), self.cache.z.device
-        )
+        return self.loaded.adapter.w_out(self.loaded.model, layer, g).to(self.cache.z.device)
 
     def kv_index(self) -> Tensor:
         g = self.loaded.geometry

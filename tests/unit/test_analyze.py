@@ -65,7 +65,9 @@ def test_head_summaries_match_a_direct_computation(tiny_model: LoadedModel) -> N
 
 
 def test_head_detail_is_consistent(tiny_model: LoadedModel) -> None:
-    result = analyze(tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=3, top_k_tokens=4)
+    result = analyze(
+        tiny_model, EXAMPLE_PROMPT, target="foo", top_k_heads=3, top_k_tokens=4, label_keys="all"
+    )
     n_tokens = len(result.tokens)
     for name in result.top_heads:
         detail = result.head_details[name]
@@ -115,7 +117,7 @@ def test_prediction_is_the_default_target(tiny_model: LoadedModel) -> None:
 
 
 def test_prompt_without_icl_structure_is_analysed_without_labels(tiny_model: LoadedModel) -> None:
-    result = analyze(tiny_model, "the cat is good", top_k_heads=2)
+    result = analyze(tiny_model, "the cat is good", top_k_heads=2, label_keys="all")
     assert result.labels == [] and result.separator is None and result.margin_labels is None
     detail = result.head_details[result.top_heads[0]]
     assert detail.values == [] and detail.keys == [] and detail.value_mrr == []

@@ -25,7 +25,7 @@ def test_a_request_of_an_older_schema_gets_a_new_id(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_head_detail_stored_under_schema_3_reads_with_the_new_names() -> None:
-    result = analyze(tiny_llama(), EXAMPLE_PROMPT, top_k_heads=1)
+    result = analyze(tiny_llama(), EXAMPLE_PROMPT, top_k_heads=1, label_keys="all")
     (detail,) = result.head_details.values()
     assert detail.keys and detail.resid_pre
     stored = json.loads(detail.model_dump_json())
@@ -38,7 +38,7 @@ def test_a_head_detail_stored_under_schema_3_reads_with_the_new_names() -> None:
 
 
 def test_the_two_meanings_have_two_names() -> None:
-    result = analyze(tiny_llama(), EXAMPLE_PROMPT, top_k_heads=1)
+    result = analyze(tiny_llama(), EXAMPLE_PROMPT, top_k_heads=1, label_keys="all")
     (detail,) = result.head_details.values()
     assert "layer_input" not in detail.model_dump_json()
     assert detail.keys[0].normalized_input != detail.resid_pre  # normed at a label vs raw last
