@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from model_worker.analysis.flow import Flow, flow_of, layer_masses
 from model_worker.architectures import Adapter, HeadGeometry
+from model_worker.device_memory import gather, to_device
 from model_worker.qk import LayerQk, recording
 
 #: Cached tensors with a position axis (axis 2 of [L, B, S, …]) that `Keep.positions` narrows.
@@ -263,12 +264,12 @@ def run_with_cache(
         stored["normalized"] = stored["resid_pre"]
     flow = None
     if keep.flow_labels is not None:
-        kept = torch.stack([m for m in masses if m is not None])
+        kept = gather([m for m in masses if m is not None], device)
         flow = flow_of(kept, seq, keep.flow_labels)
     return RunCache(
         **stored,
-        resid_final=final["resid_final"].to(device),
-        logits=logits.detach().float().to(device),
+        resid_final=to_device(final["resid_final"], device),
+        logits=to_device(logits.detach().float(), device),
         qk=records,
         keep=keep,
         flow=flow,

@@ -5,9 +5,11 @@ available memory (`MemAvailable`, capped by a cgroup limit less what the cgroup 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 MEMINFO = Path("/proc/meminfo")
 CGROUP = Path("/sys/fs/cgroup")
@@ -47,3 +49,17 @@ def room_for(device: torch.device, share: float, floor: int) -> int:
     (the floor alone where the free memory is unknown)."""
     free = available_bytes(device)
     return floor if free is None else max(floor, int(free * share))
+
+
+def to_device(tensor: Tensor, device: torch.device) -> Tensor:
+    """`tensor` on `device`: the one way the engine moves what a layer computed (on its own
+    device when a model is spread over several, `--device auto`) to the analysis device, or an
+    analysis tensor to a layer's device for a product with its weights."""
+    return tensor if tensor.device == device else tensor.to(device)
+
+
+def gather(tensors: Iterable[Tensor], device: torch.device, dim: int = 0) -> Tensor:
+    """Tensors of several layers, each maybe on its layer's device, stacked on `device` (the
+    analysis device): every cross-layer gather goes through here (tests/unit/
+    test_multi_device.py checks it with layers on several devices)."""
+    return torch.stack([to_device(t, device) for t in tensors], dim)

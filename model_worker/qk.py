@@ -26,6 +26,8 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from model_worker.device_memory import to_device
+
 RECORDER = "icl_heads_record"
 
 
@@ -78,10 +80,10 @@ class LayerQk:
     def to(self, device: torch.device) -> None:
         """Move the recorded tensors to `device` (the analysis device), in place."""
         self.query, self.key, self.mask = (
-            None if t is None else t.to(device) for t in (self.query, self.key, self.mask)
+            None if t is None else to_device(t, device) for t in (self.query, self.key, self.mask)
         )
         if self.rotary is not None:
-            self.rotary = (self.rotary[0].to(device), self.rotary[1].to(device))
+            self.rotary = (to_device(self.rotary[0], device), to_device(self.rotary[1], device))
 
     def row(self, position: int) -> int:
         """The index of query `position` on the kept query (and mask) rows."""

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.scores import ScoreSplit, Unrotate, rotary_offset_queries, score_split
+from model_worker.device_memory import gather, to_device
 from model_worker.qk import LayerQk, rotate
 from model_worker.run.state import PromptRun
 
@@ -75,6 +76,6 @@ def real_queries(run: PromptRun, heads: list[tuple[int, int]], w_k: dict[int, Te
         x_hat = run.cache.normalized[layer, 0, run.cache.at(run.last), None, None]  # [1, 1, D]
         with torch.inference_mode():
             query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
-        query = query.to(x_hat.device, torch.float32)  # layers may sit on several devices
-        queries.append(w_k[layer][g.kv_head(head)].to(query.device) @ query)
-    return torch.stack(queries)
+        query = to_device(query, x_hat.device).float()  # layers may sit on several devices
+        queries.append(to_device(w_k[layer][g.kv_head(head)], query.device) @ query)
+    return gather(queries, run.cache.z.device)

@@ -14,6 +14,7 @@ from model_worker.analysis.metrics import VocabSummary
 from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.capture import RunCache
 from model_worker.contracts import NormMode
+from model_worker.device_memory import to_device
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded
 
@@ -26,12 +27,12 @@ def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> Voc
     return VocabProjector.at(
         FinalNorm(
             norm.kind,
-            norm.weight.to(device),
-            None if norm.bias is None else norm.bias.to(device),
+            to_device(norm.weight, device),
+            None if norm.bias is None else to_device(norm.bias, device),
             norm.eps,
         ),
-        w_u.to(device),
-        None if b_u is None else b_u.to(device),
+        to_device(w_u, device),
+        None if b_u is None else to_device(b_u, device),
         mode,
         x_final,
         adapter.final_softcap,
@@ -83,7 +84,9 @@ class PromptRun:
     def w_o(self, layer: int) -> Tensor:
         """Each head's write into the residual per unit of z (W_O, post-norm γ folded in)."""
         g = self.loaded.geometry
-        return self.loaded.adapter.w_out(self.loaded.model, layer, g).to(self.cache.z.device)
+        return to_device(
+            self.loaded.adapter.w_out(self.loaded.model, layer, g), self.cache.z.device
+        )
 
     def kv_index(self) -> Tensor:
         g = self.loaded.geometry
