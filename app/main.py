@@ -17,6 +17,7 @@ from app import security
 from app.queue.interface import Backend, BackendError
 from app.routes import (
     analyses,
+    atlas,
     auth,
     experiments,
     families,
@@ -24,6 +25,7 @@ from app.routes import (
     health,
     pages,
     panels,
+    patching,
     pins,
 )
 from app.security.client_slots import ClientSlots
@@ -95,6 +97,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(experiments.router)
     app.include_router(families.router)
     app.include_router(pins.router)
+    app.include_router(patching.router)
+    app.include_router(atlas.router)
     security.install(app, settings)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -19,6 +19,12 @@
 
   // --- the heatmap: which head a cell is, and opening its panel ---
 
+  // the figures whose marks open a head's panel: the analysis page's heatmap, the patching
+  // page's patching-effect and direct-effect heatmaps (app/views/figures/patching.py), and the
+  // atlas's scatter matrix (its points: app/views/figures/atlas.py)
+  var CLICKABLE = ["heatmap", "effects", "direct", "matrix"];
+  var HEAD_MARKS = ["cells_marks", "points_marks"];
+
   var asked = null; // the head a click or Enter asked for last (see keepOpenHead)
 
   function cellItems(view) {
@@ -66,7 +72,7 @@
     var root = host.closest("[data-heads-url]");
     if (!root) return;
     view.addEventListener("click", function (_event, item) {
-      if (item && item.mark && item.mark.name === "cells_marks" && item.datum) {
+      if (item && item.mark && HEAD_MARKS.indexOf(item.mark.name) >= 0 && item.datum && item.datum.name) {
         openHead(root, item.datum.name);
       }
     });

@@ -1,5 +1,6 @@
 """The figure registry: every figure by name, the result it is drawn from (an analysis, one
-head of it, two analyses compared, or an experiment), its builder and its formats.
+head of it, two analyses compared, an experiment, one direction of an activation-patching
+result or one head of it, or the atlas experiment), its builder and its formats.
 
 The figure routes validate names against it (an unknown name is a 404 that lists the known
 ones), the pages and notebooks loop over it, and the download menus over its formats. A new
@@ -17,7 +18,7 @@ from typing import Literal
 
 from app.views.figure_kit.export import FORMATS, Format
 from app.views.figure_kit.figure import Figure
-from app.views.figures import experiments, towers
+from app.views.figures import atlas, experiments, patching, towers
 from app.views.figures.analysis import (
     attention_figure,
     diff_figure,
@@ -29,7 +30,9 @@ from app.views.figures.analysis import (
     scores_figure,
 )
 
-FigureKind = Literal["analysis", "head", "compare", "experiment"]
+FigureKind = Literal[
+    "analysis", "head", "compare", "experiment", "patching", "patching-head", "atlas"
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,22 @@ FIGURES: dict[str, FigureEntry] = {
             for name, (build, vs) in towers.BUILDERS.items()
         ),
         FigureEntry("diff", "compare", diff_figure),
+        FigureEntry("effects", "patching", patching.effects_figure),
+        FigureEntry("direct", "patching", patching.direct_figure),
+        FigureEntry(
+            "agreement", "patching", patching.agreement_figure, "no head was patched exactly"
+        ),
+        FigureEntry("sites", "patching", patching.sites_figure),
+        FigureEntry(
+            "qkv", "patching", patching.qkv_figure, "no in-context head's q, k, v were patched"
+        ),
+        FigureEntry(
+            "positions",
+            "patching-head",
+            patching.positions_figure,
+            "this result has no per-position patches of that head",
+        ),
+        FigureEntry("matrix", "atlas", atlas.matrix_figure, "this experiment has no head atlas"),
         *(
             FigureEntry(f"experiment-{kind}", "experiment", experiments.experiment_figure)
             for kind in experiments.BUILDERS

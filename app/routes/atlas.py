@@ -1,0 +1,106 @@
+"""The head atlas page of an `atlas` experiment: one row per head with every score, sorted by
+any column (server-side: the header links swap the table with htmx, and work without it), the
+scatter matrix of the scores' ranks with Spearman's ρ and its 95% interval, and a head's panel
+on a click (a table row or a point of the matrix)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
+from fastapi.responses import HTMLResponse
+
+from app.deps import BackendDep, ExperimentStateDep, HeadQuery
+from app.figure_files import ThemeQuery, built, figure_response, registered
+from app.queue.interface import Backend
+from app.templating import render, url_path
+from app.views.atlas_panels import AtlasHeadPanel, AtlasPanel, NotAnAtlas, Order
+from app.views.figure_kit.export import Format
+from model_worker.contracts import ExperimentResult, parse_head_name
+from model_worker.queue.states import JobState, JobStatus
+
+router = APIRouter(tags=["experiments"])
+SortQuery = Annotated[
+    str | None, Query(max_length=40, pattern=r"^[a-z_]+$", description="The column sorted by.")
+]
+OrderQuery = Annotated[Order | None, Query(description="asc or desc.")]
+
+
+async def _atlas(backend: Backend, state: JobState) -> ExperimentResult:
+    """The done atlas experiment; 409 while it runs or after it failed, 404 for another
+    experiment."""
+    result = await backend.experiment(state.id) if state.status == JobStatus.DONE else None
+    if result is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")
+    return result
+
+
+def _panel(
+    job_id: str, result: ExperimentResult, sort: str | None, order: Order | None
+) -> AtlasPanel:
+    try:
+        return AtlasPanel.of(job_id, result, sort, order)
+    except NotAnAtlas as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+
+
+def _context(panel: AtlasPanel, head: str | None) -> dict[str, Any]:
+    return {"atlas": panel, "job_id": panel.job_id, "open_head": head}
+
+
+@router.get("/e/{job_id}/atlas", response_class=HTMLResponse)
+async def atlas_page(
+    request: Request,
+    state: ExperimentStateDep,
+    backend: BackendDep,
+    head: HeadQuery,
+    sort: SortQuery = None,
+    order: OrderQuery = None,
+) -> HTMLResponse:
+    """The head atlas of a done `atlas` experiment."""
+    panel = _panel(state.id, await _atlas(backend, state), sort, order)
+    twin = url_path(request, "experiment_download", job_id=state.id, item="atlas.csv")
+    return render(request, "pages/atlas.html", _context(panel, head), alternate=twin)
+
+
+@router.get("/e/{job_id}/atlas/table", response_class=HTMLResponse)
+async def atlas_table(
+    request: Request,
+    state: ExperimentStateDep,
+    backend: BackendDep,
+    sort: SortQuery = None,
+    order: OrderQuery = None,
+) -> HTMLResponse:
+    """The atlas's table sorted by `sort` (htmx swap target of the header links)."""
+    panel = _panel(state.id, await _atlas(backend, state), sort, order)
+    return render(request, "partials/_atlas_table.html", _context(panel, None))
+
+
+@router.get("/e/{job_id}/atlas/heads/{name}", response_class=HTMLResponse)
+async def atlas_head_panel(
+    request: Request, name: str, state: ExperimentStateDep, backend: BackendDep
+) -> HTMLResponse:
+    """One head's scores and ranks among the heads."""
+    try:
+        parse_head_name(name)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    panel = AtlasHeadPanel.of(state.id, await _atlas(backend, state), name)
+    if panel is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no head {name!r} in this atlas")
+    return render(request, "partials/_atlas_head.html", {"head": panel, "job_id": state.id})
+
+
+@router.get("/e/{job_id}/atlas/figures/{name}.{fmt}")
+async def atlas_figure_file(
+    request: Request,
+    name: str,
+    fmt: Format,
+    state: ExperimentStateDep,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
+) -> Response:
+    """The atlas's scatter matrix (`matrix`) as SVG, PNG, CSV (the correlations) or JSON."""
+    entry = registered("atlas", name, fmt)
+    figure = built(entry, await _atlas(backend, state))
+    return await figure_response(request, figure, fmt, theme, f"{state.id[:10]}-atlas-{name}.{fmt}")

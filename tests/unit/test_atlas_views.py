@@ -1,0 +1,78 @@
+"""The head atlas page's views (app.views.atlas_panels, app.views.figures.atlas) on a tiny
+model's `atlas` experiment: sorting (missing scores last either way), the scatter matrix's
+panels and its ρ labels, what the intervals resample, one head's panel."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from altair.utils.schemapi import validate_jsonschema
+from altair.vegalite.v6.schema import load_schema
+
+from app.views.atlas_panels import AtlasHeadPanel, AtlasPanel, NotAnAtlas
+from app.views.figures.atlas import BY_PROMPT, CORRELATIONS, matrix_figure, scores_of
+from app.views.figures.registry import FIGURES
+from model_worker.contracts import ExperimentRequest, ExperimentResult
+from model_worker.experiments.job import run_experiment
+from tests.tiny_models import tiny_llama
+
+JOB = "e-" + "0" * 32
+
+
+@pytest.fixture(scope="module")
+def result() -> ExperimentResult:
+    request = ExperimentRequest(name="atlas", dataset="sentiment-number", n=4)
+    return run_experiment(tiny_llama(), request, batch_size=4)
+
+
+def test_the_table_sorts_by_any_score_with_missing_values_last(result: ExperimentResult) -> None:
+    scores = scores_of(result)
+    assert scores[:2] == ["in_context", "label_share"] and "sink" in scores
+    for order in ("desc", "asc"):
+        panel = AtlasPanel.of(JOB, result, "label_share", order)  # type: ignore[arg-type]
+        values = [r["label_share"] for r in panel.rows]
+        present = [v for v in values if v is not None]
+        assert present == sorted(present, reverse=order == "desc")
+        assert values[len(present) :] == [None] * (len(values) - len(present))
+    default = AtlasPanel.of(JOB, result, "not_a_column", None)
+    assert (default.sort, default.order) == ("in_context", "desc")
+    assert default.next_order("in_context") == "asc" and default.next_order("layer") == "asc"
+    assert len(default.rows) == 12 and default.resampled == "heads"
+
+
+def test_the_matrix_has_one_panel_per_pair_with_its_interval(result: ExperimentResult) -> None:
+    figure = matrix_figure(result)
+    assert figure is not None and FIGURES["matrix"].build is matrix_figure
+    spec = figure.spec("light")
+    validate_jsonschema(spec, load_schema())
+    rows = spec["data"]["values"]
+    n = len(scores_of(result))
+    labels = [r for r in rows if r["kind"] == "rho"]
+    assert len(labels) == n * (n - 1) // 2
+    first = result.tables[CORRELATIONS][0]
+    assert labels[0]["text"].startswith(f"ρ = {first['spearman']:+.2f}")
+    points = [r for r in rows if r["kind"] == "point"]
+    assert {p["x"] for p in points} <= set(range(1, 13))
+    assert "over heads" in str(spec["title"])
+
+
+def test_prompt_intervals_are_shown_when_the_result_has_them(result: ExperimentResult) -> None:
+    rows = [dict(r, low=-0.5, high=0.5) for r in result.tables[CORRELATIONS]]
+    with_prompts = result.model_copy(update={"tables": {**result.tables, BY_PROMPT: rows}})
+    panel = AtlasPanel.of(JOB, with_prompts, None, None)
+    assert panel.resampled == "prompts" and panel.correlations[0]["low"] == -0.5
+    assert "over prompts" in str(matrix_figure(with_prompts).spec("light")["title"])  # type: ignore[union-attr]
+
+
+def test_a_heads_panel_and_a_result_that_is_no_atlas(result: ExperimentResult) -> None:
+    head = AtlasHeadPanel.of(JOB, result, "L1H2")
+    assert head is not None and len(head.lines) == len(scores_of(result))
+    for line in head.lines:
+        if line.rank is not None and line.percentile is not None:
+            assert math.isclose(line.percentile, (12 - line.rank + 1) / 12)
+    assert AtlasHeadPanel.of(JOB, result, "L9H9") is None
+    other = result.model_copy(update={"tables": {}})
+    with pytest.raises(NotAnAtlas):
+        AtlasPanel.of(JOB, other, None, None)
+    assert matrix_figure(other) is None
