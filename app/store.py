@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.contracts.patching import PatchRequest
 from model_worker.queue.result_parts import Parts, size
 from model_worker.settings import Settings
 
@@ -51,10 +52,12 @@ class StoredJob(NamedTuple):
     error: str | None
     created_at: float
 
-    def parsed_request(self) -> AnalysisRequest | ExperimentRequest:
+    def parsed_request(self) -> AnalysisRequest | ExperimentRequest | PatchRequest:
         """The request as it was accepted."""
         if self.kind == "experiment":
             return ExperimentRequest.model_validate_json(self.request)
+        if self.kind == "patching":
+            return PatchRequest.model_validate_json(self.request)
         return AnalysisRequest.model_validate_json(self.request)
 
 

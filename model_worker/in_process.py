@@ -19,6 +19,7 @@ from model_worker.contracts import (
     ExperimentRequest,
     ExperimentResult,
 )
+from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.errors import UserInputError
 from model_worker.settings import Settings
 
@@ -59,9 +60,8 @@ class InProcessEngine:
             token_limit,
         )
 
-        if self._tokenizer is None:
-            self._tokenizer = copy.deepcopy(loaded.tokenizer)
-        n_tokens = len(self._tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
+        tokenizer = self._own_tokenizer(loaded)
+        n_tokens = len(tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
         for heads in (request.extra_heads, request.towers):
             parse_head_names(heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
         check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
@@ -70,7 +70,7 @@ class InProcessEngine:
             _, words = label_words(request.prompt, request.labels)
         except UserInputError:
             return  # labels not in the prompt: the analysis says so, as a failed job
-        read_labels(TokenizerOnly(self._tokenizer), request.prompt, [w for w, _ in words])
+        read_labels(TokenizerOnly(tokenizer), request.prompt, [w for w, _ in words])
 
     def analyze(
         self,
@@ -90,6 +90,34 @@ class InProcessEngine:
         return run_experiment(
             loaded, request, progress, max_tokens=self._settings.max_prompt_tokens
         )
+
+    def _own_tokenizer(self, loaded: LoadedModel) -> PreTrainedTokenizerBase:
+        if self._tokenizer is None:
+            self._tokenizer = copy.deepcopy(loaded.tokenizer)
+        return self._tokenizer
+
+    def check_patch(self, loaded: LoadedModel, request: PatchRequest) -> None:
+        """Raise a UserInputError (one sentence) for a patching request whose prompts do not
+        pair (model_worker.pair_check), a head the model does not have or a prompt over the
+        limit. Runs in the event loop's thread, on the tokenizer copy of `check_analysis`."""
+        from model_worker.pair_check import check_heads, check_pair
+        from model_worker.prompting import check_length, token_limit
+
+        tokenizer = self._own_tokenizer(loaded)
+        limit = token_limit(loaded, self._settings.max_prompt_tokens)
+        check_heads(request, loaded.geometry.n_layers, loaded.geometry.n_heads)
+
+        def encode(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+            found = tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+            check_length(len(found["input_ids"]), limit)
+            return found["input_ids"], [(int(a), int(b)) for a, b in found["offset_mapping"]]
+
+        check_pair(request, encode)
+
+    def patch(self, loaded: LoadedModel, request: PatchRequest) -> PatchingResult:
+        from model_worker.patching.run import patch
+
+        return patch(loaded, request, max_tokens=self._settings.max_prompt_tokens)
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None:
         from model_worker.jobs import idle_work

@@ -14,7 +14,7 @@ from model_worker import jobs
 #: Dotted names of the only functions a worker runs (what the web tier enqueues).
 ALLOWED_JOBS = frozenset(
     f"{function.__module__}.{function.__qualname__}"
-    for function in (jobs.analysis_job, jobs.experiment_job)
+    for function in (jobs.analysis_job, jobs.experiment_job, jobs.patching_job)
 )
 #: Longest job-function name quoted back in a refusal.
 MAX_SHOWN = 120

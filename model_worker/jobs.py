@@ -1,9 +1,9 @@
 """Job functions: what a worker (RQ or embedded) runs for one request.
 
-The RQ entry points (`analysis_job`, `experiment_job`) run inside `icl-heads worker`, which
-loads its model once and hands it over with `serve_model`. They write the result JSON to Redis
-themselves (with the result TTL), so the web tier serves it without RQ, and record a clear
-message in the job's meta when they fail.
+The RQ entry points (`analysis_job`, `experiment_job`, `patching_job`) run inside `icl-heads
+worker`, which loads its model once and hands it over with `serve_model`. They write the result
+JSON to Redis themselves (with the result TTL), so the web tier serves it without RQ, and record
+a clear message in the job's meta when they fail.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from rq.timeouts import JobTimeoutException
 from model_worker.analysis.kernels import recheck_due, recheck_now
 from model_worker.budget import BudgetError, check_analysis, check_experiment
 from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.contracts.patching import PatchRequest
 from model_worker.errors import UserInputError
 from model_worker.loading import LoadedModel, load_model
 from model_worker.queue.keys import COMPUTED_KEY, heads_stage_key, result_key
@@ -388,6 +389,23 @@ def experiment_job(request_json: str, result_ttl_s: int) -> None:
         within_budget(loaded, request, settings)
         progress = progress_reporter(job)
         result = run_experiment(loaded, request, progress, max_tokens=settings.max_prompt_tokens)
+        parts = signer.signed(job.id, digest, result_parts(result))
+        _store(connection, job.id, parts, result_ttl_s)
+
+
+def patching_job(request_json: str, result_ttl_s: int) -> None:
+    """RQ job: activation patching of one prompt against its corruption (a UserInputError of
+    one sentence fails the job: e.g. a corruption that does not move the logit difference)."""
+    job, connection = _current()
+    with _job_context(job):
+        from model_worker.patching.run import patch
+
+        request = PatchRequest.model_validate_json(request_json)
+        loaded, settings = _served()
+        signer, digest = result_signer(settings), request_digest(request)
+        if _computed(connection, job.id, signer, digest):
+            return
+        result = patch(loaded, request, max_tokens=settings.max_prompt_tokens)
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
 

@@ -80,6 +80,8 @@ class ModelWorker:
             pid=os.getpid(),
             started_at=time.time(),
             max_prompt_tokens=token_limit(loaded, settings.max_prompt_tokens),
+            n_layers=loaded.geometry.n_layers,
+            n_heads=loaded.geometry.n_heads,
         )
         self._stop = threading.Event()
         # serialised now: the heartbeat thread must not touch the tokenizer while a job uses it

@@ -39,8 +39,15 @@ from app.store import (
 )
 from model_worker.budget import BudgetError, check_experiment
 from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.contracts.patching import PatchRequest
 from model_worker.errors import UserInputError
-from model_worker.queue.keys import analysis_job_id, experiment_job_id, is_experiment
+from model_worker.queue.keys import (
+    analysis_job_id,
+    experiment_job_id,
+    is_experiment,
+    job_kind,
+    patching_job_id,
+)
 from model_worker.queue.result_parts import (
     CORE,
     DETAILS_MESSAGE,
@@ -208,8 +215,20 @@ class EmbeddedBackend(PartsReader):
         job_id = experiment_job_id(model_name, loaded.fingerprint, request)
         return await self._enqueue(job_id, request, loaded, client)
 
+    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
+        model_name, loaded = await self._model_for(request.model)
+        try:
+            self._engine.check_patch(loaded, request)
+        except UserInputError as exc:
+            raise BackendError(str(exc), status=422) from exc
+        job_id = patching_job_id(model_name, loaded.fingerprint, request)
+        return await self._enqueue(job_id, request, loaded, client)
+
     def _work(
-        self, job_id: str, loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest
+        self,
+        job_id: str,
+        loaded: LoadedModel,
+        request: AnalysisRequest | ExperimentRequest | PatchRequest,
     ) -> Work:
         """What the worker thread runs for `request`: the result's parts (an analysis keeps its
         per-head stage's core part meanwhile, for the page to draw the heatmap first)."""
@@ -217,6 +236,8 @@ class EmbeddedBackend(PartsReader):
         def work(progress: Progress) -> Parts:
             if isinstance(request, ExperimentRequest):
                 return result_parts(self._engine.experiment(loaded, request, progress))
+            if isinstance(request, PatchRequest):
+                return result_parts(self._engine.patch(loaded, request))
 
             def heads_stage(partial: AnalysisResult) -> None:
                 self._heads[job_id] = analysis_parts(partial)[CORE]
@@ -251,7 +272,7 @@ class EmbeddedBackend(PartsReader):
     async def _enqueue(
         self,
         job_id: str,
-        request: AnalysisRequest | ExperimentRequest,
+        request: AnalysisRequest | ExperimentRequest | PatchRequest,
         loaded: LoadedModel,
         client: str | None,
     ) -> JobState:
@@ -262,7 +283,7 @@ class EmbeddedBackend(PartsReader):
             return known
         if client is not None:
             self._check_room(job_id, client)
-            kind = "experiment" if is_experiment(job_id) else "analysis"
+            kind = job_kind(job_id)
             await self._stored(
                 self._store.remember,
                 job_id,

@@ -16,7 +16,8 @@ from model_worker.contracts import (
     ExperimentResult,
     HeadDetail,
 )
-from model_worker.queue.keys import is_experiment
+from model_worker.contracts.patching import PatchingResult, PatchRequest
+from model_worker.queue.keys import is_analysis, is_experiment, is_patching
 from model_worker.queue.result_parts import (
     BODY,
     SUMMARY_PARTS,
@@ -55,6 +56,13 @@ class InProcessEngine(Protocol):
         request: ExperimentRequest,
         progress: Callable[[float, str], None],
     ) -> ExperimentResult: ...
+
+    def check_patch(self, loaded: LoadedModel, request: PatchRequest) -> None:
+        """Raise UserInputError for a patching request that cannot run as given (prompts of
+        different token lengths or label layouts, an unchanged prompt, a head outside the
+        model, a prompt over the limit)."""
+
+    def patch(self, loaded: LoadedModel, request: PatchRequest) -> PatchingResult: ...
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None: ...
 
@@ -96,13 +104,13 @@ class PartsReader:
 
     async def heads_stage(self, job_id: str) -> AnalysisSummary | None:
         """A running analysis' per-head stage: tokens, layers, heads, top heads, no details."""
-        core = None if is_experiment(job_id) else await self.read_heads_stage(job_id)
+        core = await self.read_heads_stage(job_id) if is_analysis(job_id) else None
         return None if core is None else summary(heads_stage_parts(core))
 
     async def running_body(self, state: JobState) -> bytes | None:
         """The JSON of a running analysis' JobState with its per-head stage as the result
         (`head_details` empty), joined without parsing; None before that stage."""
-        core = None if is_experiment(state.id) else await self.read_heads_stage(state.id)
+        core = await self.read_heads_stage(state.id) if is_analysis(state.id) else None
         if core is None:
             return None
         head = state.model_dump_json(exclude={"result"}).encode()
@@ -111,7 +119,7 @@ class PartsReader:
 
     async def summary(self, job_id: str) -> AnalysisSummary | None:
         """A done analysis without its head details (None if not done)."""
-        if is_experiment(job_id):
+        if not is_analysis(job_id):
             return None
         parts = await self.read_parts(job_id, SUMMARY_PARTS)
         return None if parts is None else summary(parts)
@@ -127,6 +135,13 @@ class PartsReader:
             return None
         parts = await self.read_parts(job_id, [BODY])
         return None if parts is None else ExperimentResult.model_validate_json(parts[BODY])
+
+    async def patching(self, job_id: str) -> PatchingResult | None:
+        """A done activation-patching job's result (None if not done)."""
+        if not is_patching(job_id):
+            return None
+        parts = await self.read_parts(job_id, [BODY])
+        return None if parts is None else PatchingResult.model_validate_json(parts[BODY])
 
     async def done_body(self, job_id: str) -> bytes | None:
         """The JSON of a finished job's JobState, joined from its parts without parsing them,
@@ -152,10 +167,15 @@ class Backend(Protocol):
         """Start (or find cached / in flight) a dataset experiment; it reports progress."""
         ...
 
+    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
+        """Start (or find cached / in flight) the activation patching of one prompt against its
+        corruption; BackendError(422) for a pair that cannot be patched."""
+        ...
+
     async def status(self, job_id: str) -> JobState | None:
-        """The state of a job (analysis or experiment), or None if unknown. Never loads the
-        result. A job accepted earlier whose queue entry was lost is enqueued again from its
-        stored request (QUEUED), so an accepted job always ends done or failed."""
+        """The state of a job (analysis, experiment or patching), or None if unknown. Never
+        loads the result. A job accepted earlier whose queue entry was lost is enqueued again
+        from its stored request (QUEUED), so an accepted job always ends done or failed."""
         ...
 
     async def done_body(self, job_id: str) -> bytes | None:
@@ -189,6 +209,10 @@ class Backend(Protocol):
 
     async def experiment(self, job_id: str) -> ExperimentResult | None:
         """A done experiment's result (None if not done)."""
+        ...
+
+    async def patching(self, job_id: str) -> PatchingResult | None:
+        """A done activation-patching job's result (None if not done)."""
         ...
 
     async def models(self) -> list[ModelInfo]:

@@ -11,6 +11,7 @@ from redis import Redis
 from tokenizers import Tokenizer
 
 from app.queue.interface import BackendError
+from model_worker.pair_check import Encode
 from model_worker.queue.heartbeats import WorkerBeat
 from model_worker.queue.keys import tokenizer_key
 
@@ -42,3 +43,21 @@ class PromptLimit:
         if limits and n_tokens > min(limits):
             raise BackendError(f"the prompt has {n_tokens} tokens; the limit is {min(limits)}", 422)
         return n_tokens
+
+    def encoder(self, connection: Redis, beats: list[WorkerBeat]) -> Encode | None:
+        """The workers' tokenizer as `model_worker.pair_check` uses it (ids and character
+        offsets), refusing a text over the limit (422); None when no tokenizer is published."""
+        tokenizer = self._tokenizer(connection, min(beat.fingerprint for beat in beats))
+        if tokenizer is None:
+            return None
+        limits = [beat.max_prompt_tokens for beat in beats if beat.max_prompt_tokens]
+
+        def encode(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+            found = tokenizer.encode(text)
+            if limits and len(found.ids) > min(limits):
+                raise BackendError(
+                    f"the prompt has {len(found.ids)} tokens; the limit is {min(limits)}", 422
+                )
+            return list(found.ids), [(int(a), int(b)) for a, b in found.offsets]
+
+        return encode

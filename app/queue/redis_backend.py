@@ -40,7 +40,10 @@ from app.queue.prompt_limit import PromptLimit
 from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
 from model_worker.budget import BudgetError, check_analysis, check_experiment
 from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.contracts.patching import PatchRequest
+from model_worker.errors import UserInputError
 from model_worker.log_safety import redact
+from model_worker.pair_check import check_heads, check_pair
 from model_worker.queue.heartbeats import WorkerBeat, last_beat, live_beats
 from model_worker.queue.keys import (
     analysis_job_id,
@@ -49,6 +52,8 @@ from model_worker.queue.keys import (
     experiment_job_id,
     heads_stage_key,
     is_experiment,
+    job_kind,
+    patching_job_id,
     queue_name,
     result_key,
 )
@@ -61,6 +66,7 @@ from model_worker.settings import Settings
 T = TypeVar("T")
 ANALYSIS_FUNC = "model_worker.jobs.analysis_job"
 EXPERIMENT_FUNC = "model_worker.jobs.experiment_job"
+PATCHING_FUNC = "model_worker.jobs.patching_job"
 FAILED_TTL_S = 24 * 3600
 CLAIM_TTL_S = 10
 QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
@@ -153,6 +159,9 @@ class RedisBackend(PartsReader):
     async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
         return await self._call(self._submit, request, client)
 
+    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
+        return await self._call(self._submit, request, client)
+
     def _live_for(self, model: str) -> list[WorkerBeat]:
         """The live workers of `model`, else the last one seen within the grace period (a
         rolling restart, a Redis restart: the job waits for it); 404 when none was."""
@@ -185,7 +194,9 @@ class RedisBackend(PartsReader):
         fresh = time.time() - latest.beat_at <= self._settings.worker_grace_s
         return latest if fresh else None
 
-    def _submit(self, request: AnalysisRequest | ExperimentRequest, client: str = "") -> JobState:
+    def _submit(
+        self, request: AnalysisRequest | ExperimentRequest | PatchRequest, client: str = ""
+    ) -> JobState:
         model = request.model or self.default_model
         beats = self._live_for(model)
         fingerprint = min(beat.fingerprint for beat in beats)
@@ -193,6 +204,9 @@ class RedisBackend(PartsReader):
             if isinstance(request, ExperimentRequest):
                 check_experiment(request, self._settings.max_experiment_n)
                 job_id = experiment_job_id(model, fingerprint, request)
+            elif isinstance(request, PatchRequest):
+                self._check_patch(request, beats)
+                job_id = patching_job_id(model, fingerprint, request)
             else:
                 n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
                 if n_tokens is not None:  # else the worker checks the budget
@@ -202,10 +216,25 @@ class RedisBackend(PartsReader):
             raise BackendError(str(exc), status=422) from exc
         return self._enqueue(job_id, request, model, fingerprint, beats, client)
 
+    def _check_patch(self, request: PatchRequest, beats: list[WorkerBeat]) -> None:
+        """422 (one sentence) for a pair that cannot be patched or a head the model lacks,
+        with the workers' published tokenizer and geometry (without them the worker checks,
+        and the job fails with the same sentence)."""
+        try:
+            sizes = [(beat.n_layers, beat.n_heads) for beat in beats]
+            known = [(layers, heads) for layers, heads in sizes if layers and heads]
+            if known:
+                check_heads(request, *min(known))
+            encode = self._prompt_limit.encoder(self._redis, beats)
+            if encode is not None:
+                check_pair(request, encode)
+        except UserInputError as exc:
+            raise BackendError(str(exc), status=422) from exc
+
     def _enqueue(
         self,
         job_id: str,
-        request: AnalysisRequest | ExperimentRequest,
+        request: AnalysisRequest | ExperimentRequest | PatchRequest,
         model: str,
         fingerprint: str,
         beats: list[WorkerBeat],
@@ -242,15 +271,18 @@ class RedisBackend(PartsReader):
                 if refusal is not None:
                     raise refusal
                 ahead = not any(active.values())
-            kind = "experiment" if experiment else "analysis"
+            kind = job_kind(job_id)
             self._store.remember(job_id, kind, model, fingerprint, request.model_dump_json())
             if known is not None:  # a failed earlier attempt: start afresh
                 fetch_job(job_id, self._redis).delete()
             timeout = (
-                self._settings.experiment_timeout_s if experiment else self._settings.job_timeout_s
+                self._settings.job_timeout_s
+                if kind == "analysis"
+                else self._settings.experiment_timeout_s  # patching: ~100 passes a direction
             )
+            func = {"experiment": EXPERIMENT_FUNC, "patching": PATCHING_FUNC}
             job = queue.enqueue(
-                EXPERIMENT_FUNC if experiment else ANALYSIS_FUNC,
+                func.get(kind, ANALYSIS_FUNC),
                 request.model_dump_json(),
                 self._settings.result_ttl_s,
                 job_id=job_id,
@@ -259,7 +291,7 @@ class RedisBackend(PartsReader):
                 failure_ttl=FAILED_TTL_S,
                 retry=JobRetry(max=1),
                 meta={"model": model},
-                description=f"{'experiment' if experiment else 'analysis'} on {model}",
+                description=f"{kind} on {model}",
             )
             position = place_ahead(self._redis, queue, job_id) if ahead else job.get_position()
             if client is not None:

@@ -46,18 +46,7 @@ def _request(fields: dict[str, Any]) -> PatchRequest:
 
 def tables(result: PatchingResult) -> dict[str, list[dict[str, Any]]]:
     """The result as flat tables, one set per direction (`denoising_heads`, …)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for d in result.directions:
-        out[f"{d.direction}_heads"] = [h.model_dump() for h in d.heads]
-        out[f"{d.direction}_layers"] = [row.model_dump() for row in d.layers]
-        out[f"{d.direction}_positions"] = [
-            {"head": item.name, **p.model_dump()} for item in d.positions for p in item.positions
-        ]
-        out[f"{d.direction}_qkv"] = [
-            {**q.model_dump(exclude={"positions"}), "positions": " ".join(map(str, q.positions))}
-            for q in d.qkv
-        ]
-    return out
+    return result.tables()
 
 
 def write_outputs(result: PatchingResult, out: Path) -> list[Path]:

@@ -8,7 +8,7 @@ the query/key/value patches of the in-context heads; every effect is the normali
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -161,3 +161,24 @@ class PatchingResult(_Frozen):
             if item.direction == name:
                 return item
         raise KeyError(name)
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        """The result as flat tables, one set per direction (`denoising_heads`,
+        `denoising_layers`, `denoising_positions`, `denoising_qkv`, …): the CSV downloads."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for d in self.directions:
+            out[f"{d.direction}_heads"] = [h.model_dump() for h in d.heads]
+            out[f"{d.direction}_layers"] = [row.model_dump() for row in d.layers]
+            out[f"{d.direction}_positions"] = [
+                {"head": item.name, **p.model_dump()}
+                for item in d.positions
+                for p in item.positions
+            ]
+            out[f"{d.direction}_qkv"] = [
+                {
+                    **q.model_dump(exclude={"positions"}),
+                    "positions": " ".join(map(str, q.positions)),
+                }
+                for q in d.qkv
+            ]
+        return out

@@ -21,9 +21,6 @@ from model_worker.analysis.patching import (
     layout_error,
     normalised,
     pearson,
-    query_candidates,
-    replace_query,
-    swap_labels,
     top_indices,
     two_labels,
 )
@@ -43,6 +40,7 @@ from model_worker.contracts.patching import (
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.errors import LabelError
 from model_worker.loading import LoadedModel
+from model_worker.pair_check import corrupted_text
 from model_worker.patching.engine import (
     Activations,
     Attribution,
@@ -88,20 +86,6 @@ class Pair:
         return [s.position for s in self.structure.labels if s.word == self.target]
 
 
-def _corrupted_text(request: PatchRequest, structure: IclStructure, other: str) -> str:
-    if request.corruption == "swap-labels":
-        return swap_labels(request.prompt, structure)
-    if request.corruption == "query":
-        candidates = query_candidates(structure, other)
-        if not candidates:
-            raise PairError(
-                f"no demonstration is labelled {other!r}, so the query cannot be replaced"
-            )
-        return replace_query(request.prompt, structure, candidates[-1])
-    assert request.corrupted_prompt is not None
-    return request.corrupted_prompt
-
-
 def make_pair(loaded: LoadedModel, request: PatchRequest, max_tokens: int) -> Pair:
     """Encode the clean prompt, record it, pick the target (given, or the label the model
     prefers), build and check the corrupted prompt, record it. PairError (one sentence) when
@@ -123,7 +107,7 @@ def make_pair(loaded: LoadedModel, request: PatchRequest, max_tokens: int) -> Pa
     else:
         target = max((first, second), key=lambda w: float(clean_run.logits[ids[w]]))
     other = second if target == first else first
-    text = _corrupted_text(request, structure, other)
+    text = corrupted_text(request, structure, other)
     corrupted = encode_prompt(loaded, text, max_tokens)
     try:
         corrupted_structure = detect_structure(text, corrupted.offsets, [first, second])

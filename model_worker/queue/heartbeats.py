@@ -33,6 +33,9 @@ class WorkerBeat(BaseModel):
     mean_job_s: float | None = None
     current_job: str | None = None
     max_prompt_tokens: int | None = None
+    #: the served model's layers and heads (a patching request naming another head: 422)
+    n_layers: int | None = None
+    n_heads: int | None = None
 
 
 def write_beat(connection: Redis, beat: WorkerBeat, period_s: float) -> None:

@@ -1,7 +1,8 @@
 """Cache-key and queue naming shared by the web tier and the workers (one place, like arq/RQ).
 
 Job ids are content hashes, so identical requests share one id: computed once, then served from
-`result_key(id)` until its TTL runs out. Analysis ids start with `a-`, experiment ids with `e-`.
+`result_key(id)` until its TTL runs out. Analysis ids start with `a-`, experiment ids with `e-`,
+activation-patching ids with `p-`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import json
 from pydantic import BaseModel
 
 from model_worker.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest, ExperimentRequest
+from model_worker.contracts.patching import PatchRequest
 
 PREFIX = "icl"
 ANALYSIS = "a-"
 EXPERIMENT = "e-"
+PATCHING = "p-"
 #: Every job id: a kind prefix and 32 hex digits of a content hash (what routes accept).
-JOB_ID_PATTERN = r"^[ae]-[0-9a-f]{32}$"
+JOB_ID_PATTERN = r"^[aep]-[0-9a-f]{32}$"
 #: Sorted set of worker names, scored by the time their heartbeat expires.
 WORKERS_KEY = f"{PREFIX}:workers"
 #: Hash of model id -> the last heartbeat of one of its workers (no expiry: the web tier waits
@@ -64,8 +67,28 @@ def experiment_job_id(model: str, fingerprint: str, request: ExperimentRequest) 
     return _content_id(EXPERIMENT, model, fingerprint, request)
 
 
+def patching_job_id(model: str, fingerprint: str, request: PatchRequest) -> str:
+    """Content hash of an activation-patching request, as for analyses (ids start with `p-`)."""
+    return _content_id(PATCHING, model, fingerprint, request)
+
+
 def is_experiment(job_id: str) -> bool:
     return job_id.startswith(EXPERIMENT)
+
+
+def is_patching(job_id: str) -> bool:
+    return job_id.startswith(PATCHING)
+
+
+def is_analysis(job_id: str) -> bool:
+    return job_id.startswith(ANALYSIS)
+
+
+def job_kind(job_id: str) -> str:
+    """The kind a job is kept under in the durable store: analysis, experiment or patching."""
+    if is_experiment(job_id):
+        return "experiment"
+    return "patching" if is_patching(job_id) else "analysis"
 
 
 def result_key(job_id: str) -> str:

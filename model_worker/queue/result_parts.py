@@ -3,7 +3,8 @@
 An analysis is kept as its core (`core`: everything but the head details), the label-value MRR
 of its detailed heads (`mrr`), and one part per detailed head (`h:L23H1`). The status poll, the
 page and the panels read `core` + `mrr`; a head panel reads its one head; only the JSON API's
-whole body joins all parts, as bytes (nothing is parsed). An experiment is one part (`body`).
+whole body joins all parts, as bytes (nothing is parsed). An experiment and an activation-patching
+result are one part each (`body`).
 Redis (a hash per result), the embedded memory and the durable store all hold these parts.
 """
 
@@ -18,7 +19,8 @@ from model_worker.contracts import (
     ExperimentResult,
     LabelMrr,
 )
-from model_worker.queue.keys import is_experiment
+from model_worker.contracts.patching import PatchingResult
+from model_worker.queue.keys import is_analysis
 
 Parts = dict[str, bytes]
 CORE, MRR, BODY, HEAD = "core", "mrr", "body", "h:"
@@ -56,9 +58,9 @@ def experiment_parts(result: ExperimentResult) -> Parts:
     return {BODY: result.model_dump_json().encode()}
 
 
-def result_parts(result: AnalysisResult | ExperimentResult) -> Parts:
-    if isinstance(result, ExperimentResult):
-        return experiment_parts(result)
+def result_parts(result: AnalysisResult | ExperimentResult | PatchingResult) -> Parts:
+    if isinstance(result, ExperimentResult | PatchingResult):
+        return {BODY: result.model_dump_json().encode()}
     return analysis_parts(result)
 
 
@@ -74,7 +76,7 @@ def size(parts: Parts) -> int:
 
 def result_json(job_id: str, parts: Parts) -> bytes:
     """The whole result's JSON, joined from its parts without parsing the head details."""
-    if is_experiment(job_id):
+    if not is_analysis(job_id):  # an experiment or a patching result: one part
         return parts[BODY]
     order = json.loads(parts[MRR])  # the detailed heads, in the result's order
     details = b",".join(json.dumps(name).encode() + b":" + parts[head_part(name)] for name in order)

@@ -9,7 +9,8 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from model_worker.contracts import AnalysisResult, ExperimentResult
-from model_worker.queue.keys import is_experiment
+from model_worker.contracts.patching import PatchingResult
+from model_worker.queue.keys import is_experiment, is_patching
 
 
 class JobStatus(StrEnum):
@@ -20,8 +21,9 @@ class JobStatus(StrEnum):
 
 
 class JobState(BaseModel):
-    """What `GET /api/analyses/{id}` answers. `status()` leaves `result` and `experiment` empty
-    (a status read never loads a result); the API's answer for a done job carries them."""
+    """What `GET /api/analyses/{id}` answers. `status()` leaves `result`, `experiment` and
+    `patching` empty (a status read never loads a result); the API's answer for a done job
+    carries the one of its kind."""
 
     id: str
     status: JobStatus
@@ -31,11 +33,18 @@ class JobState(BaseModel):
     position_in_queue: int | None = None
     progress: float | None = None
     message: str | None = None
+    patching: PatchingResult | None = None
 
 
 def done_body(job_id: str, result_json: bytes) -> bytes:
     """The JSON of JobState(status=done) around an already serialised result (no re-parsing)."""
-    result, experiment = (b"null", result_json) if is_experiment(job_id) else (result_json, b"null")
+    result, experiment, patching = b"null", b"null", b"null"
+    if is_experiment(job_id):
+        experiment = result_json
+    elif is_patching(job_id):
+        patching = result_json
+    else:
+        result = result_json
     return b"".join(
         (
             b'{"id":',
@@ -44,7 +53,9 @@ def done_body(job_id: str, result_json: bytes) -> bytes:
             result,
             b',"experiment":',
             experiment,
-            b',"error":null,"position_in_queue":null,"progress":null,"message":null}',
+            b',"error":null,"position_in_queue":null,"progress":null,"message":null,"patching":',
+            patching,
+            b"}",
         )
     )
 

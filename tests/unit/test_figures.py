@@ -67,7 +67,7 @@ def values(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return list(spec["data"]["values"])
 
 
-DASHBOARD = [n for n in FIGURES if FIGURES[n].kind != "experiment"]
+DASHBOARD = [n for n in FIGURES if FIGURES[n].kind in ("analysis", "head", "compare")]
 EXPERIMENT_DATA = {
     "bars": bar_chart(
         "Accuracy",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rq import Callback, Queue
 from rq.serializers import JSONSerializer
 
-from app.queue.redis_backend import ANALYSIS_FUNC, EXPERIMENT_FUNC
+from app.queue.redis_backend import ANALYSIS_FUNC, EXPERIMENT_FUNC, PATCHING_FUNC
 from model_worker.job_policy import ALLOWED_JOBS, refusal
 
 
@@ -19,9 +19,10 @@ def job(func: str, *args: object, **options: object) -> object:
 
 
 def test_the_web_tiers_jobs_are_the_allowed_ones() -> None:
-    assert {ANALYSIS_FUNC, EXPERIMENT_FUNC} == ALLOWED_JOBS
+    assert {ANALYSIS_FUNC, EXPERIMENT_FUNC, PATCHING_FUNC} == ALLOWED_JOBS
     assert refusal(job(ANALYSIS_FUNC, '{"prompt": "a : b c :"}', 60)) is None
     assert refusal(job(EXPERIMENT_FUNC, '{"name": "accuracy"}', 60)) is None
+    assert refusal(job(PATCHING_FUNC, '{"prompt": "a : b c : d e :"}', 60)) is None
 
 
 def test_anything_else_is_refused_with_a_reason() -> None:

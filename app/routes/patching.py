@@ -1,0 +1,315 @@
+"""Activation patching of one prompt (docs/patching.md): the JSON API (`POST /api/patch`, polled
+at `/api/analyses/{id}` like every job), the analysis page's "patch against…" form, and the
+patching page: the head heatmap of patching effects beside the direct-effect heatmap,
+attribution against exact patching, the layers, the in-context heads' query / key / value
+patches, and a head's per-position view; figures and tables as downloads."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, cast
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Request, Response, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel, ValidationError
+
+from app.deps import (
+    BackendDep,
+    ClientDep,
+    HeadQuery,
+    JobId,
+    analysis_id_of,
+    done_summary,
+)
+from app.figure_files import ThemeQuery, built, figure_response, registered
+from app.queue.interface import Backend, BackendError
+from app.submission import form_problem, submit_responses, submitted
+from app.templating import render, url_path
+from app.views.figure_kit.export import Format
+from app.views.patching_panels import PatchHeadPanel, PatchingPanel, direction_of
+from model_worker.contracts import parse_head_name
+from model_worker.contracts.patching import PatchingResult, PatchRequest
+from model_worker.export_text import csv_text
+from model_worker.queue.keys import is_patching
+from model_worker.queue.states import JobState, JobStatus
+
+router = APIRouter(tags=["patching"])
+#: The tables of a result's CSV downloads, per direction (`denoising_heads.csv`, …).
+TABLES = ("heads", "layers", "positions", "qkv")
+
+
+# --- submitting ---------------------------------------------------------------------------
+
+
+@router.post(
+    "/api/patch",
+    response_model=JobState,
+    responses=submit_responses(
+        "Invalid request: prompts of different token lengths or label layouts, a corruption "
+        "that leaves the prompt unchanged, a head outside the model"
+    ),
+)
+async def submit_patch(
+    patch: PatchRequest, backend: BackendDep, client: ClientDep, response: Response
+) -> Response | JobState:
+    """Activation patching of `prompt` against its corruption (`swap-labels`, `query`, or
+    `prompt` with `corrupted_prompt`): 200 with the result when cached, else 202 with the job
+    id (poll `/api/analyses/{id}`; the result is the state's `patching`)."""
+    if not patch.prompt.strip():
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the prompt is empty")
+    return await submitted(await backend.submit_patch(patch, client), backend, response)
+
+
+class PatchForm(BaseModel):
+    """The analysis page's "patch against…" form: the analysis, a built-in corruption or
+    another analysis (`against`, its id or permalink) whose prompt is the corrupted one."""
+
+    job_id: str = ""
+    corruption: str = "swap-labels"
+    against: str = ""
+
+
+def _error_page(request: Request, message: str, status_code: int, back: str) -> HTMLResponse:
+    context = {"message": message, "back": back}
+    return render(request, "pages/patch_refused.html", context, status_code)
+
+
+@router.post("/patch", response_class=HTMLResponse)
+async def patch_form(
+    request: Request,
+    backend: BackendDep,
+    client: ClientDep,
+    typed: Annotated[PatchForm, Form()],
+) -> Response:
+    """Queue the patching of an analysis' prompt and go to its page (a page with the reason,
+    and a link back, when refused)."""
+    try:
+        job_id = analysis_id_of(typed.job_id)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    back = url_path(request, "analysis_page", job_id=job_id)
+    clean = await done_summary(backend, job_id)
+    fields: dict[str, Any] = {"prompt": clean.prompt, "model": clean.model}
+    if clean.request is not None:
+        fields |= {"labels": clean.request.labels, "target": clean.request.target}
+    try:
+        if typed.corruption == "analysis":
+            other_id = analysis_id_of(typed.against)
+            other = await done_summary(backend, other_id)
+            if other.model != clean.model:
+                raise ValueError(
+                    f"the two analyses ran on different models ({clean.model}, {other.model})"
+                )
+            fields |= {"corruption": "prompt", "corrupted_prompt": other.prompt}
+        else:
+            fields["corruption"] = typed.corruption
+        patch = PatchRequest.model_validate(fields)
+        state = await backend.submit_patch(patch, client)
+    except ValidationError as exc:
+        return _error_page(request, form_problem(exc), 422, back)
+    except ValueError as exc:
+        return _error_page(request, str(exc), 422, back)
+    except BackendError as exc:
+        return _error_page(request, str(exc), exc.status, back)
+    target = url_path(request, "patching_page", job_id=state.id)
+    return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+async def get_patching_state(job_id: JobId, backend: BackendDep) -> JobState:
+    """The path's patching job; 404 if unknown, expired or not a patching id (`p-`)."""
+    state = await backend.status(job_id) if is_patching(job_id) else None
+    if state is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"no patching job {job_id!r} (unknown or expired)"
+        )
+    return state
+
+
+PatchingStateDep = Annotated[JobState, Depends(get_patching_state)]
+
+
+async def _done(backend: Backend, state: JobState) -> PatchingResult | None:
+    return await backend.patching(state.id) if state.status == JobStatus.DONE else None
+
+
+async def _done_or_409(backend: Backend, state: JobState) -> PatchingResult:
+    result = await _done(backend, state)
+    if result is None:
+        raise HTTPException(status.HTTP_409_CONFLICT, "the patching job has not finished")
+    return result
+
+
+def _direction(result: PatchingResult, direction: str | None) -> Any:
+    found = direction_of(result, direction)
+    if found is None:
+        computed = ", ".join(d.direction for d in result.directions)
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"this result has no {direction} run (it has {computed})"
+        )
+    return found
+
+
+async def _context(
+    backend: Backend, state: JobState, direction: str | None, head: str | None
+) -> dict[str, Any]:
+    result = await _done(backend, state)
+    context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
+    if result is not None:
+        chosen = _direction(result, direction)
+        context["patching"] = PatchingPanel.of(state.id, result, chosen)
+        context["open_head"] = head
+    return context
+
+
+def _twin(request: Request, job_id: str) -> str:
+    return url_path(request, "get_analysis", job_id=job_id)
+
+
+@router.get("/p/{job_id}", response_class=HTMLResponse)
+async def patching_page(
+    request: Request, state: PatchingStateDep, backend: BackendDep, head: HeadQuery
+) -> HTMLResponse:
+    """The patching job's permalink (its first direction): the figures when done, else its
+    progress."""
+    context = await _context(backend, state, None, head)
+    return render(request, "pages/patching.html", context, alternate=_twin(request, state.id))
+
+
+@router.get("/p/{job_id}/status", response_class=HTMLResponse)
+async def patching_status(
+    request: Request, state: PatchingStateDep, backend: BackendDep
+) -> HTMLResponse:
+    """HTMX poll target: the status partial, or the whole result once done."""
+    context = await _context(backend, state, None, None)
+    name = "partials/_patching_body.html" if context["done"] else "partials/_patching_status.html"
+    return render(request, name, context, alternate=_twin(request, state.id))
+
+
+@router.get("/p/{job_id}/download/{item}")
+async def patching_download(item: str, state: PatchingStateDep, backend: BackendDep) -> Response:
+    """`result.json`, or a table as `<direction>_<heads|layers|positions|qkv>.csv`."""
+    result = await _done_or_409(backend, state)
+    attachment = {"Content-Disposition": f'attachment; filename="{state.id[:10]}-{item}"'}
+    if item == "result.json":
+        return Response(
+            result.model_dump_json(indent=1), media_type="application/json", headers=attachment
+        )
+    tables = result.tables()
+    stem, _, suffix = item.rpartition(".")
+    if suffix == "csv" and stem in tables:
+        return Response(
+            csv_text(tables[stem]), media_type="text/csv; charset=utf-8", headers=attachment
+        )
+    known = ", ".join(["result.json", *(f"{name}.csv" for name in tables)])
+    raise HTTPException(status.HTTP_404_NOT_FOUND, f"no download {item!r}; this has: {known}")
+
+
+DirectionPath = Literal["denoising", "noising"]
+
+
+@router.get("/p/{job_id}/{direction}", response_class=HTMLResponse)
+async def patching_direction_page(
+    request: Request,
+    direction: DirectionPath,
+    state: PatchingStateDep,
+    backend: BackendDep,
+    head: HeadQuery,
+) -> HTMLResponse:
+    """The patching page of one direction (denoising or noising)."""
+    context = await _context(backend, state, direction, head)
+    return render(request, "pages/patching.html", context, alternate=_twin(request, state.id))
+
+
+@router.get("/p/{job_id}/{direction}/heads/{name}", response_class=HTMLResponse)
+async def patching_head_panel(
+    request: Request,
+    direction: DirectionPath,
+    name: str,
+    state: PatchingStateDep,
+    backend: BackendDep,
+) -> HTMLResponse:
+    """One head's panel: its attribution, exact and direct effects and, when this result
+    patched it per position, its effect per source position."""
+    result = await _done_or_409(backend, state)
+    try:
+        parse_head_name(name)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    panel = PatchHeadPanel.of(state.id, result, _direction(result, direction), name)
+    if panel is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no head {name!r} in this model")
+    return render(request, "partials/_patch_head.html", {"head": panel, "job_id": state.id})
+
+
+@router.post("/p/{job_id}/heads", response_class=HTMLResponse)
+async def patch_head_positions(
+    request: Request,
+    state: PatchingStateDep,
+    backend: BackendDep,
+    client: ClientDep,
+    head: Annotated[str, Form(max_length=40)],
+    direction: Annotated[DirectionPath, Form()] = "denoising",
+) -> Response:
+    """Patch head `head` per position too: the same request with the head added (a new job,
+    cached by content like every job), then its page with that head open."""
+    result = await _done_or_409(backend, state)
+    back = url_path(request, "patching_page", job_id=state.id)
+    if result.request is None:
+        return _error_page(request, "this result does not carry its request", 409, back)
+    heads = list(dict.fromkeys([*result.request.heads, head.strip()]))
+    try:
+        patch = result.request.model_copy(update={"heads": heads})
+        patch = PatchRequest.model_validate(patch.model_dump())
+        new = await backend.submit_patch(patch, client)
+    except ValidationError as exc:
+        return _error_page(request, form_problem(exc), 422, back)
+    except BackendError as exc:
+        return _error_page(request, str(exc), exc.status, back)
+    target = url_path(
+        request,
+        "patching_direction_page",
+        {"head": head.strip()},
+        job_id=new.id,
+        direction=direction,
+    )
+    return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/p/{job_id}/{direction}/figures/{name}.{fmt}")
+async def patching_figure_file(
+    request: Request,
+    direction: DirectionPath,
+    name: str,
+    fmt: Format,
+    state: PatchingStateDep,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
+) -> Response:
+    """A figure of one direction (effects, direct, agreement, sites, qkv) as SVG, PNG, CSV or
+    JSON (its Vega-Lite specification)."""
+    entry = registered("patching", name, fmt)
+    result = await _done_or_409(backend, state)
+    figure = built(entry, result, _direction(result, direction))
+    filename = f"{state.id[:10]}-{direction}-{name}.{fmt}"
+    return await figure_response(request, figure, cast(Format, fmt), theme, filename)
+
+
+@router.get("/p/{job_id}/{direction}/heads/{name}/{figure}.{fmt}")
+async def patching_head_figure_file(
+    request: Request,
+    direction: DirectionPath,
+    name: str,
+    figure: str,
+    fmt: Format,
+    state: PatchingStateDep,
+    backend: BackendDep,
+    theme: ThemeQuery = "light",
+) -> Response:
+    """A head's per-position figure (`positions`) of one direction."""
+    entry = registered("patching-head", figure, fmt)
+    result = await _done_or_409(backend, state)
+    drawn = built(entry, result, _direction(result, direction), name)
+    filename = f"{state.id[:10]}-{direction}-{name}-{figure}.{fmt}"
+    return await figure_response(request, drawn, fmt, theme, filename)

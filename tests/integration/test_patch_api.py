@@ -1,0 +1,154 @@
+"""Activation patching of one prompt through the JSON API and the pages, over the embedded
+backend with a tiny model: the job runs and is cached (a `p-` id, the result in the state's
+`patching`), bad pairs are refused with one sentence (422) before anything is queued, and the
+patching page, its head panel, figures and downloads serve the result."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from model_worker.settings import Settings
+from tests.app_clients import embedded_client
+from tests.tiny_models import EXAMPLE_PROMPT
+
+#: A prompt whose query corruption keeps the token count: every input is one word.
+PROMPT = EXAMPLE_PROMPT  # "love : bar like : bar eight : foo two : foo one :"
+FAST = {"top_k": 4, "qkv_heads": 2, "directions": ["denoising"]}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0)
+    with embedded_client(settings) as test_client:
+        yield test_client
+
+
+def wait_done(client: TestClient, job_id: str, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(f"/api/analyses/{job_id}").json()
+        if body["status"] in ("done", "failed"):
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def done(client: TestClient) -> dict:
+    submitted = client.post("/api/patch", json={"prompt": PROMPT, "labels": ["foo", "bar"], **FAST})
+    assert submitted.status_code == 202, submitted.text
+    assert submitted.json()["id"].startswith("p-")
+    body = wait_done(client, submitted.json()["id"])
+    assert body["status"] == "done", body
+    return body
+
+
+def test_a_patching_job_runs_and_is_then_served_from_the_cache(
+    client: TestClient, done: dict
+) -> None:
+    result = done["patching"]
+    assert done["result"] is None and done["experiment"] is None
+    assert result["corruption"] == "swap-labels"
+    assert result["corrupted_prompt"] == "love : foo like : foo eight : bar two : bar one :"
+    (denoising,) = result["directions"]
+    exact = [h for h in denoising["heads"] if h["exact"] is not None]
+    assert len(denoising["heads"]) == result["n_layers"] * result["n_heads"]
+    assert len(exact) == 4
+    assert len(denoising["qkv"]) == 2 * 3  # two in-context heads × query, keys, values
+    again = client.post("/api/patch", json={"prompt": PROMPT, "labels": ["foo", "bar"], **FAST})
+    assert again.status_code == 200
+    assert again.json() == done
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {"corruption": "prompt", "corrupted_prompt": "love : foo like : foo eight : bar one :"},
+            "same token length",
+        ),
+        (
+            {
+                "corruption": "prompt",
+                "corrupted_prompt": "love bar : like : bar eight : foo two : foo one :",
+            },
+            "same label layout",
+        ),
+        (
+            {
+                "corruption": "prompt",
+                "corrupted_prompt": "love : bar like : bar eight : bar two : bar one :",
+            },
+            "lacks one of the labels",
+        ),
+        ({"corruption": "prompt", "corrupted_prompt": PROMPT + " "}, "unchanged"),
+        ({"corruption": "prompt", "corrupted_prompt": PROMPT}, "unchanged"),
+        ({"heads": ["L9H0"]}, "does not exist"),
+        ({"target": "baz"}, "not one of the prompt's labels"),
+        ({"prompt": "no labels at all here"}, "two labels"),
+    ],
+)
+def test_a_pair_that_cannot_be_patched_is_refused_with_one_sentence(
+    client: TestClient, body: dict, expected: str
+) -> None:
+    response = client.post("/api/patch", json={"prompt": PROMPT, **body})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    message = detail if isinstance(detail, str) else detail[0]["msg"]
+    assert expected in message
+    assert "Traceback" not in response.text and "\n" not in message
+
+
+def test_the_patching_page_serves_its_figures_head_panel_and_downloads(
+    client: TestClient, done: dict
+) -> None:
+    job_id = done["id"]
+    page = client.get(f"/p/{job_id}")
+    assert page.status_code == 200
+    for name in ("effects", "direct", "agreement", "sites", "qkv"):
+        assert f'data-figure="{name}"' in page.text
+    assert 'data-heads-url="/p/' in page.text
+    in_context = done["patching"]["in_context_heads"][0]
+    panel = client.get(f"/p/{job_id}/denoising/heads/{in_context}")
+    assert panel.status_code == 200 and 'data-figure="positions"' in panel.text
+    other = next(
+        h["name"] for h in done["patching"]["directions"][0]["heads"] if h["name"] != in_context
+    )
+    no_positions = client.get(f"/p/{job_id}/denoising/heads/{other}")
+    assert "data-no-positions" in no_positions.text
+    assert client.get(f"/p/{job_id}/noising").status_code == 404  # not computed
+    spec = client.get(f"/p/{job_id}/denoising/figures/effects.json")
+    assert spec.status_code == 200 and spec.json()["usermeta"]["figure"] == "effects"
+    positions = client.get(f"/p/{job_id}/denoising/heads/{in_context}/positions.csv")
+    rows = list(csv.DictReader(io.StringIO(positions.text)))
+    assert len(rows) == len(done["patching"]["tokens"])
+    heads = client.get(f"/p/{job_id}/download/denoising_heads.csv")
+    assert heads.status_code == 200
+    assert len(list(csv.DictReader(io.StringIO(heads.text)))) == len(
+        done["patching"]["directions"][0]["heads"]
+    )
+    assert client.get(f"/p/{job_id}/download/nothing.csv").status_code == 404
+
+
+def test_patch_against_from_the_analysis_page(client: TestClient) -> None:
+    analysis = client.post("/api/analyses", json={"prompt": PROMPT, "labels": ["foo", "bar"]})
+    analysis_id = analysis.json()["id"]
+    assert wait_done(client, analysis_id)["status"] == "done"
+    page = client.get(f"/a/{analysis_id}")
+    assert "data-patch-against" in page.text
+    refused = client.post(
+        "/patch", data={"job_id": analysis_id, "corruption": "analysis", "against": analysis_id}
+    )
+    assert refused.status_code == 422 and "unchanged" in refused.text
+    moved = client.post(
+        "/patch", data={"job_id": analysis_id, "corruption": "query"}, follow_redirects=False
+    )
+    assert moved.status_code == 303
+    assert re.fullmatch(r"/p/p-[0-9a-f]{32}", moved.headers["location"])

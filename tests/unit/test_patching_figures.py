@@ -1,0 +1,72 @@
+"""The patching page's figures (app.views.figures.patching): each registered one is a valid
+Vega-Lite specification in every theme, drawn from a tiny model's patching result, and its
+numbers are the result's (a change from the unpatched run in both directions)."""
+
+from __future__ import annotations
+
+import pytest
+from altair.utils.schemapi import validate_jsonschema
+from altair.vegalite.v6.schema import load_schema
+
+from app.views.figure_kit.export import export
+from app.views.figure_kit.themes import THEMES
+from app.views.figures.registry import FIGURES, names
+from app.views.patching_panels import PatchHeadPanel, PatchingPanel
+from model_worker.contracts.patching import PatchingResult, PatchRequest
+from model_worker.patching.run import patch
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+
+SCHEMA = load_schema()
+
+
+@pytest.fixture(scope="module")
+def result() -> PatchingResult:
+    request = PatchRequest(prompt=EXAMPLE_PROMPT, labels=["foo", "bar"], top_k=5, qkv_heads=2)
+    return patch(tiny_llama(), request)
+
+
+@pytest.mark.parametrize("name", names("patching"))
+def test_every_patching_figure_is_a_valid_spec_in_both_directions(
+    result: PatchingResult, name: str
+) -> None:
+    for direction in result.directions:
+        figure = FIGURES[name].build(result, direction)
+        assert figure is not None and figure.name == name
+        for theme in THEMES:
+            validate_jsonschema(figure.spec(theme), SCHEMA)
+        assert figure.rows
+
+
+def test_the_effects_heatmap_draws_each_heads_change_from_the_unpatched_run(
+    result: PatchingResult,
+) -> None:
+    noising = result.direction("noising")
+    figure = FIGURES["effects"].build(result, noising)
+    cells = {c["name"]: c for c in figure.spec("light")["data"]["values"]}
+    assert len(cells) == result.n_layers * result.n_heads
+    for h in noising.heads:
+        assert cells[h.name]["value"] == pytest.approx(h.attribution - 1.0)
+        assert cells[h.name]["top"] == (h.exact is not None)
+    direct = FIGURES["direct"].build(result, noising).spec("light")["data"]["values"]
+    assert {c["name"]: c["value"] for c in direct} == {h.name: h.direct for h in noising.heads}
+
+
+def test_the_per_position_view_of_a_head(result: PatchingResult) -> None:
+    denoising = result.direction("denoising")
+    name = denoising.positions[0].name
+    figure = FIGURES["positions"].build(result, denoising, name)
+    validate_jsonschema(figure.spec("dark"), SCHEMA)
+    assert [r["exact"] for r in figure.rows] == [p.exact for p in denoising.positions[0].positions]
+    assert b"<svg" in export(figure, "svg", "light")  # type: ignore[operator]
+    other = next(h.name for h in denoising.heads if h.name != name)
+    assert FIGURES["positions"].build(result, denoising, other) is None
+    panel = PatchHeadPanel.of("p-" + "0" * 32, result, denoising, other)
+    assert panel is not None and panel.figure is None and panel.can_add
+
+
+def test_the_page_panel_lists_the_exact_heads_largest_first(result: PatchingResult) -> None:
+    panel = PatchingPanel.of("p-" + "0" * 32, result, result.direction("denoising"))
+    assert [f.name for f in panel.heatmaps] == ["effects", "direct"]
+    sizes = [abs(row.exact) for row in panel.exact]
+    assert len(sizes) == 5 and sizes == sorted(sizes, reverse=True)
+    assert {row.part for row in panel.qkv} == {"query", "keys", "values"}
