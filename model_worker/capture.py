@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from model_worker.analysis.flow import Flow, flow_of, layer_masses
 from model_worker.architectures import Adapter, HeadGeometry
-from model_worker.device_memory import gather, to_device
+from model_worker.device_memory import ensure_room, gather, to_device
 from model_worker.qk import LayerQk, recording
 
 #: Cached tensors with a position axis (axis 2 of [L, B, S, …]) that `Keep.positions` narrows.
@@ -155,6 +155,34 @@ def analysis_device(model: nn.Module, adapter: Adapter) -> torch.device:
     return weight.device
 
 
+def capture_bytes(
+    geometry: HeadGeometry,
+    shape: tuple[int, int],
+    keep: Keep,
+    *,
+    record_qk: bool,
+    vocab: int,
+    logits_to_keep: int = 0,
+    element: int = 4,
+) -> int:
+    """Bytes a capture of `shape` [B, S] places on the analysis device: its fp32 buffers (the
+    residual stream at the kept positions, values at all, pattern rows, recorded queries, keys
+    and mask rows), the fp32 logits, and one layer's eager attention scores and softmax while
+    it runs (B·H·S² twice in the model's dtype of `element` bytes, once in fp32)."""
+    g = geometry
+    batch, seq = shape
+    positions = seq if keep.positions is None else len(keep.positions)
+    rows = seq if keep.rows is None else len(keep.rows)
+    residual = positions * (4 * g.d_model + 1 + g.n_heads * g.d_head)
+    values = seq * g.n_kv_heads * g.d_head
+    pattern = g.n_heads * rows * seq
+    qk = (g.n_heads * rows + g.n_kv_heads * seq) * g.d_head + rows * seq if record_qk else 0
+    kept = 4 * batch * g.n_layers * (residual + values + pattern + qk)
+    logits = 4 * batch * (logits_to_keep or seq) * vocab
+    transient = batch * g.n_heads * seq * seq * (2 * element + 4)
+    return kept + logits + transient
+
+
 def run_with_cache(
     model: nn.Module,
     adapter: Adapter,
@@ -186,6 +214,18 @@ def run_with_cache(
         rows is not None and rows.numel() and int(rows.max()) >= seq
     ):
         raise ValueError(f"kept positions past the prompt's {seq} tokens")
+    dtype = next(model.parameters()).dtype
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+    needed = capture_bytes(
+        geometry,
+        (input_ids.shape[0], seq),
+        keep,
+        record_qk=record_qk,
+        vocab=vocab,
+        logits_to_keep=logits_to_keep,
+        element=torch.finfo(dtype).bits // 8 if dtype.is_floating_point else 4,
+    )
+    ensure_room(device, needed, f"the capture of {seq} tokens")
 
     def keep_at(key: str, layer: int, value: Tensor) -> None:
         if positions is not None and key in POSITIONAL:

@@ -32,6 +32,7 @@ from model_worker.adapters import spec_for
 from model_worker.allocator import keep_freed_memory
 from model_worker.architectures import Adapter, HeadGeometry, adapter_for
 from model_worker.defaults import DEFAULT_CACHE_DIR, DEFAULT_MODEL
+from model_worker.device_memory import ensure_room
 from model_worker.errors import ModelLoadError
 from model_worker.linear_routing import route_linear_layers
 from model_worker.token_text import readable_token
@@ -67,6 +68,11 @@ class LoadedModel:
         """W_U [V, D] and b_U [V] or None, fp32, read once: the same tensors every analysis, so
         that what a kernel keeps for W_U (a packed copy, `analysis.kernels`) stays valid."""
         if self._unembedding is None:
+            unembed = self.model.get_submodule(self.adapter.spec.unembed)
+            weight = getattr(unembed, "weight", None)
+            if isinstance(weight, torch.Tensor) and weight.dtype != torch.float32:
+                copy = weight.numel() * 4  # a bf16/fp16 model's W_U is copied to fp32
+                ensure_room(weight.device, copy, "an fp32 copy of the unembedding")
             self._unembedding = self.adapter.unembedding(self.model)
         return self._unembedding
 

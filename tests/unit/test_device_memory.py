@@ -109,3 +109,53 @@ def close_results(got: object, expected: object) -> bool:
     if isinstance(expected, float) and isinstance(got, float):
         return abs(got - expected) <= 1e-6 * max(1.0, abs(expected))
     return got == expected
+
+
+def test_room_is_checked_with_headroom_in_one_sentence() -> None:
+    """ensure_room: fine with the headroom left, one sentence (a PromptError: CLI exit 2,
+    HTTP 4xx) without it, nothing checked where the free memory is unknown."""
+    from model_worker.device_memory import HEADROOM_FLOOR, DeviceMemoryError, ensure_room
+    from model_worker.errors import PromptError
+
+    cpu = torch.device("cpu")
+    free = 4 * 2**30
+    headroom = max(HEADROOM_FLOOR, int(free * 0.05))
+    ensure_room(cpu, free - headroom, "a capture", free=free)
+    with pytest.raises(DeviceMemoryError) as error:
+        ensure_room(cpu, free - headroom + 1, "the capture of 4096 tokens", free=free)
+    message = str(error.value)
+    assert isinstance(error.value, PromptError) and "\n" not in message
+    assert "the capture of 4096 tokens needs 3.75 GiB on cpu, which has 4.00 GiB free" in message
+    ensure_room(torch.device("meta"), 10**15, "anything")  # unknown free memory: not checked
+
+
+def test_the_capture_estimate_covers_what_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """capture_bytes ≥ the bytes a capture really keeps (narrowed and whole), within its
+    logits and one layer's attention transient; a capture that does not fit is refused before
+    the forward pass, in one sentence, through analyze()."""
+    import model_worker.device_memory as device_memory
+    from model_worker.capture import KEEP_ALL, Keep, RunCache, capture_bytes, run_with_cache
+
+    loaded = tiny_llama()
+    g = loaded.geometry
+    ids = loaded.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    n = ids.shape[1]
+    vocab = loaded.model.config.vocab_size
+
+    def kept(cache: RunCache) -> int:
+        tensors = [cache.resid_pre, cache.attn_out, cache.mlp_out, cache.attn_scale, cache.z]
+        tensors += [cache.normalized, cache.v, cache.pattern]
+        assert cache.qk is not None
+        tensors += [t for r in cache.qk for t in (r.query, r.key, r.mask) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    for keep in (KEEP_ALL, Keep(positions=(2, n - 1), rows=(n - 1,), flow_labels=(2,))):
+        cache = run_with_cache(loaded.model, loaded.adapter, g, ids, record_qk=True, keep=keep)
+        needed = capture_bytes(g, (1, n), keep, record_qk=True, vocab=vocab)
+        extra = 4 * n * vocab + g.n_heads * n * n * 12  # logits, attention transient
+        assert kept(cache) <= needed - extra <= 1.1 * kept(cache)
+    monkeypatch.setattr(
+        device_memory, "available_bytes", lambda _device: device_memory.HEADROOM_FLOOR + 1000
+    )
+    with pytest.raises(device_memory.DeviceMemoryError, match=f"capture of {n} tokens needs"):
+        analyze(loaded, EXAMPLE_PROMPT)
