@@ -4,6 +4,7 @@ it is full or a drawing runs out of time); SVG and PNG are drawn off the event l
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -19,6 +20,61 @@ from app.views.figure_kit.themes import Theme
 from app.views.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
 
 ThemeQuery = Annotated[Theme, Query(description="The theme the figure is drawn in.")]
+#: Bytes of figure files kept by URL per app (`FileCache`), and the largest file kept.
+FILE_CACHE_BYTES = 32 * 2**20
+FILE_CACHE_ITEM_BYTES = 4 * 2**20
+
+
+class FileCache:
+    """Figure files served, by URL (path and theme), least recently used dropped beyond
+    `max_bytes`. A result never changes under its id, so neither does a figure of it: a file
+    asked for again is answered before the figure is built (building a heavy analysis'
+    Altair chart and its specification took ~80 ms of the event loop per request, even when
+    the drawing itself came from the render pool's cache)."""
+
+    def __init__(self, max_bytes: int = FILE_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._files: OrderedDict[str, tuple[bytes, str, str]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+
+    def get(self, key: str) -> Response | None:
+        found = self._files.get(key)
+        if found is None:
+            return None
+        self._files.move_to_end(key)
+        self.hits += 1
+        data, media_type, disposition = found
+        return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
+
+    def put(self, key: str, response: Response) -> None:
+        data = bytes(response.body)
+        if len(data) > min(FILE_CACHE_ITEM_BYTES, self.max_bytes) or key in self._files:
+            return
+        media_type = response.media_type or "application/octet-stream"
+        disposition = response.headers.get("content-disposition", "attachment")
+        self._files[key] = (data, media_type, disposition)
+        self._bytes += len(data)
+        while self._bytes > self.max_bytes:
+            _, (dropped, _, _) = self._files.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+def file_cache(request: Request) -> FileCache:
+    """The app's cache of figure files (made on first use)."""
+    found: FileCache | None = getattr(request.app.state, "figure_files", None)
+    if found is None:
+        found = request.app.state.figure_files = FileCache()
+    return found
+
+
+def file_key(request: Request, theme: Theme) -> str:
+    return f"{request.url.path}?theme={theme}"
+
+
+def cached_file(request: Request, theme: Theme) -> Response | None:
+    """The figure file at this URL in `theme` if it was served before (still kept)."""
+    return file_cache(request).get(file_key(request, theme))
 
 
 def renderer(request: Request) -> FigureRenderer:
@@ -86,7 +142,11 @@ async def figure_response(
     """`figure` as a `fmt` attachment named `filename`, drawn in `theme`."""
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     if fmt == "csv" or fmt == "json":
-        return Response(data_file(figure, fmt, theme), media_type=MEDIA_TYPES[fmt], headers=headers)
+        data_response = Response(
+            data_file(figure, fmt, theme), media_type=MEDIA_TYPES[fmt], headers=headers
+        )
+        file_cache(request).put(file_key(request, theme), data_response)
+        return data_response
     try:
         spec = figure.spec(theme, offscreen=True)
         with render_share(request):
@@ -99,4 +159,6 @@ async def figure_response(
             str(exc),
             headers={"Retry-After": str(exc.retry_after)},
         ) from exc
-    return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
+    response = Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
+    file_cache(request).put(file_key(request, theme), response)
+    return response

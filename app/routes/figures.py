@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.deps import BackendDep, JobId, check_head, done_summary
-from app.figure_files import ThemeQuery, built, figure_response, registered
+from app.figure_files import ThemeQuery, built, cached_file, figure_response, registered
 from app.views.figure_kit.export import Format
 from app.views.figures.analysis import comparable
 
@@ -28,6 +28,8 @@ async def analysis_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """An analysis figure (heatmap, layers, flow) of analysis `job_id`."""
+    if (served := cached_file(request, theme)) is not None:  # (before building anything)
+        return served
     entry = registered("analysis", name, fmt)
     result = await done_summary(backend, job_id)
     figure = built(entry, result)
@@ -45,6 +47,8 @@ async def head_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """A head's figure from analysis `job_id` (which must hold that head's detail)."""
+    if (served := cached_file(request, theme)) is not None:  # (before building anything)
+        return served
     entry = registered("head", figure, fmt)
     result = await done_summary(backend, job_id)
     check_head(result, name)
@@ -69,6 +73,8 @@ async def compare_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """A figure of two analyses compared (the difference heatmap B − A)."""
+    if (served := cached_file(request, theme)) is not None:  # (before building anything)
+        return served
     entry = registered("compare", name, fmt)
     ra, rb = await done_summary(backend, a), await done_summary(backend, b)
     problem = comparable(ra, rb)

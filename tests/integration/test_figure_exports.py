@@ -36,7 +36,10 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    settings = Settings(model="tiny-llama", data_dir=Path(tmp_path_factory.mktemp("store")))
+    folder = Path(tmp_path_factory.mktemp("store"))
+    # one test client asks for several drawings at once: the pool's own bounds are tested
+    # here, each client's share of it (ICL_CLIENT_RENDERS) in test_render_shares.py
+    settings = Settings(model="tiny-llama", data_dir=folder, client_renders=16)
     store = open_store(settings)
     result = analyze(tiny_llama(), EXAMPLE_PROMPT, target="foo", labels=["foo", "bar"])
     store.save(PLANTED, analysis_parts(result))

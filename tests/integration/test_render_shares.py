@@ -87,3 +87,38 @@ def test_one_client_holds_at_most_its_share_of_drawings(app: Any) -> None:
     assert all(a.headers["Retry-After"] == "2" for a in refused)
     assert "ICL_CLIENT_RENDERS" in refused[0].text
     assert other.status_code == 200, other.text
+
+
+def test_a_figure_file_served_again_is_not_built_again(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file asked for again is answered from the app's file cache before the figure is
+    built: building a heavy analysis' chart held the event loop ~80 ms per request, even when
+    the drawing came from the render pool's cache (three clients looping on two PNGs)."""
+    from app.routes import figures
+
+    builds: list[str] = []
+    real = figures.built
+
+    def counted(entry: Any, *args: Any) -> Any:
+        builds.append(entry.name if hasattr(entry, "name") else str(entry))
+        return real(entry, *args)
+
+    monkeypatch.setattr(figures, "built", counted)
+
+    async def scenario() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app, client=("10.0.0.1", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            urls = [f"/figures/{STORED}/heatmap.svg"] * 3 + [
+                f"/figures/{STORED}/heatmap.svg?theme=dark",
+                f"/figures/{STORED}/heatmap.csv",
+                f"/figures/{STORED}/heatmap.csv",
+            ]
+            return [await client.get(url) for url in urls]
+
+    answers = asyncio.run(scenario())
+    assert [a.status_code for a in answers] == [200] * 6
+    assert answers[0].content == answers[1].content == answers[2].content
+    assert answers[3].content != answers[0].content  # another theme: its own file
+    assert answers[4].text == answers[5].text and answers[5].headers["content-disposition"]
+    assert len(builds) == 3, builds  # light svg, dark svg, csv: each built once
