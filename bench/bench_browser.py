@@ -13,6 +13,11 @@ It also saves the README screenshot (the paper's prompt with its top head open).
 
     PYTHONPATH=. .venv/bin/python bench/bench_browser.py [--repeats 5] [--screenshot PATH]
         [--replay 0.35,0.45]   # fixed stage times instead of the model: the web path alone
+        [--before /tmp/before-vega [--rounds 6] [--tokens 64]]
+            # before/after the move to Vega-Lite (git worktree add /tmp/before-vega e470be9^),
+            # interleaved in one run, each commit served by its own process: click → heatmap
+            # and → details, permalink paints, page weight, server time per figure
+            # (bench/before_after.py)
 """
 
 from __future__ import annotations
@@ -240,7 +245,18 @@ def main() -> None:
         help="Redis mode: the web tier on a private database of the Redis at 127.0.0.1:6379 "
         "and one `icl-heads worker` process for the model",
     )
+    parser.add_argument("--before", type=Path, help="a checkout of the commit to compare with")
+    parser.add_argument("--rounds", type=int, default=6, help="--before: rounds (ABBA order)")
+    parser.add_argument("--tokens", type=int, default=64, help="--before: prompt length")
     args = parser.parse_args()
+
+    if args.before:
+        import before_after
+
+        with sync_playwright() as playwright:
+            print(f"CPU {cpu_model()}; {os.cpu_count()} cores; load {os.getloadavg()}")
+            before_after.main(lambda: launch(playwright), args.before, args.rounds, args.tokens)
+        return
 
     with ExitStack() as stack:
         app, loaded, job_stamps, what = web_app(args, stack)

@@ -9,6 +9,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from app.views.figure_kit.export import svg_data_uri
+from app.views.figure_kit.preview import heatmap_preview
 from app.views.figure_kit.text import signed, visible
 from app.views.figure_kit.themes import figure_theme
 from app.views.figures.registry import download_formats
@@ -31,6 +32,8 @@ ENV.globals["figure_formats"] = download_formats
 # figures are drawn in the page's theme; notebooks show them as images
 ENV.globals["figure_theme"] = figure_theme
 ENV.filters["svg_data_uri"] = svg_data_uri
+# the heatmap's first paint, before Vega has loaded and drawn it
+ENV.globals["heatmap_preview"] = heatmap_preview
 
 
 def render_text(name: str, context: dict[str, Any]) -> str:

@@ -84,6 +84,14 @@
     });
   }
 
+  // the server's first paint of the heatmap (before Vega has drawn it) opens heads too
+  document.addEventListener("click", function (event) {
+    var cell = event.target && event.target.closest ? event.target.closest(".vl-preview .cell") : null;
+    if (!cell) return;
+    var name = "L" + cell.getAttribute("data-layer") + "H" + cell.getAttribute("data-head");
+    openHead(cell.closest("[data-heads-url]"), name);
+  });
+
   document.addEventListener("keydown", function (event) {
     var cell = event.target && event.target.closest ? event.target.closest(".vl-figure .cell") : null;
     if (!cell || (event.key !== "Enter" && event.key !== " ")) return;
@@ -127,6 +135,8 @@
     window
       .vegaEmbed(target, spec, options(host))
       .then(function (result) {
+        var preview = host.querySelector(".vl-preview"); // the server's first paint
+        if (preview) preview.remove();
         host.setAttribute("data-drawn", "true");
         if (host.getAttribute("data-figure") === "heatmap") wireHeatmap(host, result.view);
       })
@@ -190,10 +200,33 @@
     });
   }
 
+  // Vega is preloaded by the page's <link rel=preload data-vega> and run here, in order,
+  // after the first paint (its ~0.8 MB would otherwise hold the paint back); then it draws.
+  function loadVega() {
+    var links = document.querySelectorAll("link[data-vega]");
+    if (window.vegaEmbed || !links.length) {
+      drawAll();
+      return;
+    }
+    links.forEach(function (link, i) {
+      var script = document.createElement("script");
+      script.src = link.getAttribute("href");
+      script.async = false; // run in the order inserted: vega, vega-lite, vega-embed
+      if (i === links.length - 1) script.addEventListener("load", drawAll);
+      document.head.appendChild(script);
+    });
+  }
+
+  function afterFirstPaint() {
+    requestAnimationFrame(function () {
+      setTimeout(loadVega, 0);
+    });
+  }
+
   if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", drawAll);
+    document.addEventListener("DOMContentLoaded", afterFirstPaint);
   } else {
-    drawAll();
+    afterFirstPaint();
   }
   // figures arrive in htmx swaps of every kind (boosted pages, polled partials, the head
   // panel): one observer draws whatever new figure appears, once per frame
@@ -202,8 +235,12 @@
     if (queued) return;
     queued = true;
     requestAnimationFrame(function () {
-      queued = false;
-      drawAll();
+      // after this frame's paint: what arrived (the heatmap's server-drawn first paint) is on
+      // screen before Vega's drawing takes the main thread
+      setTimeout(function () {
+        queued = false;
+        drawAll();
+      }, 0);
     });
   }).observe(document.documentElement, { childList: true, subtree: true });
   document.addEventListener("htmx:afterSettle", keepOpenHead);

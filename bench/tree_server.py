@@ -1,0 +1,56 @@
+"""Serves one checkout of the explorer (its own `app`, `model_worker` and templates) on a port,
+for bench_browser.py's before/after comparison: two commits cannot share one Python process.
+
+    python bench/tree_server.py TREE PORT DATA_DIR
+
+The model is a random Llama of SmolLM2-135M's shape as the pages see it (30 layers × 9 query
+heads on 3 K/V heads: a 270-cell heatmap, 20 detailed heads) with a small hidden size and the
+tests' word tokenizer, so that the model's compute stays small and alike for both commits: the
+comparison is of the web and browser path (HTML, scripts, figures). Built from the TREE's own
+`tests/tiny_models.py` and `model_worker.loading.wrap_model`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    tree, port, data_dir = Path(sys.argv[1]).resolve(), int(sys.argv[2]), Path(sys.argv[3])
+    sys.path.insert(0, str(tree))
+    os.chdir(tree)
+    import torch
+    import uvicorn
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from app.main import create_app
+    from icl_heads.serving import embedded_backend
+    from model_worker.loading import LoadedModel, wrap_model
+    from model_worker.settings import Settings
+    from tests.tiny_models import WORDS, word_tokenizer
+
+    def smol_shaped() -> LoadedModel:
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            vocab_size=len(WORDS),
+            hidden_size=144,
+            intermediate_size=288,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            max_position_embeddings=1024,
+            attn_implementation="eager",
+            tie_word_embeddings=False,
+        )
+        model = LlamaForCausalLM(config).eval()
+        return wrap_model(model, word_tokenizer(), name="smol-shaped")
+
+    settings = Settings(model="smol-shaped", data_dir=data_dir)
+    app = create_app(settings, embedded_backend(settings, loader=smol_shaped))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
