@@ -6,6 +6,11 @@ and validating the result). Issue 29's target: that difference ≤ 10% of the an
 512 tokens, on the CPU.
 
     PYTHONPATH=. .venv/bin/python bench/bench_replay.py [--tokens 62 512] [--repeats 5]
+    PYTHONPATH=. .venv/bin/python bench/bench_replay.py --details [--tokens 512]
+
+`--details`: the details stage (the analysis minus its per-head stage) with the label-key
+tables computed on demand (the default: none) against all of them computed
+(`label_keys="all"`, as before issue 29), interleaved, and each one's products.
 
 The replay records one analysis (after two warm-ups, so that recurring heads' U_h are kept as
 a served worker keeps them): every call of `run_with_cache` in `model_worker.run.analyze` and
@@ -133,6 +138,42 @@ def outside_maths(
     return times, recorded
 
 
+def details_stage(loaded: LoadedModel, prompt: str, repeats: int) -> None:
+    """The details stage with the label keys on demand vs all computed: the products each
+    analysis makes (counted, so load does not blur them), then their times, interleaved."""
+    from bench_analysis import heads_stage
+
+    def whole() -> None:
+        analyze(loaded, prompt, top_k_heads=20, label_keys="all")
+
+    def lazy() -> None:
+        analyze(loaded, prompt, top_k_heads=20)
+
+    whole()  # U_h of the detailed heads kept, as a served worker keeps them
+    products = {
+        "all": recorded_analysis(loaded, prompt, top_k_heads=20, label_keys="all"),
+        "none": recorded_analysis(loaded, prompt, top_k_heads=20),
+    }
+    for name, label in (("all", "label keys all computed"), ("none", "label keys on demand")):
+        found = products[name]
+        print(f"      {label:<24} products {found.rows():,} rows, {found.gflop():.1f} GFLOP")
+    fewer = 1 - products["none"].gflop() / products["all"].gflop()
+    print(f"      on demand: {fewer * 100:.0f}% fewer product FLOPs in the analysis", flush=True)
+    times = interleaved(
+        {"heads": lambda: heads_stage(loaded, prompt), "all": whole, "none": lazy},
+        repeats,
+        lambda: None,
+    )
+    heads = times["heads"]
+    for name, label in (("all", "label keys all computed"), ("none", "label keys on demand")):
+        print(
+            f"      {label:<24} analysis {times[name] * 1000:8.1f} ms, details stage "
+            f"{(times[name] - heads) * 1000:8.1f} ms (per-head stage {heads * 1000:.1f} ms)"
+        )
+    saved = 1 - (times["none"] - heads) / (times["all"] - heads)
+    print(f"      on demand: details stage {saved * 100:.0f}% shorter")
+
+
 def report(tokens: int, times: dict[str, float], recorded: Recorded, target: float) -> float:
     """Print one length's figures; returns the share of the analysis outside its maths."""
     analysis, maths = times["analysis"], times["replay"]
@@ -154,6 +195,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[62, 512])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--details", action="store_true", help="the details stage: label keys on demand vs all"
+    )
     args = parser.parse_args()
     loaded = load_model(device="cpu", dtype="float32")
     print(
@@ -164,8 +208,12 @@ def main() -> int:
     for tokens in args.tokens:
         prompt = prompt_of(loaded, tokens)
         n = len(loaded.tokenizer(prompt).input_ids)
-        times, recorded = outside_maths(loaded, prompt, args.repeats)
-        report(n, times, recorded, 0.10)
+        if args.details:
+            print(f"{n:>5} tokens")
+            details_stage(loaded, prompt, args.repeats)
+        else:
+            times, recorded = outside_maths(loaded, prompt, args.repeats)
+            report(n, times, recorded, 0.10)
         print(f"      load average {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -93,13 +93,41 @@ class VocabSummary:
         return self.ranks.tolist()  # type: ignore[no-any-return]
 
     def reshaped(self, shape: tuple[int, ...]) -> VocabSummary:
-        """Rows [N] laid out as `shape` (N = prod(shape)), on the CPU for reading."""
+        """Rows [N] laid out as `shape` (N = prod(shape)), where they are (`on_host` moves
+        many summaries to the CPU at once)."""
         width = self.top_ids.shape[-1]
         return VocabSummary(
-            self.top_ids.reshape(*shape, width).cpu(),
-            self.top_values.reshape(*shape, width).cpu(),
-            self.ranks.reshape(shape).cpu(),
+            self.top_ids.reshape(*shape, width),
+            self.top_values.reshape(*shape, width),
+            self.ranks.reshape(shape),
         )
+
+
+def on_host(
+    summaries: list[VocabSummary], tensors: list[Tensor], pack: bool = False
+) -> tuple[list[VocabSummary], list[Tensor]]:
+    """`summaries` and fp32 `tensors` on the CPU, in one device→host transfer (each tensor's
+    own `.cpu()` or `.tolist()` is a synchronised copy; a details stage has dozens): packed as
+    int32 words (token ids and ranks < 2³¹, fp32 values bit for bit), copied once, unpacked.
+    On the CPU already: returned as they are, unless `pack` (to test the packing there)."""
+    every = [t for s in summaries for t in (s.top_ids, s.top_values, s.ranks)] + tensors
+    off_cpu = [t.device for t in every if t.device.type != "cpu"]
+    if not off_cpu and not pack:
+        return summaries, tensors
+    device = off_cpu[0] if off_cpu else torch.device("cpu")
+
+    def words(t: Tensor) -> Tensor:
+        flat = t.to(device).flatten()
+        return flat.float().view(torch.int32) if t.is_floating_point() else flat.int()
+
+    packed = torch.cat([words(t) for t in every]).cpu()
+    moved, start = [], 0
+    for t in every:
+        part = packed[start : start + t.numel()].view(t.shape)
+        moved.append(part.view(torch.float32) if t.is_floating_point() else part)
+        start += t.numel()
+    out = [VocabSummary(*moved[3 * i : 3 * i + 3]) for i in range(len(summaries))]
+    return out, moved[3 * len(summaries) :]
 
 
 def summarize_logits(logits: Tensor, k: int, rank_ids: Tensor) -> VocabSummary:

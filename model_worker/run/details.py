@@ -3,15 +3,15 @@ the top (and extra) heads, computed in one batch, then assembled per head."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from model_worker.analysis.baseline import random_heads
-from model_worker.analysis.contributions import Increase
-from model_worker.analysis.details import head_values, head_views
+from model_worker.analysis.details import HeadViews, head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
+from model_worker.analysis.metrics import on_host
 from model_worker.contracts import HeadDetail, head_name
 from model_worker.device_memory import room_for
 from model_worker.run.assembly import head_detail
@@ -39,10 +39,10 @@ def head_details(
     c, g = run.cache, run.loaded.geometry
     last, row = c.at(run.last), c.row(run.last)  # indices on the kept positions and rows
     labels, kv = run.label_positions, run.kv_index()
-    at_labels = c.at_each(labels)
     layers = sorted({layer for layer, _ in heads})
     keyed = set(heads if label_keys is None else label_keys) & set(heads)
     key_layers = sorted({layer for layer, _ in keyed})  # the layers whose label keys are read
+    at_labels = c.at_each(labels) if key_layers else []  # kept only when keys are asked
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
     w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
@@ -96,7 +96,7 @@ def head_details(
         prior=prior_attention(run, key_layers, at_labels),
         resid_pre=c.resid_pre[layers, 0, last],
     )
-    host = to_host(run, heads, increases, rows, views.contribution)
+    views, host = to_host(run, heads, increases, rows, views)
     return [
         head_detail(
             run,
@@ -131,37 +131,39 @@ class HostValues:
     margins: list[list[float]] | None
 
 
+#: HeadViews' top-token summaries, moved to the host with the per-position numbers at once.
+SUMMARIES = ("value", "weighted", "random", "query", "offset", "key", "prior", "resid_pre")
+
+
 def to_host(
     run: PromptRun,
     heads: list[tuple[int, int]],
     increases: Tensor,
     rows: Tensor,
-    contribution: Increase,
-) -> HostValues:
-    """`heads`' increases (of `increases` [L, H]), attention `rows` [K, S] and per-position
-    `contribution` [K, S'] moved to the host in one transfer (each `.tolist()` of a device
-    tensor is a synchronised copy of its own) and converted to lists once."""
-    n, width = len(heads), run.last + 1
+    views: HeadViews,
+) -> tuple[HeadViews, HostValues]:
+    """`views` on the host, and `heads`' increases (of `increases` [L, H]), attention `rows`
+    [K, S] and per-position increases and margins as plain floats: one device→host transfer
+    for the whole details stage (`on_host`), each converted to lists once."""
+    width = run.last + 1
     index = torch.tensor([layer * increases.shape[1] + head for layer, head in heads])
-    parts = [
-        increases.flatten()[index.to(increases.device)].float(),
-        rows[:, :width].float().flatten(),
-        contribution.increase[:, :width].float().flatten(),
+    contribution = views.contribution
+    floats = [
+        increases.flatten()[index.to(increases.device)],
+        rows[:, :width],
+        contribution.increase[:, :width],
+        *([] if contribution.margin is None else [contribution.margin[:, :width]]),
     ]
-    margin = contribution.margin
-    if margin is not None:
-        parts.append(margin[:, :width].float().flatten())
-    device = parts[0].device
-    flat = torch.cat([p.to(device) for p in parts]).cpu().tolist()
-
-    def rows_of(start: int) -> list[list[float]]:
-        return [flat[start + i * width : start + (i + 1) * width] for i in range(n)]
-
-    return HostValues(
-        increases=flat[:n],
-        attention=rows_of(n),
-        per_position=rows_of(n + n * width),
-        margins=None if margin is None else rows_of(n + 2 * n * width),
+    named = {name: getattr(views, name) for name in SUMMARIES}
+    present = {name: summary for name, summary in named.items() if summary is not None}
+    moved, listed = on_host(list(present.values()), floats)
+    views = replace(views, **dict(zip(present, moved, strict=True)))
+    per_head = [t.tolist() for t in listed]
+    return views, HostValues(
+        increases=per_head[0],
+        attention=per_head[1],
+        per_position=per_head[2],
+        margins=per_head[3] if len(per_head) > 3 else None,
     )
 
 

@@ -270,3 +270,24 @@ def test_a_summarys_top_lists_are_its_tensors_read_once() -> None:
         for j in range(3):
             assert top_ids[i][j] == summary.top_ids[i, j].tolist()
             assert top_values[i][j] == summary.top_values[i, j].tolist()
+
+
+def test_summaries_reach_the_host_in_one_transfer_bit_for_bit() -> None:
+    """on_host packs ids, values and ranks of many summaries (and fp32 tensors) into int32
+    words for one copy and unpacks them exactly (forced here: on the CPU it copies nothing)."""
+    from model_worker.analysis.metrics import on_host, summarize_logits
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 300)
+    one = summarize_logits(logits, 5, torch.tensor([3, -1, 7, 0, 299, -1])).reshaped((2, 3))
+    two = summarize_logits(logits[:2] * 1e-30, 3, torch.tensor([1, 2]))
+    extra = [torch.randn(4, 7), torch.tensor([float("nan"), -0.0, 1e-45]), torch.zeros(0, 3)]
+    for pack in (True, False):
+        (a, b), floats = on_host([one, two], extra, pack=pack)
+        for got, want in ((a, one), (b, two)):
+            assert got.top_ids.tolist() == want.top_ids.tolist()
+            assert torch.equal(got.top_values.view(torch.int32), want.top_values.view(torch.int32))
+            assert got.ranks.tolist() == want.ranks.tolist() and got.top_lists == want.top_lists
+        for got, want in zip(floats, extra, strict=True):
+            assert got.shape == want.shape
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32))
