@@ -76,10 +76,12 @@ def analyze(
     last_position = len(encoded.texts) - 1
     label_positions = tuple(span.position for span in structure.labels)
     # what the analysis reads, linear in the prompt: the last row of each pattern, the flow
-    # sums, the residual stream at the labels and the last position (towers read everything)
+    # sums, the residual stream at the last position and, where label-key tables are asked
+    # for, at the labels (towers read everything)
     keep = KEEP_ALL
     if not decomposed:
-        positions = tuple(sorted({*label_positions, last_position}))
+        at_labels = label_positions if label_keys == "all" or keyed else ()
+        positions = tuple(sorted({*at_labels, last_position}))
         keep = Keep(positions=positions, rows=(last_position,), flow_labels=label_positions)
     with loaded.lock:
         ids = encoded.ids[None].to(loaded.device)

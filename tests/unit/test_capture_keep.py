@@ -7,6 +7,7 @@ the same result as on the full capture, on every registered family.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -70,14 +71,25 @@ def test_a_narrowed_capture_is_the_full_ones_slices(family: LoadedModel) -> None
         narrow.at(last - 1)
 
 
+@pytest.mark.parametrize("label_keys", [(), "all"], ids=["last-only", "with-label-keys"])
 def test_analyze_on_the_narrowed_capture_equals_it_on_the_full_one(
-    family: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    family: LoadedModel, monkeypatch: pytest.MonkeyPatch, label_keys: tuple[()] | str
 ) -> None:
-    """(Each with no recurring heads' U_h, so that both project the same way.)"""
+    """Without label-key tables the residual stream is kept at the last position only, with
+    them at the labels too. (Each with no recurring heads' U_h: both project the same way.)"""
     family.head_unembeddings = HeadUnembeddings(0)
-    narrowed = analyze(family, EXAMPLE_PROMPT, top_k_heads=3)
+    keeps: list[Keep] = []
+
+    def recorded(**kwargs: Any) -> Keep:
+        keeps.append(Keep(**kwargs))
+        return keeps[-1]
+
+    monkeypatch.setattr(analyze_module, "Keep", recorded)
+    narrowed = analyze(family, EXAMPLE_PROMPT, top_k_heads=3, label_keys=label_keys)
+    assert keeps[0].positions is not None
+    assert len(keeps[0].positions) == (1 if label_keys == () else 1 + len(LABELS))
     monkeypatch.setattr(analyze_module, "Keep", lambda **_: KEEP_ALL)
-    full = analyze(family, EXAMPLE_PROMPT, top_k_heads=3)
+    full = analyze(family, EXAMPLE_PROMPT, top_k_heads=3, label_keys=label_keys)
     assert narrowed.model_dump() == full.model_dump()
 
 
