@@ -44,6 +44,7 @@ NAMES = frozenset(
         "atlas",
         "atlas_ablation",
         "atlas_correlations",
+        "atlas_correlations_prompts",
         "atlas_function_vector",
         "atlas_induction",
         "atlas_previous_token",

@@ -16,9 +16,12 @@ Scores per head (L·H rows):
 - `sink`: attention from the last position to position 0.
 
 Correlations: Spearman's ρ between two scores over the heads, 95% interval by bootstrap over
-heads (the heads are the units ranked). Verdicts ("in-context heads are X heads on this model")
-from the interval: supported if its low end > 0, not supported if its high end < 0.3 (no more
-than a weak correlation), inconclusive otherwise.
+heads (the heads are the units ranked; table `atlas_correlations`), and the same ρ with its
+interval from resampling the prompts, every score recomputed per resample
+(`atlas_correlations_prompts`, model_worker.experiments.atlas_prompts: the atlas page's).
+Verdicts ("in-context heads are X heads on this model") from the heads interval: supported if
+its low end > 0, not supported if its high end < 0.3 (no more than a weak correlation),
+inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from model_worker.analysis.atlas import (
 from model_worker.capture import run_with_cache
 from model_worker.contracts import ExperimentResult, head_name
 from model_worker.datasets import IclPrompt, format_prompt
-from model_worker.experiments import stats
+from model_worker.experiments import atlas_prompts, stats
 from model_worker.experiments.batching import Batch, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.evidence import Evidence, adequacy
@@ -262,6 +265,25 @@ def run(ctx: Context) -> ExperimentResult:
                 min_effect=WEAK,
             )
 
+    # the same correlations, resampling the prompts (every score recomputed per resample)
+    full = [r for r in runs if r.increases is not None and r.label_increases is not None]
+    draws = atlas_prompts.resampled_scores(
+        {
+            "in_context": np.stack([r.increases.flatten().double().numpy() for r in full]),  # type: ignore[union-attr]
+            "label_increase": np.stack(
+                [r.label_increases.flatten().double().numpy() for r in full]  # type: ignore[union-attr]
+            ),
+            "sink": np.stack([r.extra[1].flatten().double().numpy() for r in full]),
+        },
+        {
+            "function_vector": torch.stack(fv_estimates).numpy(),
+            "saliency": torch.stack(saliencies).flatten(1).double().numpy(),
+        },
+        {"induction": values["induction"], "previous_token": values["previous_token"]},
+        seed=ctx.seed,
+    )
+    by_prompt = atlas_prompts.prompt_correlations(values, draws, SCORES, len(full))
+
     k = n_located(g.n_layers, g.n_heads)
     tops = {kind: top_k(np.nan_to_num(values[col], nan=-np.inf), k) for kind, col in TYPES.items()}
     plan: list[tuple[str, str, list[int]]] = [("none", "", [])]
@@ -353,6 +375,10 @@ def run(ctx: Context) -> ExperimentResult:
             "## Spearman correlations (bootstrap over heads)\n",
             table(correlations),
             "",
+            "## Spearman correlations (bootstrap over prompts, every score recomputed; "
+            "induction and previous-token fixed: random sequences)\n",
+            table(by_prompt),
+            "",
             "## Ablation: top-k of one type zeroed, another's top-k kept\n",
             table(ablation_rows),
             "",
@@ -362,6 +388,7 @@ def run(ctx: Context) -> ExperimentResult:
     tables = {
         "atlas": head_rows,
         "atlas_correlations": correlations,
+        "atlas_correlations_prompts": by_prompt,
         "atlas_ablation": ablation_rows,
     }
     return ctx.result(metrics, tables, figures, report, evidence)

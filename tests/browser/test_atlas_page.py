@@ -43,6 +43,7 @@ def test_the_atlas_sorts_and_opens_a_head(page: Page, base_url: str, artifacts: 
     matrix = page.locator(".vl-figure[data-figure=matrix]")
     expect(matrix).to_have_attribute("data-drawn", "true", timeout=30_000)
     expect(page.locator("table.atlas-table tbody tr")).to_have_count(HEADS)
+    expect(page.locator("[data-resampled=prompts]")).to_have_count(1)  # intervals over prompts
     first = column(page, "in_context")
     assert first == sorted(first, reverse=True)  # by the in-context score, highest first
     page.screenshot(path=artifacts / "atlas.png", full_page=True)

@@ -38,7 +38,7 @@ def test_the_table_sorts_by_any_score_with_missing_values_last(result: Experimen
     default = AtlasPanel.of(JOB, result, "not_a_column", None)
     assert (default.sort, default.order) == ("in_context", "desc")
     assert default.next_order("in_context") == "asc" and default.next_order("layer") == "asc"
-    assert len(default.rows) == 12 and default.resampled == "heads"
+    assert len(default.rows) == 12 and default.resampled == "prompts"
 
 
 def test_the_matrix_has_one_panel_per_pair_with_its_interval(result: ExperimentResult) -> None:
@@ -50,19 +50,26 @@ def test_the_matrix_has_one_panel_per_pair_with_its_interval(result: ExperimentR
     n = len(scores_of(result))
     labels = [r for r in rows if r["kind"] == "rho"]
     assert len(labels) == n * (n - 1) // 2
-    first = result.tables[CORRELATIONS][0]
-    assert labels[0]["text"].startswith(f"ρ = {first['spearman']:+.2f}")
+    first = result.tables[BY_PROMPT][0]
+    assert labels[0]["text"] == (
+        f"ρ = {first['spearman']:+.2f} [{first['low']:+.2f}, {first['high']:+.2f}]"
+    )
     points = [r for r in rows if r["kind"] == "point"]
     assert {p["x"] for p in points} <= set(range(1, 13))
-    assert "over heads" in str(spec["title"])
+    assert "over prompts" in str(spec["title"])
 
 
-def test_prompt_intervals_are_shown_when_the_result_has_them(result: ExperimentResult) -> None:
-    rows = [dict(r, low=-0.5, high=0.5) for r in result.tables[CORRELATIONS]]
-    with_prompts = result.model_copy(update={"tables": {**result.tables, BY_PROMPT: rows}})
-    panel = AtlasPanel.of(JOB, with_prompts, None, None)
-    assert panel.resampled == "prompts" and panel.correlations[0]["low"] == -0.5
-    assert "over prompts" in str(matrix_figure(with_prompts).spec("light")["title"])  # type: ignore[union-attr]
+def test_a_stored_result_without_prompt_intervals_says_they_are_over_heads(
+    result: ExperimentResult,
+) -> None:
+    stored = {name: rows for name, rows in result.tables.items() if name != BY_PROMPT}
+    older = result.model_copy(update={"tables": stored})
+    panel = AtlasPanel.of(JOB, older, None, None)
+    assert panel.resampled == "heads" and panel.correlations == result.tables[CORRELATIONS]
+    assert "over heads" in str(matrix_figure(older).spec("light")["title"])  # type: ignore[union-attr]
+    prompts = {(r["score_a"], r["score_b"]): r for r in result.tables[BY_PROMPT]}
+    for row in result.tables[CORRELATIONS]:  # one estimate, two ways to resample it
+        assert prompts[row["score_a"], row["score_b"]]["spearman"] == row["spearman"]
 
 
 def test_a_heads_panel_and_a_result_that_is_no_atlas(result: ExperimentResult) -> None:
