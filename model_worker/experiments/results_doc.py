@@ -535,4 +535,16 @@ def render(folder: Path) -> str:
         "not shown to do the task above chance under counterbalanced order, a head-level "
         "result describes a model that is not doing ICL, whatever its own verdict).",
     ]
+    alone = {
+        outcome: sum(f"the measurement alone: {outcome})" in row for row in rows)
+        for outcome in ("supported", "not supported", "inconclusive")
+    }
+    if any(alone.values()):
+        lines += [
+            "",
+            f"Behind the gate, the measurements alone: {alone['supported']} supported, "
+            f"{alone['not supported']} not supported, {alone['inconclusive']} inconclusive — "
+            "what the heads do on this model, not evidence for or against the paper's account "
+            "of ICL.",
+        ]
     return "\n".join(lines).rstrip() + "\n"
