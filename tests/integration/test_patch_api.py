@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from model_worker.settings import Settings
 from tests.app_clients import embedded_client
+from tests.integration.test_api_embedded import wait_done
 from tests.tiny_models import EXAMPLE_PROMPT
 
 #: A prompt whose query corruption keeps the token count: every input is one word.
@@ -30,22 +30,12 @@ def client() -> Iterator[TestClient]:
         yield test_client
 
 
-def wait_done(client: TestClient, job_id: str, timeout: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        body = client.get(f"/api/analyses/{job_id}").json()
-        if body["status"] in ("done", "failed"):
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish in {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def done(client: TestClient) -> dict:
     submitted = client.post("/api/patch", json={"prompt": PROMPT, "labels": ["foo", "bar"], **FAST})
     assert submitted.status_code == 202, submitted.text
     assert submitted.json()["id"].startswith("p-")
-    body = wait_done(client, submitted.json()["id"])
+    body = wait_done(client, submitted.json()["id"], timeout=120)
     assert body["status"] == "done", body
     return body
 
@@ -140,7 +130,7 @@ def test_the_patching_page_serves_its_figures_head_panel_and_downloads(
 def test_patch_against_from_the_analysis_page(client: TestClient) -> None:
     analysis = client.post("/api/analyses", json={"prompt": PROMPT, "labels": ["foo", "bar"]})
     analysis_id = analysis.json()["id"]
-    assert wait_done(client, analysis_id)["status"] == "done"
+    assert wait_done(client, analysis_id, timeout=120)["status"] == "done"
     page = client.get(f"/a/{analysis_id}")
     assert "data-patch-against" in page.text
     refused = client.post(

@@ -81,44 +81,38 @@ def _head_cells(
     return rows, cells
 
 
+def _heads_figure(
+    result: PatchingResult, direction: DirectionResult, value: str, title: str, legend: str
+) -> Figure:
+    """The layer × head heatmap of `value` (`attribution` or `direct`); every cell's hover
+    gives the head's three numbers, its own first."""
+    rows, cells = _head_cells(result, direction, value)
+    names = {
+        "increase_text": "patching (attribution)",
+        "exact_text": "patching (exact)",
+        "direct_text": "direct effect",
+    }
+    first = "increase_text" if value == "attribution" else "direct_text"
+    hovers = {first: names[first]} | {k: v for k, v in names.items() if k != first}
+    chart = heatmap_chart(
+        cells, title=title, legend=legend, n_heads=result.n_heads, hovers=hovers, clickable=True
+    )
+    stem = "effects" if value == "attribution" else "direct"
+    return Figure(f"{direction.direction}-{stem}", title, rows, chart)
+
+
 def effects_figure(result: PatchingResult, direction: DirectionResult) -> Figure:
     """Every head's patching effect by attribution (change of the normalised logit difference
     from the unpatched run); the heads also patched exactly are outlined."""
-    rows, cells = _head_cells(result, direction, "attribution")
     title = f"Patching effect of each head, {_what(direction)}"
-    chart = heatmap_chart(
-        cells,
-        title=title,
-        legend="effect (attribution)",
-        n_heads=result.n_heads,
-        hovers={
-            "increase_text": "attribution",
-            "exact_text": "exact",
-            "direct_text": "direct effect",
-        },
-        clickable=True,
-    )
-    return Figure(f"{direction.direction}-effects", title, rows, chart)
+    return _heads_figure(result, direction, "attribution", title, "effect (attribution)")
 
 
 def direct_figure(result: PatchingResult, direction: DirectionResult) -> Figure:
     """Every head's direct effect on the clean prompt, I(head | resid_pre) of the target (the
     analysis page's heatmap), outlined as the patching heatmap."""
-    rows, cells = _head_cells(result, direction, "direct")
     title = f"Direct effect of each head on log p(“{visible(result.target)}”), clean prompt"
-    chart = heatmap_chart(
-        cells,
-        title=title,
-        legend="log-prob increase",
-        n_heads=result.n_heads,
-        hovers={
-            "direct_text": "direct effect",
-            "increase_text": "patching (attribution)",
-            "exact_text": "patching (exact)",
-        },
-        clickable=True,
-    )
-    return Figure(f"{direction.direction}-direct", title, rows, chart)
+    return _heads_figure(result, direction, "direct", title, "log-prob increase")
 
 
 def agreement_figure(result: PatchingResult, direction: DirectionResult) -> Figure | None:
