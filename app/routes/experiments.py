@@ -18,6 +18,7 @@ from app.views.figure_kit.export import FORMATS, Format
 from app.views.figures.experiments import experiment_figure
 from app.views.panels import ExperimentPanel
 from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from model_worker.contracts.report import markdown_text
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
 from model_worker.export_text import csv_text
 from model_worker.queue.states import JobState, JobStatus
@@ -142,7 +143,7 @@ async def experiment_download(
     stem, _, suffix = item.rpartition(".")
     attachment = {"Content-Disposition": f'attachment; filename="{result.name}-{item}"'}
     if item == "report.md":
-        return PlainTextResponse(result.report_markdown, headers=attachment)
+        return PlainTextResponse(markdown_text(result.report_blocks()), headers=attachment)
     if item == "result.json":
         return Response(
             result.model_dump_json(indent=1), media_type="application/json", headers=attachment

@@ -8,8 +8,6 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Literal, Self
 
-from markdown_it import MarkdownIt
-from markupsafe import Markup
 from pydantic import BaseModel, PrivateAttr
 
 from app.views.compare_checks import comparison_warnings, shared_domain
@@ -46,10 +44,6 @@ from model_worker.contracts import (
 from model_worker.queue.result_parts import detail_mrr
 from model_worker.queue.states import JobState, JobStatus
 
-#: experiment reports: text, emphasis and tables only (no raw HTML, links or images from a worker)
-_markdown = (
-    MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
-)
 Analysis = AnalysisSummary | AnalysisResult
 
 
@@ -359,8 +353,9 @@ class Comparison(BaseModel):
 
 
 class ExperimentPanel(ExperimentResult):
-    """A done experiment as its view draws it: the result (its JSON twin) and, derived, its
-    report in HTML; links point to job `job_id` (empty: no links)."""
+    """A done experiment as its view draws it: the result (its JSON twin; its report's blocks
+    and verdicts drawn by the templates, every string escaped); links point to job `job_id`
+    (empty: no links)."""
 
     _job_id: str = PrivateAttr(default="")
 
@@ -380,8 +375,3 @@ class ExperimentPanel(ExperimentResult):
         """The experiment's figures, drawn from their data."""
         return [experiment_figure(name, data) for name, data in self.figures.items()]
 
-    @cached_property
-    def report_html(self) -> Markup:
-        """The markdown report rendered: every character of the worker's text escaped (raw
-        HTML, links and images are off), so the page shows it without `|safe`."""
-        return Markup(_markdown.render(self.report_markdown))

@@ -22,6 +22,7 @@ from model_worker.contracts import (
     RankBy,
 )
 from model_worker.contracts.evidence import Design
+from model_worker.contracts.report import markdown_text, plain_text
 from model_worker.errors import UserInputError
 from model_worker.export_names import file_stems
 from model_worker.export_text import csv_text
@@ -32,7 +33,7 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
     """Write report.md, result.json, `<table>.csv` and `<figure>.svg`/`.png` into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "report.md", out / "result.json"]
-    written[0].write_text(result.report_markdown + "\n", encoding="utf-8")
+    written[0].write_text(markdown_text(result.report_blocks()), encoding="utf-8")
     written[1].write_text(result.model_dump_json(indent=1), encoding="utf-8")
     tables = file_stems(result.tables, "table")  # never a path from the result's keys
     for name, rows in result.tables.items():
@@ -187,7 +188,7 @@ def emit(result: ExperimentResult, out: Path | None, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(result.model_dump_json() + "\n")
     elif out is None:
-        typer.echo(result.report_markdown)
+        typer.echo(plain_text(result.report_blocks()))
 
 
 def register(app: typer.Typer) -> None:

@@ -34,6 +34,7 @@ from model_worker.contracts.evidence import (
     VerdictOut,
 )
 from model_worker.contracts.figures import FigureData, FigureName, legacy_figures
+from model_worker.contracts.report import Block, evidence_blocks, legacy_report
 from model_worker.contracts.towers import Towers
 
 #: Bump when the shape or meaning of AnalysisResult changes: it is part of every cache key, so a
@@ -44,7 +45,9 @@ from model_worker.contracts.towers import Towers
 #: 6: experiment figures are data (FigureData), no longer SVG drawn by the engine.
 #: 7: a head's label-key tables (`HeadDetail.keys`) are computed on demand: None until asked for
 #: (`AnalysisRequest.label_keys`).
-RESULT_SCHEMA_VERSION = 7
+#: 8: an experiment's report is data (`ExperimentResult.report`, blocks of plain text), not
+#: Markdown (`report_markdown`, read back as blocks).
+RESULT_SCHEMA_VERSION = 8
 
 #: How a head's vector is read through the final norm (model_worker.analysis.projection):
 #: the norm's scale frozen at the analysed position (`fixed`, the default and the paper code's),
@@ -477,8 +480,12 @@ class ExperimentRequest(_Frozen):
 
 class ExperimentResult(_Frozen):
     """Headline metrics, tables (rows of plain values, one CSV each), figure data (drawn by the
-    views: never markup) and a Markdown report that puts the measured numbers next to the
-    paper's. Figures stored as SVG by result schema 5 and older are dropped on read."""
+    views: never markup) and a report as data (`report`: headings, plain-text paragraphs, lists
+    and tables that put the measured numbers next to the paper's; the verdicts are `verdicts`).
+    Figures stored as SVG by result schema 5 and older are dropped on read; a schema-7 Markdown
+    report (`report_markdown`) is read as blocks."""
+
+    _legacy_report = model_validator(mode="before")(legacy_report)
 
     name: ExperimentName
     model: str
@@ -488,7 +495,8 @@ class ExperimentResult(_Frozen):
     metrics: dict[str, float]
     tables: dict[str, list[dict[str, float | int | str | None]]]
     figures: Annotated[dict[FigureName, FigureData], BeforeValidator(legacy_figures)]
-    report_markdown: str
+    #: the report's blocks, plain text (model_worker.contracts.report)
+    report: list[Block] = Field(default_factory=list)
     #: the prompt design the numbers come from
     design: Design = "counterbalanced"
     #: metric or quantity name → its 95% interval (bootstrap over prompts or exact binomial)
@@ -502,3 +510,8 @@ class ExperimentResult(_Frozen):
     seed_spread: dict[str, SpreadOut] = Field(default_factory=dict)
     #: caveats on what the numbers mean (e.g. `small_sample`: fewer than 5 prompts)
     warnings: list[CodedWarning] = Field(default_factory=list)
+
+    def report_blocks(self) -> list[Block]:
+        """The report followed by the adequacy gate and the verdict table: what a text of the
+        result shows (the CLI, `report.md`); the page draws the verdicts as a view."""
+        return [*self.report, *evidence_blocks(self.verdicts, self.adequacy)]

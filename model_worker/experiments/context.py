@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model_worker.contracts import ExperimentRequest, ExperimentResult, FigureData
+from model_worker.contracts.report import blocks_of
 from model_worker.datasets import Dataset, IclPrompt, Variant
 from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
 from model_worker.experiments.data import prompts
-from model_worker.experiments.evidence import Evidence, contract_fields, markdown
+from model_worker.experiments.evidence import Evidence, contract_fields
 from model_worker.experiments.progress import ProgressFn
 from model_worker.loading import LoadedModel
 
@@ -74,11 +75,10 @@ class Context:
         report: str,
         evidence: Evidence | None = None,
     ) -> ExperimentResult:
-        """The result; with `evidence`, its intervals, verdicts and adequacy gate, and the
-        verdict table appended to the report."""
+        """The result; with `evidence`, its intervals, verdicts and adequacy gate (data of
+        their own: the report's text does not repeat them). `report`, the runner's text with
+        a little Markdown, becomes blocks of plain text (model_worker.contracts.report)."""
         found = Evidence() if evidence is None else evidence
-        if found.verdicts or found.adequacy is not None:
-            report = f"{report}\n\n{markdown(found)}"
         return ExperimentResult(
             name=self.request.name,
             model=self.loaded.name,
@@ -88,7 +88,7 @@ class Context:
             metrics={k: float(v) for k, v in metrics.items()},
             tables=tables,
             figures=figures,
-            report_markdown=report,
+            report=blocks_of(report),
             design=self.request.design,
             **contract_fields(found),
         )

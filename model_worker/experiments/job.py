@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from model_worker.checks import sample_warnings
 from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from model_worker.contracts.report import Note
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
@@ -54,10 +55,7 @@ def with_sample_caveat(result: ExperimentResult) -> ExperimentResult:
     caveats = sample_warnings(result.n)
     if not caveats:
         return result
-    quoted = "".join(f"> **Caveat:** {caveat.message}\n\n" for caveat in caveats)
+    notes = [Note(text=f"Caveat: {caveat.message}") for caveat in caveats]
     return result.model_copy(
-        update={
-            "warnings": [*result.warnings, *caveats],
-            "report_markdown": quoted + result.report_markdown,
-        }
+        update={"warnings": [*result.warnings, *caveats], "report": [*notes, *result.report]}
     )

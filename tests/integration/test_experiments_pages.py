@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
 import app.routes.experiments as experiment_routes
@@ -95,7 +96,16 @@ def test_uploaded_dataset_runs_and_shows_figures_report_downloads(
     assert type(shown) is ExperimentPanel and shown.job_id == job_id
     assert answer["experiment"] == shown.model_dump(mode="json")
     assert 'data-figure="accuracy"' in page.text and "data-spec=" in page.text  # drawn by Vega
-    assert "Paper vs this run" in page.text and "<table>" in page.text
+    assert "Paper vs this run" in page.text and 'data-table="report"' in page.text
+    # the report is data (schema 8): no Markdown in the answer; the verdicts are a view
+    assert "report_markdown" not in answer["experiment"] and answer["experiment"]["report"]
+    view = BeautifulSoup(page.text, "html.parser")
+    verdicts = view.select("table[data-table=verdicts] tbody tr")
+    assert len(verdicts) == len(shown.verdicts) > 0
+    first = shown.verdicts[0]
+    assert verdicts[0]["data-outcome"] == first.outcome
+    assert first.hypothesis in verdicts[0].text and first.rule in verdicts[0].text
+    assert view.select_one("[data-panel=verdicts] [data-adequate]") is not None
     csv_file = client.get(f"/e/{job_id}/download/accuracy.csv")
     assert csv_file.status_code == 200 and csv_file.text.startswith("foo_class,input_class")
     assert client.get(f"/e/{job_id}/download/accuracy.svg").text.startswith("<svg")

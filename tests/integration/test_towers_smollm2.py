@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from model_worker.contracts import ExperimentRequest
+from model_worker.contracts.report import plain_text
 from model_worker.experiments.job import run_experiment
 from model_worker.loading import LoadedModel
 from model_worker.run.analyze import analyze
@@ -54,5 +55,5 @@ def test_matching_runs_end_to_end_on_a_few_prompts(smollm2: LoadedModel) -> None
     rows = result.tables["matching"]
     assert sum(r["kind"] == "located" for r in rows) == 4
     assert sum(r["kind"] != "located" for r in rows) == 4
-    assert "Label share" in result.report_markdown
+    assert "Label share" in plain_text(result.report)
     assert 0.0 <= result.metrics["located_argmax_is_own_label"] <= 1.0

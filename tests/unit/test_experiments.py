@@ -9,6 +9,7 @@ import torch
 
 from model_worker.analysis.baseline import random_heads
 from model_worker.contracts import EXPERIMENT_NAMES, ExperimentRequest
+from model_worker.contracts.report import plain_text
 from model_worker.datasets import Dataset, Example, build_prompts
 from model_worker.errors import PromptError
 from model_worker.experiments import mrr
@@ -88,7 +89,7 @@ def test_every_experiment_runs_on_a_tiny_model(name: str, tmp_path: Path) -> Non
     assert result.tables and all(rows for rows in result.tables.values())
     assert set(result.tables) | set(result.figures) <= NAMES  # file names' vocabulary
     assert result.figures and all(f.series or f.matrix for f in result.figures.values())
-    assert "Paper vs this run" in result.report_markdown
+    assert "Paper vs this run" in plain_text(result.report)
     assert seen[-1] == 1.0 and seen == sorted(seen)  # progress only moves forward
 
 

@@ -8,6 +8,7 @@ import pytest
 from icl_heads import analyze
 from icl_heads.local import no_progress_bars
 from icl_heads.results import AnalysisResult, ExperimentResult, UnknownHead
+from model_worker.contracts.report import Note
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
 from tests.unit.test_experiments import request as experiment_request
 
@@ -48,7 +49,8 @@ def test_experiment_repr_is_short(tmp_path_factory: pytest.TempPathFactory) -> N
     assert text.startswith("ExperimentResult(name='attention'") and "\n" not in text
     # n = 2: the statistics carry the small-sample caveat, in the result and atop its report
     assert [w.code for w in experiment.warnings] == ["small_sample"]
-    assert experiment.report_markdown.startswith("> **Caveat:** Only 2 prompts")
+    assert experiment.report[0] == Note(text=experiment.report[0].text)
+    assert experiment.report[0].text.startswith("Caveat: Only 2 prompts")
 
 
 def test_no_progress_bars_restores_what_it_found() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from model_worker.contracts.report import plain_text
 from model_worker.datasets import build_prompts
 from model_worker.experiments.batching import prepare, run_prompts
 from model_worker.experiments.flow import flows
@@ -115,7 +116,7 @@ def test_correct_only_filters_mrr_and_attention(tmp_path: Path) -> None:
         plain = run_experiment(loaded, request(name, tmp_path, n=6), batch_size=4)
         asked = request(name, tmp_path, n=6).model_copy(update={"correct_only": True})
         filtered = run_experiment(loaded, asked, batch_size=4)
-        assert "(all prompts)" in plain.report_markdown
-        assert "correctly answered only" in filtered.report_markdown or (
-            "none was answered correctly" in filtered.report_markdown
+        assert "(all prompts)" in plain_text(plain.report)
+        assert "correctly answered only" in plain_text(filtered.report) or (
+            "none was answered correctly" in plain_text(filtered.report)
         )
