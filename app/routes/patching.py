@@ -92,7 +92,9 @@ async def patch_form(
     if clean.request is not None:
         fields |= {"labels": clean.request.labels, "target": clean.request.target}
     try:
-        if typed.corruption == "analysis":
+        if typed.corruption == "analysis" or typed.against.strip():
+            if not typed.against.strip():
+                raise ValueError("give the other analysis' id or permalink to patch against it")
             other_id = analysis_id_of(typed.against)
             other = await done_summary(backend, other_id)
             if other.model != clean.model:

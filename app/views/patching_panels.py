@@ -18,6 +18,23 @@ from model_worker.contracts.patching import (
     QkvPatch,
 )
 
+#: A corruption that moves LD = logit[target] − logit[other] by less than this (in logits)
+#: makes the normalised effects unstable: each is divided by that move.
+SMALL_SPAN = 0.1
+
+
+def notes_of(result: PatchingResult) -> list[str]:
+    """What the page says above the figures about how to read this result."""
+    span = result.logit_diff_clean - result.logit_diff_corrupted
+    if abs(span) >= SMALL_SPAN:
+        return []
+    return [
+        f"The corruption moves the logit difference by only {span:+.3f} "
+        f"(clean {result.logit_diff_clean:+.3f}, corrupted {result.logit_diff_corrupted:+.3f}): "
+        "every effect is divided by that move, so small changes look large and the effects "
+        "can lie far outside 0 to 1. A corruption that moves it more reads more reliably."
+    ]
+
 
 def direction_of(result: PatchingResult, wanted: str | None) -> DirectionResult | None:
     """The direction named `wanted` (None: the first computed); None if not computed."""
@@ -63,6 +80,7 @@ class PatchingPanel:
     #: heads this result patched per position (the head panel's chart)
     position_heads: list[str]
     problem: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def other_directions(self) -> list[Direction]:
@@ -99,6 +117,7 @@ class PatchingPanel:
             qkv=[_qkv_row(direction, q) for q in direction.qkv],
             position_heads=[p.name for p in direction.positions],
             problem=problem,
+            notes=tuple(notes_of(result)),
         )
 
 

@@ -11,7 +11,7 @@ from altair.vegalite.v6.schema import load_schema
 from app.views.figure_kit.export import export
 from app.views.figure_kit.themes import THEMES
 from app.views.figures.registry import FIGURES, names
-from app.views.patching_panels import PatchHeadPanel, PatchingPanel
+from app.views.patching_panels import SMALL_SPAN, PatchHeadPanel, PatchingPanel, notes_of
 from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.patching.run import patch
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
@@ -70,3 +70,15 @@ def test_the_page_panel_lists_the_exact_heads_largest_first(result: PatchingResu
     sizes = [abs(row.exact) for row in panel.exact]
     assert len(sizes) == 5 and sizes == sorted(sizes, reverse=True)
     assert {row.part for row in panel.qkv} == {"query", "keys", "values"}
+
+
+def test_a_corruption_that_barely_moves_the_logit_difference_is_flagged(
+    result: PatchingResult,
+) -> None:
+    small = result.model_copy(
+        update={"logit_diff_clean": 1.0, "logit_diff_corrupted": 1.0 - SMALL_SPAN / 2}
+    )
+    (note,) = notes_of(small)
+    assert "+0.050" in note
+    large = result.model_copy(update={"logit_diff_clean": 2.0, "logit_diff_corrupted": -1.0})
+    assert notes_of(large) == []
