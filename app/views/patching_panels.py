@@ -131,11 +131,18 @@ def _exact_row(direction: DirectionResult, h: PatchedHead) -> ExactRow:
     )
 
 
+def _where(q: QkvPatch) -> str:
+    """Where a q/k/v patch wrote: its positions, or how many label positions when many."""
+    if len(q.positions) <= 4:
+        return ", ".join(map(str, q.positions))
+    return f"the {len(q.positions)} label positions"
+
+
 def _qkv_row(direction: DirectionResult, q: QkvPatch) -> QkvRow:
     return QkvRow(
         name=q.name,
         part=figures.QKV_NAMES[q.part],
-        positions=", ".join(map(str, q.positions)),
+        positions=_where(q),
         exact=figures.change(direction, q.exact) or 0.0,
         attribution=figures.change(direction, q.attribution),
         attention=q.attention,
