@@ -62,7 +62,8 @@ class InProcessEngine:
 
         tokenizer = self._own_tokenizer(loaded)
         n_tokens = len(tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
-        for heads in (request.extra_heads, request.towers):
+        keyed = [] if request.label_keys == "all" else request.label_keys
+        for heads in (request.extra_heads, request.towers, keyed):
             parse_head_names(heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
         check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
         check_analysis(n_tokens, request, self._settings.max_analysis_cost)

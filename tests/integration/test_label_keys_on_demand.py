@@ -125,3 +125,12 @@ def test_the_cli_json_keeps_the_whole_result(
     assert result.exit_code == 0, result.output
     details = json.loads(result.stdout)["head_details"]
     assert len(details) == 2 and all(d["keys"] for d in details.values())
+
+
+def test_the_api_refuses_label_keys_of_heads_the_model_lacks(client: TestClient) -> None:
+    for keys, status in ((["L99H0"], 422), (["nohead"], 422), ("every", 422)):
+        response = client.post("/api/analyses", json={"prompt": PROMPT, "label_keys": keys})
+        assert response.status_code == status, response.text
+        assert "L99H0" in response.text or "label_keys" in response.text
+    whole = client.post("/api/analyses", json={"prompt": PROMPT, "label_keys": "all"})
+    assert whole.status_code in (200, 202), whole.text
