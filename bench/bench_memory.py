@@ -7,13 +7,18 @@ Then the bytes an analysis keeps for a model shape, from the capture's own rules
 Target (issue 29): SmolLM2 at 1,024 tokens ≤ 2 GB peak RSS; an 8B at 4,096 tokens fits one
 80 GB GPU in bf16.
 
-    .venv/bin/python bench/bench_memory.py [--tokens 1024 4096] [--full 1024] [--top-k-heads 20]
+    nice -n 10 .venv/bin/python bench/bench_memory.py [--tokens 1024 4096] [--full 1024]
+        [--top-k-heads 20]
+
+Each case prints the load average (1 min) before and after it: peak RSS does not depend on the
+load, the seconds do.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -72,8 +77,9 @@ def kept_bytes(
     labels: int,
 ) -> dict[str, float]:
     """GiB an analysis needs beyond the model's own weights (`params` in bf16): its fp32 capture,
-    narrowed and whole, eager attention's transient [H, S, S] scores of one layer (bf16 and
-    their fp32 softmax), and the fp32 copies it reads (W_U, every layer's W_O)."""
+    narrowed (the residual stream at the last position; at the labels too when label-key
+    tables are asked for, `labels` > 0) and whole, eager attention's transient [H, S, S] scores
+    of one layer (bf16 and their fp32 softmax), and the fp32 copies it reads (W_U, W_O)."""
     positions = labels + 1
     values_keys = 2 * layers * tokens * kv_heads * d_head * 4  # v and the recorded keys
     residual = 4 * layers * d_model * 4 + layers * heads * d_head * 4  # 4 streams + z, a position
@@ -106,6 +112,7 @@ def main() -> None:
     print(f"CPU: {cpu_model()}")
     cases = [(n, False) for n in args.tokens] + [(n, True) for n in args.full]
     for tokens, full in cases:
+        before = os.getloadavg()[0]
         child = [sys.executable, __file__, "--child", f"{tokens}:{'full' if full else 'kept'}"]
         done = subprocess.run(
             [*child, "--top-k-heads", str(args.top_k_heads)], capture_output=True, text=True
@@ -120,7 +127,8 @@ def main() -> None:
             f"{'whole' if full else 'narrowed'} capture: peak RSS {case['peak_gib']:.2f} GiB "
             f"(after loading {case['load_peak_gib']:.2f}, after the capture and per-head stage "
             f"{case['heads_stage_peak_gib']:.2f}; U_h kept {case['unembeddings_gib']:.2f}), "
-            f"analysis {case['seconds']:.1f} s, result JSON {case['json_mib']:.1f} MiB"
+            f"analysis {case['seconds']:.1f} s, result JSON {case['json_mib']:.1f} MiB; "
+            f"load {before:.1f} → {os.getloadavg()[0]:.1f}"
         )
     shapes: dict[str, dict[str, Any]] = {
         "SmolLM2-135M": dict(
@@ -132,11 +140,13 @@ def main() -> None:
     }
     for name, shape in shapes.items():
         for tokens in (1024, 4096):
-            est = kept_bytes(**shape, tokens=tokens, labels=tokens // 8)
+            est = kept_bytes(**shape, tokens=tokens, labels=0)
+            keyed = kept_bytes(**shape, tokens=tokens, labels=tokens // 8)["narrowed"]
             total = est["weights"] + est["narrowed"] + est["transient"] + est["copies"]
             print(
-                f"{name} at {tokens} tokens ({tokens // 8} labels): capture "
-                f"{est['narrowed']:.2f} GiB narrowed vs {est['whole']:.1f} GiB whole; attention "
+                f"{name} at {tokens} tokens: capture {est['narrowed']:.2f} GiB narrowed "
+                f"({keyed:.2f} with label keys at a label every 8 tokens) vs "
+                f"{est['whole']:.1f} GiB whole; attention "
                 f"scores {est['transient']:.2f} GiB a layer; fp32 W_U + W_O "
                 f"{est['copies']:.1f} GiB; bf16 weights {est['weights']:.1f} GiB; "
                 f"total ≈ {total:.1f} GiB (+ the U_h budget and one 512 MiB projection block)"
