@@ -199,7 +199,28 @@ def device_busy_seconds(run: Callable[[], object], device: torch.device) -> floa
     return total_us / 1e6 if total_us > 0 else None
 
 
-def bench_length(loaded: LoadedModel, tokens: int, repeats: int) -> None:
+def host_profile(run: Callable[[], object], device: torch.device, top: int = 14) -> None:
+    """Where the host's time goes in one run of `run`: cProfile's functions by own time (torch
+    calls count there as the host's time to launch them; synchronised copies as waits)."""
+    import cProfile
+    import io
+    import pstats
+
+    synchronize(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    run()
+    synchronize(device)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    lines = [line for line in text.getvalue().splitlines() if line.strip()]
+    print("      host profile of one analysis (cProfile, by own time):")
+    for line in lines[2:]:
+        print(f"        {line.replace('/work/main/', '')[:150]}")
+
+
+def bench_length(loaded: LoadedModel, tokens: int, repeats: int, profile: bool = False) -> None:
     prompt = prompt_of(loaded, tokens)
     ids = loaded.tokenizer(prompt, return_tensors="pt").input_ids.to(loaded.device)
 
@@ -236,6 +257,8 @@ def bench_length(loaded: LoadedModel, tokens: int, repeats: int) -> None:
         f"      device busy {device * 1000:8.1f} ms (from {source}), host {host * 1000:8.1f} ms: "
         f"host / device {host / device:5.2f}× (target ≤ 2×)"
     )
+    if profile:
+        host_profile(full, loaded.device)
 
 
 def main() -> int:
@@ -248,6 +271,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument(
         "--device", default="cuda", help="cuda (default), or cpu to check this script without one"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also where the host's time goes (cProfile)"
     )
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -272,7 +298,7 @@ def main() -> int:
         if loaded.max_positions is not None and tokens > loaded.max_positions:
             print(f"{tokens} tokens: longer than the model's context ({loaded.max_positions})")
             continue
-        bench_length(loaded, tokens, args.repeats)
+        bench_length(loaded, tokens, args.repeats, args.profile)
     return 0
 
 

@@ -56,15 +56,15 @@ if ! python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   fi
   echo "gpu_check: no CUDA; GPU_CHECK_DEVICE=cpu: the bench's logic on a tiny shape, on the CPU"
   step bench-tiny-cpu 240 python3 bench/bench_gpu.py --random-like tiny --tokenizer "$TOKENIZER" \
-    --device cpu --dtype float32 --tokens 64 --repeats 1
+    --device cpu --dtype float32 --tokens 64 --repeats 1 --profile
   echo "gpu_check: done in $(( $(date +%s) - started ))s, status $status"
   exit $status
 fi
 
 step bench-1b 80 python3 bench/bench_gpu.py --random-like llama-1b --tokenizer "$TOKENIZER" \
-  --tokens 64 512 --repeats 3
+  --tokens 64 512 --repeats 3 --profile
 step bench-8b 140 python3 bench/bench_gpu.py --random-like llama-8b --tokenizer "$TOKENIZER" \
-  --tokens 512 --repeats 3
+  --tokens 512 --repeats 3 --profile
 step tests-cuda 110 python3 -m pytest tests/unit/test_devices.py -v -p no:cacheprovider \
   -k "cuda or precision" -W ignore::DeprecationWarning
 echo "gpu_check: done in $(( $(date +%s) - started ))s, status $status (logs in $OUT)"
