@@ -138,12 +138,29 @@
         var preview = host.querySelector(".vl-preview"); // the server's first paint
         if (preview) preview.remove();
         host.setAttribute("data-drawn", "true");
-        if (host.getAttribute("data-figure") === "heatmap") wireHeatmap(host, result.view);
+        localPaintRefs(host);
+        if (CLICKABLE.indexOf(host.getAttribute("data-figure")) >= 0) wireHeatmap(host, result.view);
       })
       .catch(function (error) {
         host.setAttribute("data-drawn", "failed");
         target.textContent = "This figure could not be drawn: " + error;
       });
+  }
+
+  // Vega's SVG refers to its gradients (a heatmap's legend) by the page's absolute URL,
+  // url(http://host/page#gradient_0): once a head's panel pushes another URL (?head=…, or a
+  // patching page's direction) that points at another document and the legend's gradient
+  // vanishes. A fragment alone always means this document.
+  function localPaintRefs(root) {
+    root.querySelectorAll(".vl-figure svg [fill^='url('], .vl-figure svg [stroke^='url(']").forEach(
+      function (el) {
+        ["fill", "stroke"].forEach(function (name) {
+          var value = el.getAttribute(name) || "";
+          var found = /^url\((?:[^)#]*)(#[^)]+)\)$/.exec(value);
+          if (found) el.setAttribute(name, "url(" + found[1] + ")");
+        });
+      }
+    );
   }
 
   function drawAll() {
@@ -244,5 +261,8 @@
     });
   }).observe(document.documentElement, { childList: true, subtree: true });
   document.addEventListener("htmx:afterSettle", keepOpenHead);
+  document.addEventListener("htmx:pushedIntoHistory", function () {
+    localPaintRefs(document);
+  });
   document.addEventListener("htmx:historyRestore", redrawRestored);
 })();
