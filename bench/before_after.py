@@ -12,8 +12,9 @@ order alternating every round (ABBA). Printed, per commit (median, max over the 
 - server time of the page's HTML, a head panel, and each figure's SVG download (first
   request for a new analysis: nothing cached), through HTTP.
 
-"Painted" is two animation frames after the marker entered the DOM: `[data-figure=heatmap]
-.cell` (the server's SVG before; Vega's drawn cells after).
+"Painted": a task posted from the first animation frame after the marker entered the DOM
+(it runs after that frame's paint): `[data-figure=heatmap] .cell` (the server's SVG before;
+after, the server's preview SVG, and Vega's drawn cells for "drawn by Vega").
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ PROBE = """
   const seen = (key, selector) => {
     if (marks[key] === undefined && document.querySelector(selector)) {
       marks[key] = now();
-      requestAnimationFrame(() => requestAnimationFrame(() => { marks[key + "_frame"] = now(); }));
+      // painted: a task posted from the next animation frame runs after that frame's paint
+      requestAnimationFrame(() => setTimeout(() => { marks[key + "_frame"] = now(); }, 0));
     }
   };
   new MutationObserver(() => {
@@ -243,8 +245,15 @@ def run(browser: Browser, trees: dict[str, Path], rounds: int, tokens: int) -> N
         print(f"{key:<{width}}  " + "  ".join(f"{c:>22}" for c in cells))
 
 
-def main(browser_factory: Callable[[], Browser], before: Path, rounds: int, tokens: int) -> None:
-    after = Path(__file__).resolve().parents[1]
+def main(
+    browser_factory: Callable[[], Browser],
+    before: Path,
+    rounds: int,
+    tokens: int,
+    after: Path | None = None,
+) -> None:
+    """`after`: a checkout of the commit to measure (default: this working tree)."""
+    after = after or Path(__file__).resolve().parents[1]
     print(f"before: {before} ({git_rev(before)}); after: {after} ({git_rev(after)})")
     print(f"prompt ≈ {tokens} tokens; {rounds} rounds, order alternating (ABBA)")
     run(browser_factory(), {"before": before, "after": after}, rounds, tokens)

@@ -13,7 +13,7 @@ It also saves the README screenshot (the paper's prompt with its top head open).
 
     PYTHONPATH=. .venv/bin/python bench/bench_browser.py [--repeats 5] [--screenshot PATH]
         [--replay 0.35,0.45]   # fixed stage times instead of the model: the web path alone
-        [--before /tmp/before-vega [--rounds 6] [--tokens 64]]
+        [--before /tmp/before-vega [--after /tmp/after-vega] [--rounds 6] [--tokens 64]]
             # before/after the move to Vega-Lite (git worktree add /tmp/before-vega e470be9^),
             # interleaved in one run, each commit served by its own process: click → heatmap
             # and → details, permalink paints, page weight, server time per figure
@@ -246,6 +246,9 @@ def main() -> None:
         "and one `icl-heads worker` process for the model",
     )
     parser.add_argument("--before", type=Path, help="a checkout of the commit to compare with")
+    parser.add_argument(
+        "--after", type=Path, help="--before: a checkout to measure (default: this tree)"
+    )
     parser.add_argument("--rounds", type=int, default=6, help="--before: rounds (ABBA order)")
     parser.add_argument("--tokens", type=int, default=64, help="--before: prompt length")
     args = parser.parse_args()
@@ -255,7 +258,9 @@ def main() -> None:
 
         with sync_playwright() as playwright:
             print(f"CPU {cpu_model()}; {os.cpu_count()} cores; load {os.getloadavg()}")
-            before_after.main(lambda: launch(playwright), args.before, args.rounds, args.tokens)
+            before_after.main(
+                lambda: launch(playwright), args.before, args.rounds, args.tokens, args.after
+            )
         return
 
     with ExitStack() as stack:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from altair import SCHEMA_VERSION
 from pydantic import Field, PrivateAttr
 
 from app.views import frames
-from app.views.figure_kit.figure import notebook_chart
+from app.views.figure_kit.figure import Figure, notebook_chart
 from app.views.figures.experiments import experiment_figure
 from app.views.figures.registry import FIGURES
 from app.views.frames import TableFormat
@@ -25,6 +26,20 @@ from model_worker import contracts
 if TYPE_CHECKING:
     import altair as alt
     from pandas import DataFrame
+
+
+#: the Vega-Lite mimetype of the Vega-Lite version Altair builds (what Altair's own charts send)
+VEGALITE_MIME = f"application/vnd.vegalite.{SCHEMA_VERSION.split('.')[0]}+json"
+
+
+def mimebundle(figure: Figure | None, html: str, text: str) -> dict[str, Any]:
+    """A notebook display: the static HTML (figures as SVG images), the plain text, and the
+    main figure's Vega-Lite specification (data inline, drawn off-screen width) for front ends
+    that render it interactively."""
+    bundle: dict[str, Any] = {"text/html": html, "text/plain": text}
+    if figure is not None:
+        bundle[VEGALITE_MIME] = figure.spec("light", offscreen=True)
+    return bundle
 
 
 class UnknownHead(KeyError):
@@ -51,6 +66,12 @@ class AnalysisResult(contracts.AnalysisResult):
 
     def _repr_html_(self) -> str:
         return analysis_html(self)
+
+    def _repr_mimebundle_(
+        self, include: Any = None, exclude: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """The static HTML, and the heatmap as Vega-Lite (interactive where rendered)."""
+        return mimebundle(FIGURES["heatmap"].build(self), self._repr_html_(), repr(self))
 
     def chart(self, name: str = "heatmap", head: str | None = None) -> alt.TopLevelMixin:
         """Figure `name` as the Altair chart the dashboard draws, to restyle or save: an
@@ -148,6 +169,14 @@ class ExperimentResult(contracts.ExperimentResult):
 
     def _repr_html_(self) -> str:
         return experiment_html(self)
+
+    def _repr_mimebundle_(
+        self, include: Any = None, exclude: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """The static HTML, and the first figure as Vega-Lite (interactive where rendered)."""
+        first = next(iter(self.figures.items()), None)
+        figure = None if first is None else experiment_figure(*first)
+        return mimebundle(figure, self._repr_html_(), repr(self))
 
     def chart(self, name: str) -> alt.TopLevelMixin:
         """Figure `name` of the experiment as an Altair chart, to restyle or save."""
