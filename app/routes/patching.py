@@ -260,7 +260,9 @@ async def patch_head_positions(
     back = url_path(request, "patching_page", job_id=state.id)
     if result.request is None:
         return _error_page(request, "this result does not carry its request", 409, back)
-    heads = list(dict.fromkeys([*result.request.heads, head.strip()]))
+    # the heads patched per position so far (the default one included) stay, the new one joins
+    computed = [p.name for p in result.directions[0].positions] if result.directions else []
+    heads = list(dict.fromkeys([*result.request.heads, *computed, head.strip()]))
     try:
         patch = result.request.model_copy(update={"heads": heads})
         patch = PatchRequest.model_validate(patch.model_dump())

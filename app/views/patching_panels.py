@@ -173,7 +173,7 @@ class PatchHeadPanel:
         if head is None:
             return None
         figure = figures.positions_figure(result, direction, name)
-        asked = list(result.request.heads) if result.request is not None else []
+        asked = [p.name for p in direction.positions]
         return cls(
             job_id=job_id,
             direction=direction,

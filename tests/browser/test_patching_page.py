@@ -75,4 +75,8 @@ def test_patch_against_then_open_a_heads_per_position_view(
         f"#head-panel .patch-head[data-head={other}] .vl-figure[data-figure=positions]"
     )
     expect(positions).to_have_attribute("data-drawn", "true", timeout=60_000)
+    new_id = page.url.split("/p/")[1].split("/")[0]
+    again = page.request.get(f"{base_url}/api/analyses/{new_id}").json()["patching"]
+    computed = {p["name"] for p in again["directions"][0]["positions"]}
+    assert computed == {name, other}  # the first head's per-position view is kept
     assert errors == []
