@@ -11,7 +11,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from app.views.figure_kit.export import svg_data_uri
 from app.views.figure_kit.preview import heatmap_preview
 from app.views.figure_kit.text import signed, visible
-from app.views.figure_kit.themes import figure_theme
+from app.views.figure_kit.themes import auto_dark, figure_theme
 from app.views.figures.registry import download_formats
 from model_worker.contracts import NORM_MODES, RANKINGS
 
@@ -31,6 +31,8 @@ ENV.globals["rankings"] = RANKINGS
 ENV.globals["figure_formats"] = download_formats
 # figures are drawn in the page's theme; notebooks show them as images
 ENV.globals["figure_theme"] = figure_theme
+# the `auto` theme's figures turn dark in the browser when the system is dark
+ENV.globals["auto_dark"] = auto_dark
 ENV.filters["svg_data_uri"] = svg_data_uri
 # the heatmap's first paint, before Vega has loaded and drawn it
 ENV.globals["heatmap_preview"] = heatmap_preview

@@ -120,6 +120,46 @@
     spec.spec.width = { step: Math.max(2, Math.floor(step / (spec.usermeta.series || 1))) };
   }
 
+  // --- the `auto` colour theme on a dark system: the page's light figures drawn dark ---
+
+  var autoDarkTheme = null;
+
+  function autoDark(host) {
+    if (host.getAttribute("data-theme") !== "light") return null;
+    var meta = document.querySelector('meta[name="figure-auto-dark"]');
+    if (!meta || !window.matchMedia || !window.matchMedia("(prefers-color-scheme: dark)").matches) {
+      return null;
+    }
+    if (!autoDarkTheme) autoDarkTheme = JSON.parse(meta.getAttribute("content"));
+    return autoDarkTheme;
+  }
+
+  // the dark theme's config, and each light colour swapped for its dark one outside the data
+  // (what the server's Figure.spec does for `dark`); the downloads follow the screen
+  function darkened(host, spec, dark) {
+    var out = {};
+    Object.keys(spec).forEach(function (key) {
+      if (key === "data" || key === "datasets") {
+        out[key] = spec[key];
+        return;
+      }
+      var text = JSON.stringify(spec[key]);
+      Object.keys(dark.recolour).forEach(function (light) {
+        text = text.split(light).join(dark.recolour[light]);
+      });
+      out[key] = JSON.parse(text);
+    });
+    out.config = dark.config;
+    host.setAttribute("data-theme", "dark");
+    var card = host.closest("figure");
+    if (card) {
+      card.querySelectorAll("a.download").forEach(function (link) {
+        link.setAttribute("href", link.getAttribute("href").replace("theme=light", "theme=dark"));
+      });
+    }
+    return out;
+  }
+
   function draw(host) {
     var source = host.getAttribute("data-spec");
     if (!source || !window.vegaEmbed) return;
@@ -131,6 +171,8 @@
       host.appendChild(target);
     }
     var spec = JSON.parse(source);
+    var dark = autoDark(host);
+    if (dark) spec = darkened(host, spec, dark);
     fitRows(spec, target);
     window
       .vegaEmbed(target, spec, options(host))

@@ -1,8 +1,9 @@
 """Figures a speaker can put on a slide, in Chromium: prompts of about 12, 66 and 300 tokens at
-1440×900 and 1280×720, in normal and presentation mode. Every drawn figure's smallest text is at
-least 11 px (15 px in presentation), no page scrolls sideways, a heatmap cell's hover shows its
-head, Enter on a focused cell opens it, tokens keep their characters, and the page's CSP
-reports nothing. A forged experiment result full of markup is shown as inert text (24.2)."""
+1440×900 and 1280×720, in normal and presentation mode, and at 1920×1080 in presentation mode.
+Every drawn figure's smallest text is at least 11 px (15 px in presentation), no page scrolls
+sideways, a heatmap cell's hover shows its head, Enter on a focused cell opens it, tokens keep
+their characters, and the page's CSP reports nothing. The `auto` theme draws dark figures on a
+dark system. A forged experiment result full of markup is shown as inert text (24.2)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from app.main import create_app
 from app.store import open_store
+from app.views.figure_kit.themes import config
 from icl_heads.serving import embedded_backend
 from model_worker.contracts import ExperimentResult
 from model_worker.contracts.figures import FigureData, FigureSeries
@@ -100,8 +102,14 @@ def open_page(browser: Browser, size: tuple[int, int], present: bool) -> Page:
 @pytest.mark.parametrize("n_tokens", [12, 66, 300])
 @pytest.mark.parametrize(
     ("size", "present"),
-    [((1440, 900), False), ((1440, 900), True), ((1280, 720), False), ((1280, 720), True)],
-    ids=["1440-normal", "1440-present", "1280-normal", "1280-present"],
+    [
+        ((1440, 900), False),
+        ((1440, 900), True),
+        ((1280, 720), False),
+        ((1280, 720), True),
+        ((1920, 1080), True),  # a projector
+    ],
+    ids=["1440-normal", "1440-present", "1280-normal", "1280-present", "1920-present"],
 )
 def test_figures_are_readable_at_every_prompt_length(
     browser: Browser,
@@ -140,6 +148,47 @@ def test_figures_are_readable_at_every_prompt_length(
     assert page.evaluate("window.__csp") == []
     assert page.errors == []  # type: ignore[attr-defined]
     page.context.close()
+
+
+#: the colour of the heatmap's axis labels (the theme's text colour) and its figure's theme
+AXIS_TEXT = """() => {
+  const host = document.querySelector(".vl-figure[data-figure=heatmap][data-drawn=true]");
+  const label = host.querySelector("svg g.mark-text.role-axis-label text");
+  return [host.dataset.theme, label.getAttribute("fill"),
+          host.closest("figure").querySelector("a.download[data-format=svg]").href];
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_the_auto_theme_follows_the_systems_colour_scheme(
+    browser: Browser, words_url: str, artifacts: Path, scheme: str
+) -> None:
+    """A page in the `auto` theme (the default) on a dark system draws its figures dark (the
+    dark theme's text, and the downloads in the dark theme too); on a light one, light."""
+    context = browser.new_context(
+        viewport={"width": 1440, "height": 900},
+        color_scheme=scheme,  # type: ignore[arg-type]
+    )
+    page = context.new_page()
+    page.add_init_script(CSP_LISTENER)
+    page.goto(words_url + "/")
+    assert page.evaluate("document.documentElement.dataset.theme") == "auto"
+    page.fill("textarea[name=prompt]", prompt(12))
+    page.click("#analyse")
+    expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=60_000)
+    expect(page.locator(".vl-figure[data-figure=heatmap][data-drawn=true]")).to_be_visible(
+        timeout=30_000
+    )
+    theme, fill, download = page.evaluate(AXIS_TEXT)
+    if scheme == "dark":
+        assert (theme, fill) == ("dark", config("dark")["axis"]["labelColor"])
+        assert "theme=dark" in download
+        page.screenshot(path=artifacts / "auto-dark.png", full_page=False)
+    else:
+        assert (theme, fill) == ("light", config("light")["axis"]["labelColor"])
+        assert "theme=light" in download
+    assert page.evaluate("window.__csp") == []
+    context.close()
 
 
 def test_a_forged_experiment_shows_its_markup_as_text(

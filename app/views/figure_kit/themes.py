@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
+from app.views.figure_kit.colors import DARK_OF
+
 Theme = Literal["light", "dark", "presentation", "presentation-dark"]
 THEMES: tuple[Theme, ...] = get_args(Theme)
 Mode = Literal["light", "dark"]
@@ -97,3 +99,10 @@ def config(theme: Theme) -> dict[str, Any]:
 def figure_theme(prefs: Mapping[str, Any]) -> Theme:
     """The theme of a page's figures from its view preferences (`theme`, `present`)."""
     return page_theme(str(prefs.get("theme", "light")), bool(prefs.get("present", False)))
+
+
+def auto_dark() -> dict[str, Any]:
+    """What a page in the `auto` colour theme needs to draw its (light) figures dark when the
+    system asks for dark (static/js/figures.js): the dark theme's config and each light colour's
+    dark counterpart (the same swap as Figure.spec's for `dark`)."""
+    return {"config": config("dark"), "recolour": DARK_OF}
