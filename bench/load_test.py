@@ -323,6 +323,8 @@ LONG_POLLER, PNG_LOOPER = "127.0.0.68", "127.0.0.69"
 #: What a flood's counts hold once its set-up (a finished heavy analysis, queued jobs) is done
 #: and the flood itself runs: the normal users start 5 s after that.
 READY = "flooding"
+#: The flood process's own CPU time in ms, in its counts.
+ABUSER_CPU = "abuser process CPU ms"
 
 
 def heavy_body(n: int) -> dict[str, Any]:
@@ -384,11 +386,17 @@ async def flood_long_polls(base_url: str, counts: Counter[str], token: str = TOK
     """600 concurrent `?wait=30` polls on queued jobs (of a model no process serves)."""
     async with client_from(base_url, LONG_POLLER, token, connections=700) as client:
         ids = []
-        for n in range(10):
+        for n in range(10):  # (the same ten every time: queued already is fine)
             body = {"prompt": distinct_prompts(1, seed=70_000 + n)[0], "model": GHOST}
-            answer = await client.post("/api/analyses", json=body)
-            if answer.status_code == 202:
+            while (answer := await client.post("/api/analyses", json=body)).status_code in (
+                429,
+                503,
+            ):
+                await asyncio.sleep(_wait_s(answer))
+            if answer.status_code in (200, 202):
                 ids.append(answer.json()["id"])
+        if not ids:
+            raise RuntimeError(f"no job to poll: {answer.status_code} {answer.text[:200]}")
         counts[f"{len(ids)} queued jobs polled"] += 1
         counts[READY] = 1
 
@@ -493,7 +501,8 @@ def flood_process(name: str, base_url: str, out: str) -> None:
     counts: Counter[str] = Counter()
 
     async def dump() -> None:
-        while True:
+        while True:  # (with its own CPU time: it shares the machine with the server)
+            counts[ABUSER_CPU] = round(time.process_time() * 1000)
             Path(out).write_text(json.dumps(counts))
             await asyncio.sleep(0.5)
 
@@ -519,8 +528,10 @@ async def flood_phase(
         )
         abuser.start()
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and READY not in _counts(out):
+        while time.monotonic() < deadline and READY not in _counts(out) and abuser.is_alive():
             await asyncio.sleep(0.2)
+        if not abuser.is_alive():
+            raise RuntimeError(f"the {name} abuser died before flooding (its output is above)")
         await asyncio.sleep(5)
     cpu_before = cpu_seconds(stack.server.pid)
     try:
@@ -564,7 +575,7 @@ async def quiet_phase(stack: Stack, name: str | None, seconds: float) -> str:
         )
         abuser.start()
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and READY not in _counts(out):
+        while time.monotonic() < deadline and READY not in _counts(out) and abuser.is_alive():
             await asyncio.sleep(0.2)
         await asyncio.sleep(3)
     report = Report([])
@@ -580,8 +591,10 @@ async def quiet_phase(stack: Stack, name: str | None, seconds: float) -> str:
             abuser.join()
     cpu = cpu_seconds(stack.server.pid) - cpu_before
     wall = time.monotonic() - started
+    own = _counts(out).get(ABUSER_CPU)
+    mine = "" if own is None else f" (the abuser's own process: {own / 1000:.1f} s CPU in all)"
     return (
-        f"  {'abuser alone' if name else 'idle':<13} web CPU {cpu:.1f} s in {wall:.0f} s "
+        f"  {'abuser alone' if name else 'idle':<13} web CPU {cpu:.1f} s in {wall:.0f} s{mine} "
         f"({100 * cpu / wall:.0f}%) | a colleague's /api/models p50 "
         f"{pct(report.request_seconds, 50)} p99 {pct(report.request_seconds, 99)}, codes "
         f"{dict(report.http_codes)} | load {' '.join(f'{n:.1f}' for n in os.getloadavg())}"
@@ -596,12 +609,7 @@ def run_floods(
     alone for that long (`quiet_phase`; `total` 0: only those)."""
     for index, name in enumerate(names):
         print(f"flood {name}:", flush=True)
-        if quiet_s:
-            print(asyncio.run(quiet_phase(stack, None, quiet_s)), flush=True)
-            print(asyncio.run(quiet_phase(stack, name, quiet_s)), flush=True)
-        if not total:
-            continue
-        for with_abuser in (False, True):
+        for with_abuser in (False, True) if total else ():
             seed = 100_000 + 1000 * (2 * index + with_abuser)
             bodies = [{"prompt": p} for p in distinct_prompts(total, seed=seed)]
             phase = flood_phase(stack, name if with_abuser else None, bodies, users, timeout)
@@ -609,6 +617,9 @@ def run_floods(
             print(phase_line("with abuser" if with_abuser else "normal only", report, rss))
             if with_abuser:
                 print(f"    the abuser was answered: {dict(sorted(counts.items()))}", flush=True)
+        if quiet_s:  # after the pair, so that the pair's abuser starts with a fresh rate limit
+            print(asyncio.run(quiet_phase(stack, None, quiet_s)), flush=True)
+            print(asyncio.run(quiet_phase(stack, name, quiet_s)), flush=True)
 
 
 async def when_answered(report: Report, count: int, timeout_s: float = 300) -> None:
