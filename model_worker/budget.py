@@ -24,8 +24,15 @@ class BudgetError(ValueError):
     """A request over the budget; the message names the knob to lower and by how much."""
 
 
+def named_heads(request: AnalysisRequest) -> set[str]:
+    """The heads a request has detailed beyond the top K: its extra heads and those whose
+    label keys it asks for."""
+    keyed = [] if request.label_keys == "all" else request.label_keys
+    return set(request.extra_heads) | set(keyed)
+
+
 def detailed_heads(request: AnalysisRequest) -> int:
-    return request.top_k_heads + len(set(request.extra_heads))
+    return request.top_k_heads + len(named_heads(request))
 
 
 def analysis_cost(n_tokens: int, request: AnalysisRequest) -> int:
@@ -39,7 +46,7 @@ def check_analysis(n_tokens: int, request: AnalysisRequest, limit: int) -> None:
     if cost <= limit:
         return
     heads, per_token = detailed_heads(request), 2 * request.top_k_tokens + FIXED_UNITS
-    extra = len(set(request.extra_heads))
+    extra = len(named_heads(request))
     max_heads = limit // (n_tokens * per_token) - extra
     max_k = (limit // (n_tokens * heads) - FIXED_UNITS) // 2
     options = []

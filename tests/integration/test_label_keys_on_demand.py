@@ -134,3 +134,13 @@ def test_the_api_refuses_label_keys_of_heads_the_model_lacks(client: TestClient)
         assert "L99H0" in response.text or "label_keys" in response.text
     whole = client.post("/api/analyses", json={"prompt": PROMPT, "label_keys": "all"})
     assert whole.status_code in (200, 202), whole.text
+
+
+def test_heads_named_for_their_label_keys_count_in_the_budget() -> None:
+    from model_worker.budget import analysis_cost
+
+    plain = AnalysisRequest(prompt="x", top_k_heads=2)
+    named = AnalysisRequest(prompt="x", top_k_heads=2, label_keys=["L0H1", "L1H0"])
+    both = AnalysisRequest(prompt="x", top_k_heads=2, extra_heads=["L0H1"], label_keys=["L0H1"])
+    assert analysis_cost(10, named) == 2 * analysis_cost(10, plain)
+    assert analysis_cost(10, both) == analysis_cost(10, plain) * 3 // 2
