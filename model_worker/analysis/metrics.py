@@ -90,7 +90,7 @@ class VocabSummary:
     @cached_property
     def rank_lists(self) -> list[Any]:
         """ranks as (nested) Python lists, converted once, as `top_lists`."""
-        return self.ranks.tolist()  # type: ignore[no-any-return]
+        return self.ranks.tolist()
 
     def reshaped(self, shape: tuple[int, ...]) -> VocabSummary:
         """Rows [N] laid out as `shape` (N = prod(shape)), where they are (`on_host` moves

@@ -4,6 +4,7 @@ the top (and extra) heads, computed in one batch, then assembled per head."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -157,7 +158,8 @@ def to_host(
     named = {name: getattr(views, name) for name in SUMMARIES}
     present = {name: summary for name, summary in named.items() if summary is not None}
     moved, listed = on_host(list(present.values()), floats)
-    views = replace(views, **dict(zip(present, moved, strict=True)))
+    changes: dict[str, Any] = dict(zip(present, moved, strict=True))
+    views = replace(views, **changes)
     per_head = [t.tolist() for t in listed]
     return views, HostValues(
         increases=per_head[0],
