@@ -149,7 +149,8 @@ def details_stage(loaded: LoadedModel, prompt: str, repeats: int) -> None:
     def lazy() -> None:
         analyze(loaded, prompt, top_k_heads=20)
 
-    whole()  # U_h of the detailed heads kept, as a served worker keeps them
+    for _ in range(2):  # U_h of the recurring heads built (at their second sighting) and kept
+        whole()
     products = {
         "all": recorded_analysis(loaded, prompt, top_k_heads=20, label_keys="all"),
         "none": recorded_analysis(loaded, prompt, top_k_heads=20),
@@ -198,7 +199,15 @@ def main() -> int:
     parser.add_argument(
         "--details", action="store_true", help="the details stage: label keys on demand vs all"
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads (default torch's: the cores; 1 on a machine "
+        "so shared that two-thread regions spend their time waiting for each other)",
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     loaded = load_model(device="cpu", dtype="float32")
     print(
         f"model {loaded.name} (CPU, fp32), torch {torch.__version__}, "
