@@ -90,14 +90,21 @@ def summarize_factored(
     projector: VocabProjector, values: FactoredValues, rank_ids: Tensor, k: int
 ) -> VocabSummary:
     """Top-k tokens [R, P, k] and ranks of `rank_ids` [P] of factored values [R, P, D] (fixed
-    mode), a block of heads at a time."""
+    mode), a block of heads at a time, or of one head's positions where a head's P positions
+    exceed a block (a long prompt's 1,364 labels were one 268 MB block of logits on SmolLM2)."""
     n_heads, n_positions = values.z.shape[:2]
-    per_block = max(1, block_rows(projector.vocab, values.z.device) // max(1, n_positions))
+    rows = block_rows(projector.vocab, values.z.device)
+    per_block = max(1, rows // max(1, n_positions))
+    span = max(1, min(n_positions, rows))  # positions a block (all of them unless too many)
     parts = []
     for start in range(0, n_heads, per_block):
-        logits = values.logits(projector, slice(start, start + per_block), slice(None))
-        ranks = rank_ids.to(logits.device).expand(logits.shape[0], -1).reshape(-1)
-        parts.append(summarize_logits(logits.reshape(-1, logits.shape[-1]), k, ranks))
+        for first in range(0, n_positions, span):
+            heads, positions = slice(start, start + per_block), slice(first, first + span)
+            logits = values.logits(projector, heads, positions)
+            ranks = rank_ids[positions].to(logits.device).expand(logits.shape[0], -1)
+            parts.append(
+                summarize_logits(logits.reshape(-1, logits.shape[-1]), k, ranks.reshape(-1))
+            )
     return concat(parts).reshaped((n_heads, n_positions))
 
 

@@ -96,6 +96,45 @@ def test_long_prompts_project_factored_values_in_bounded_blocks(
     assert close_results(analysed(), whole)
 
 
+def test_a_factored_heads_many_positions_are_summarised_in_bounded_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """summarize_factored with more positions than a block's rows (a long prompt's labels):
+    the positions go in blocks of at most those rows, with the same top tokens and ranks as
+    one block a head, in the same [head, position] order."""
+    from model_worker.analysis import metrics
+    from model_worker.analysis.details import summarize_factored
+    from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
+    from model_worker.run.state import final_projector
+
+    loaded = tiny_llama()
+    g = loaded.geometry
+    torch.manual_seed(0)
+    projector = final_projector(loaded, torch.randn(g.d_model), "fixed")
+    w_o = loaded.adapter.w_out(loaded.model, 1, g)
+    unembeddings = [head_unembedding(projector, w_o[h]) for h in range(2)]
+    factored = FactoredValues(
+        torch.randn(2, 14, g.d_model), torch.randn(2, 14, g.d_head), unembeddings
+    )
+    rank_ids = torch.tensor([3, -1, 5, 7, -1, 2, 9, 4, 4, 11, -1, 6, 8, 1])
+    whole = summarize_factored(projector, factored, rank_ids, 5)
+    calls: list[int] = []
+    logits = FactoredValues.logits
+
+    def counted(self: FactoredValues, *args: object) -> torch.Tensor:
+        out = logits(self, *args)  # type: ignore[arg-type]
+        calls.append(out.shape[0] * out.shape[1])
+        return out
+
+    monkeypatch.setattr(FactoredValues, "logits", counted)
+    monkeypatch.setattr(metrics, "CPU_BLOCK_BYTES", 8 * 4 * len(WORDS))  # 8 rows (the least)
+    blocked = summarize_factored(projector, factored, rank_ids, 5)
+    assert calls == [8, 6, 8, 6]  # each head's 14 positions in two blocks
+    assert torch.equal(blocked.top_ids, whole.top_ids)
+    assert torch.equal(blocked.ranks, whole.ranks)
+    assert torch.allclose(blocked.top_values, whole.top_values, atol=1e-6)
+
+
 def close_results(got: object, expected: object) -> bool:
     """Equal structures, floats within 1e-6."""
     if isinstance(expected, dict) and isinstance(got, dict):
