@@ -36,10 +36,14 @@ async def _atlas(backend: Backend, state: JobState) -> ExperimentResult:
 
 
 def _panel(
-    job_id: str, result: ExperimentResult, sort: str | None, order: Order | None
+    job_id: str,
+    result: ExperimentResult,
+    sort: str | None,
+    order: Order | None,
+    with_figure: bool = True,
 ) -> AtlasPanel:
     try:
-        return AtlasPanel.of(job_id, result, sort, order)
+        return AtlasPanel.of(job_id, result, sort, order, with_figure)
     except NotAnAtlas as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
 
@@ -72,7 +76,7 @@ async def atlas_table(
     order: OrderQuery = None,
 ) -> HTMLResponse:
     """The atlas's table sorted by `sort` (htmx swap target of the header links)."""
-    panel = _panel(state.id, await _atlas(backend, state), sort, order)
+    panel = _panel(state.id, await _atlas(backend, state), sort, order, with_figure=False)
     return render(request, "partials/_atlas_table.html", _context(panel, None))
 
 

@@ -83,8 +83,15 @@ class AtlasPanel:
 
     @classmethod
     def of(
-        cls, job_id: str, result: ExperimentResult, sort: str | None, order: Order | None
+        cls,
+        job_id: str,
+        result: ExperimentResult,
+        sort: str | None,
+        order: Order | None,
+        with_figure: bool = True,
     ) -> AtlasPanel:
+        """The atlas of `result` sorted by `sort`; `with_figure` False: no matrix (the table's
+        own swaps)."""
         rows = list(result.tables.get(HEADS) or [])
         scores = scores_of(result)
         if not rows or not scores:
@@ -96,7 +103,7 @@ class AtlasPanel:
         correlations, resampled = correlations_of(result)
         figure, problem = None, None
         try:
-            figure = matrix_figure(result)
+            figure = matrix_figure(result) if with_figure else None
         except FigureTooLarge as exc:
             problem = str(exc)
         return cls(

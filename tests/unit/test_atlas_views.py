@@ -47,15 +47,26 @@ def test_the_matrix_has_one_panel_per_pair_with_its_interval(result: ExperimentR
     spec = figure.spec("light")
     validate_jsonschema(spec, load_schema())
     rows = spec["data"]["values"]
+    params = {p["name"]: p["value"] for p in spec["params"]}
     n = len(scores_of(result))
-    labels = [r for r in rows if r["kind"] == "rho"]
-    assert len(labels) == n * (n - 1) // 2
+    labels = params["rhoLabels"]
+    assert len(labels) == n * (n - 1) // 2 == len([r for r in rows if r.get("t")])
     first = result.tables[BY_PROMPT][0]
-    assert labels[0]["text"] == (
+    assert labels[0] == (
         f"ρ = {first['spearman']:+.2f} [{first['low']:+.2f}, {first['high']:+.2f}]"
     )
-    points = [r for r in rows if r["kind"] == "point"]
+    points = [r for r in rows if not r.get("t")]
     assert {p["x"] for p in points} <= set(range(1, 13))
+    heads = {r["name"]: r for r in result.tables["atlas"]}
+    point = points[0]  # its pair's scores, looked up as the chart does
+    a, b = (scores_of(result)[params[k][point["p"]]] for k in ("pairA", "pairB"))
+    assert (point["y"], point["x"]) == (
+        heads[point["n"]][f"{a}_rank"],
+        heads[point["n"]][f"{b}_rank"],
+    )
+    for pair in range(len(labels)):  # the located heads last: drawn over the others
+        flags = [p["g"] for p in points if p["p"] == pair]
+        assert flags == sorted(flags) and sum(flags) <= 2
     assert "over prompts" in str(spec["title"])
 
 

@@ -17,6 +17,8 @@ from model_worker.contracts import ExperimentResult
 #: the atlas's tables: one row per head, Spearman correlations over the heads, and (when the
 #: experiment computed them) the same correlations with intervals from resampling the prompts
 HEADS, CORRELATIONS, BY_PROMPT = "atlas", "atlas_correlations", "atlas_correlations_prompts"
+#: the name of the matrix's data (its rows are written into the specification as they are)
+DATA = "atlas"
 #: the most heads the matrix draws (each is a point in every panel)
 MAX_HEADS = 4096
 NAMES = {
@@ -66,6 +68,11 @@ def _ticks(n: int) -> list[int]:
     return sorted({1, *range(step, n + 1, step)})
 
 
+def _short(value: object) -> float | None:
+    """A score as the hover shows it: 4 significant digits."""
+    return None if value is None else float(f"{float(str(value)):.4g}")
+
+
 def _interval(row: dict[str, Any]) -> str:
     rho, low, high = row.get("spearman"), row.get("low"), row.get("high")
     if rho is None:
@@ -77,7 +84,13 @@ def _interval(row: dict[str, Any]) -> str:
 
 def matrix_figure(result: ExperimentResult) -> Figure | None:
     """The scatter matrix of the atlas's scores (ranks), upper triangle; None when the result
-    has no head rows (not an atlas)."""
+    has no head rows (not an atlas).
+
+    One row per point, in short keys (a 270-head model draws 21 × 270 points): its pair, its
+    head's name, whether it is a located in-context head, its two ranks and its two values (4
+    significant digits, for the hover); the pairs' names and ρ labels are small parameters the
+    chart's transforms look up, and the rows go into the specification as written
+    (Figure.values), not through Altair."""
     rows = result.tables.get(HEADS) or []
     scores = scores_of(result)
     if len(scores) < 2:
@@ -87,47 +100,47 @@ def matrix_figure(result: ExperimentResult) -> Figure | None:
     correlations, unit = correlations_of(result)
     rho = {(str(r["score_a"]), str(r["score_b"])): r for r in correlations}
     top = located(result)
-    data: list[Row] = []
-
+    pairs = [(i, j) for i in range(len(scores)) for j in range(i + 1, len(scores))]
     # facet values carry their order as a prefix ("1 in-context"): Vega-Lite placed the cells
     # of a layered facet out of step with an explicit sort's headers; the prefix is cut from
     # the header labels
-    def facet(i: int, score: str) -> str:
-        return f"{i} {NAMES.get(score, score)}"
-
-    for i, a in enumerate(scores):
-        for j, b in enumerate(scores[i + 1 :], i + 1):
-            pair = rho.get((a, b)) or rho.get((b, a)) or {}
+    facets = [f"{i} {NAMES.get(s, s)}" for i, s in enumerate(scores)]
+    labels = [
+        _interval(rho.get((scores[i], scores[j])) or rho.get((scores[j], scores[i])) or {})
+        for i, j in pairs
+    ]
+    # the located in-context heads last: drawn over the others
+    order = sorted(range(len(rows)), key=lambda h: rows[h]["name"] in top)
+    data: list[Row] = [{"p": p, "t": 1} for p in range(len(pairs))]
+    for p, (i, j) in enumerate(pairs):
+        a, b = scores[i], scores[j]
+        for h in order:
+            r = rows[h]
+            if r.get(a) is None or r.get(b) is None:
+                continue
             data.append(
-                {"a": facet(i, a), "b": facet(j, b), "kind": "rho", "text": _interval(pair)}
+                {
+                    "p": p,
+                    "n": str(r["name"]),
+                    "g": int(r["name"] in top),
+                    "x": r[f"{b}_rank"],
+                    "y": r[f"{a}_rank"],
+                    "va": _short(r[a]),
+                    "vb": _short(r[b]),
+                }
             )
-            for r in rows:
-                if r.get(a) is None or r.get(b) is None:
-                    continue
-                data.append(
-                    {
-                        "a": facet(i, a),
-                        "b": facet(j, b),
-                        "kind": "point",
-                        "name": str(r["name"]),
-                        "x": int(str(r[f"{b}_rank"])),
-                        "y": int(str(r[f"{a}_rank"])),
-                        "score_a": NAMES.get(a, a),
-                        "score_b": NAMES.get(b, b),
-                        "value_a": r[a],
-                        "value_b": r[b],
-                        "group": "in-context (top k)" if r["name"] in top else "other heads",
-                    }
-                )
     n = len(rows)
-    # rank 1 at the right / top, with room above it for the panel's ρ
-    axis = alt.Scale(domain=[n + 0.5, 0.5 - 0.22 * n], nice=False, zero=False)
+    size = max(6, min(22, 4000 // max(n, 1)))
+    # rank 1 at the right / top; room above it for the panel's ρ
+    x_scale = alt.Scale(domain=[n + 0.5, 0.5], nice=False, zero=False)
+    y_scale = alt.Scale(domain=[n + 0.5, 0.5 - 0.22 * n], nice=False, zero=False)
+    ticks = alt.Axis(values=_ticks(n))
     points = (
         alt.Chart()
-        .mark_circle(size=22, opacity=0.8, cursor="pointer")
+        .mark_circle(size=size, opacity=0.8, cursor="pointer")
         .encode(
-            x=alt.X("x:Q", title=None, scale=axis, axis=alt.Axis(values=_ticks(n))),
-            y=alt.Y("y:Q", title=None, scale=axis, axis=alt.Axis(values=_ticks(n))),
+            x=alt.X("x:Q", title=None, scale=x_scale, axis=ticks),
+            y=alt.Y("y:Q", title=None, scale=y_scale, axis=ticks),
             color=alt.Color(
                 "group:N",
                 title=None,
@@ -146,25 +159,48 @@ def matrix_figure(result: ExperimentResult) -> Figure | None:
                 alt.Tooltip("x:Q", title="column rank"),
             ],
         )
-        .transform_filter("datum.kind === 'point'")
+        .transform_filter("!datum.t")
+        .transform_calculate(
+            name="datum.n",
+            score_a="scoreNames[pairA[datum.p]]",
+            score_b="scoreNames[pairB[datum.p]]",
+            value_a="datum.va",
+            value_b="datum.vb",
+            group="datum.g ? 'in-context (top k)' : 'other heads'",
+        )
         .properties(name="points", width=92, height=92)
     )
     text = (
         alt.Chart()
         .mark_text(align="left", baseline="top", fontSize=9, fontWeight=600)
-        .encode(x=alt.value(3), y=alt.value(3), text="text:N")
-        .transform_filter("datum.kind === 'rho'")
+        .encode(x=alt.value(3), y=alt.value(3), text="label:N")
+        .transform_filter("datum.t")
+        .transform_calculate(label="rhoLabels[datum.p]")
     )
     title = f"Head atlas: rank against rank for every pair of scores ({n} heads)"
-    chart = alt.layer(points, text, data=alt.Data(values=data)).facet(
-        row=alt.Row(
-            "a:N",
-            title="rank by",
-            header=alt.Header(labelAngle=0, labelAlign="right", labelExpr=LABEL),
-        ),
-        column=alt.Column("b:N", title="against the rank by", header=alt.Header(labelExpr=LABEL)),
-        spacing=8,
-        title=alt.Title(title, subtitle=f"ρ: Spearman, 95% intervals bootstrap over {unit}"),
+    chart = (
+        alt.layer(points, text)
+        .facet(
+            row=alt.Row(
+                "a:N",
+                title="rank by",
+                header=alt.Header(labelAngle=0, labelAlign="right", labelExpr=LABEL),
+            ),
+            column=alt.Column(
+                "b:N", title="against the rank by", header=alt.Header(labelExpr=LABEL)
+            ),
+            data=alt.Data(name=DATA),
+            spacing=8,
+            title=alt.Title(title, subtitle=f"ρ: Spearman, 95% intervals bootstrap over {unit}"),
+        )
+        .transform_calculate(a="facetNames[pairA[datum.p]]", b="facetNames[pairB[datum.p]]")
+        .add_params(
+            alt.param(name="scoreNames", value=[NAMES.get(s, s) for s in scores]),
+            alt.param(name="facetNames", value=facets),
+            alt.param(name="pairA", value=[i for i, _ in pairs]),
+            alt.param(name="pairB", value=[j for _, j in pairs]),
+            alt.param(name="rhoLabels", value=labels),
+        )
     )
     csv_rows: list[Row] = [
         {
@@ -177,4 +213,4 @@ def matrix_figure(result: ExperimentResult) -> Figure | None:
         }
         for r in correlations
     ]
-    return Figure("atlas-matrix", title, csv_rows, chart)
+    return Figure("atlas-matrix", title, csv_rows, chart, values=data)
