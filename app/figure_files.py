@@ -68,8 +68,26 @@ def file_cache(request: Request) -> FileCache:
     return found
 
 
+#: the plot widths (px) a download may ask for (`?width=`: the page's, as drawn on screen)
+WIDTHS = range(200, 2401)
+
+
+def screen_width(request: Request) -> int | None:
+    """The `width` query parameter: the plot's width on the screen the download comes from
+    (None: the off-screen default); outside WIDTHS or not a number, a 422."""
+    raw = request.query_params.get("width")
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) not in WIDTHS:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"width must be a whole number of pixels from {WIDTHS.start} to {WIDTHS.stop - 1}",
+        )
+    return int(raw)
+
+
 def file_key(request: Request, theme: Theme) -> str:
-    return f"{request.url.path}?theme={theme}"
+    return f"{request.url.path}?theme={theme}&width={screen_width(request)}"
 
 
 def cached_file(request: Request, theme: Theme) -> Response | None:
@@ -149,6 +167,9 @@ async def figure_response(
         return data_response
     try:
         spec = figure.spec(theme, offscreen=True)
+        width = screen_width(request)
+        if width is not None and figure.spec(theme).get("width") == "container":
+            spec["width"] = width  # as wide as the figure was drawn on the page
         with render_share(request):
             data = await renderer(request).render(spec, fmt)
     except FigureTooLarge as exc:

@@ -4,7 +4,7 @@
 
 With SmolLM2 (the default; ~1 min to load on a CPU): the paper's prompt with its top head open
 (1440×900), a ~300-token prompt's head panel (1440×900), and the `layers` experiment
-(n = 8) in presentation mode, dark (1280×720). `--model tiny` draws the same pages with a tiny
+(n = 8) in presentation mode, dark (1280×720): its first figure and its verdicts. `--model tiny` draws the same pages with a tiny
 random model (tests/browser/figure_prompts.py), for a quick look at the layout.
 """
 
@@ -86,6 +86,9 @@ def main() -> None:
         expect(figure).to_be_visible(timeout=600_000)
         dark.wait_for_timeout(800)
         figure.screenshot(path=args.out / "figures-experiment-presentation-dark.png")
+        verdicts = dark.locator("[data-panel=verdicts]")
+        if verdicts.count():  # the evidence view: hypotheses, rules, intervals, verdicts
+            verdicts.screenshot(path=args.out / "figures-experiment-verdicts-dark.png")
         print(f"screenshots in {args.out} ({time.monotonic() - started:.0f} s)")
         browser.close()
 

@@ -160,6 +160,19 @@
     return out;
   }
 
+  // a figure that fills its card downloads (SVG, PNG) as wide as it was drawn here
+  function sameWidthDownloads(host, width) {
+    var card = host.closest("figure");
+    if (!card || !(width >= 200 && width <= 2400)) return;
+    card.querySelectorAll("a.download[data-format=svg], a.download[data-format=png]").forEach(
+      function (link) {
+        var url = new URL(link.getAttribute("href"), window.location.href);
+        url.searchParams.set("width", String(Math.round(width)));
+        link.setAttribute("href", url.pathname + url.search);
+      }
+    );
+  }
+
   function draw(host) {
     var source = host.getAttribute("data-spec");
     if (!source || !window.vegaEmbed) return;
@@ -180,6 +193,7 @@
         var preview = host.querySelector(".vl-preview"); // the server's first paint
         if (preview) preview.remove();
         host.setAttribute("data-drawn", "true");
+        if (spec.width === "container") sameWidthDownloads(host, result.view.width());
         localPaintRefs(host);
         if (CLICKABLE.indexOf(host.getAttribute("data-figure")) >= 0) wireHeatmap(host, result.view);
       })

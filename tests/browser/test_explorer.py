@@ -57,12 +57,17 @@ def test_analyse_then_open_a_head(page: Page, base_url: str, artifacts: Path) ->
     page.go_back()  # and the history goes back to the previous head
     expect(page.locator("#head-panel .head[data-head-name=L2H1]")).to_be_visible(timeout=30_000)
 
+    link = page.locator("[data-figure=heatmap] a.download[data-format=svg]")
+    drawn_width = float(page.locator(".vl-figure[data-figure=heatmap] svg").get_attribute("width"))
+    assert "width=" in (link.get_attribute("href") or "")  # as wide as on this page
     with page.expect_download() as download_info:
-        page.click("[data-figure=heatmap] a.download[data-format=svg]")
+        link.click()
     saved = artifacts / "downloaded-heatmap.svg"
     download_info.value.save_as(saved)
     svg = saved.read_text()
     assert svg.startswith("<svg") and "cells_marks" in svg and "<script" not in svg
+    width = float(svg.split('width="', 1)[1].split('"', 1)[0])
+    assert abs(width - drawn_width) <= 0.05 * drawn_width, (width, drawn_width)
     assert errors == []
 
 

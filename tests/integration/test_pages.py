@@ -254,6 +254,23 @@ def test_panels_and_json_twins(client: TestClient, job: str) -> None:
     assert len(flow) == result["n_layers"]
 
 
+def test_a_figure_downloads_as_wide_as_the_page_drew_it(client: TestClient, job: str) -> None:
+    def svg_width(url: str) -> float:
+        svg = client.get(url)
+        assert svg.status_code == 200, svg.text
+        return float(ElementTree.fromstring(svg.content).attrib["width"])
+
+    default = svg_width(f"/figures/{job}/layers.svg")
+    narrow, wide = (
+        svg_width(f"/figures/{job}/layers.svg?width=400"),
+        svg_width(f"/figures/{job}/layers.svg?width=1200"),
+    )
+    assert narrow < default < wide and wide - narrow == pytest.approx(800, abs=2)
+    for bad in ("12", "99999", "wide", "-5"):
+        answer = client.get(f"/figures/{job}/layers.svg?width={bad}")
+        assert answer.status_code == 422 and "width" in answer.text
+
+
 def test_figure_downloads_in_four_formats(client: TestClient, job: str) -> None:
     result = client.get(f"/api/analyses/{job}").json()["result"]
     svg = client.get(f"/figures/{job}/heatmap.svg")
