@@ -4,12 +4,17 @@ it is full or a drawing runs out of time); SVG and PNG are drawn off the event l
 
 from __future__ import annotations
 
+import math
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import HTTPException, Query, Request, Response, status
+from limits import RateLimitItemPerMinute
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 
 from app.security.client_slots import ClientSlots
 from app.security.clients import client_of
@@ -91,8 +96,37 @@ def file_key(request: Request, theme: Theme) -> str:
 
 
 def cached_file(request: Request, theme: Theme) -> Response | None:
-    """The figure file at this URL in `theme` if it was served before (still kept)."""
+    """The figure file at this URL in `theme` if it was served before (still kept); counts
+    the download against the client's ICL_FIGURE_FILES_PER_MINUTE (429 beyond)."""
+    count_download(request)
     return file_cache(request).get(file_key(request, theme))
+
+
+def count_download(request: Request) -> None:
+    """Count one figure file download of this request's client (once per request); 429 +
+    Retry-After past ICL_FIGURE_FILES_PER_MINUTE. Files are what a person downloads by hand
+    (pages draw their figures from specifications), so a client looping on them — each a
+    response of up to MBs — is held to that pace instead of the general rate limit."""
+    if request.scope.setdefault("state", {}).get("figure_counted"):
+        return
+    request.scope["state"]["figure_counted"] = True
+    per_minute = request.app.state.settings.figure_files_per_minute
+    if not per_minute:
+        return
+    limiter: MovingWindowRateLimiter | None = getattr(request.app.state, "figure_limiter", None)
+    if limiter is None:
+        limiter = request.app.state.figure_limiter = MovingWindowRateLimiter(MemoryStorage())
+    item = RateLimitItemPerMinute(per_minute, namespace="figure-files")
+    client = client_of(request.scope)
+    if not limiter.hit(item, client):
+        reset = limiter.get_window_stats(item, client).reset_time
+        wait = max(1, math.ceil(reset - time.time()))
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"too many figure files: at most {per_minute} a minute per client "
+            f"(ICL_FIGURE_FILES_PER_MINUTE); retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
 
 
 def renderer(request: Request) -> FigureRenderer:
@@ -158,6 +192,7 @@ async def figure_response(
     request: Request, figure: Figure, fmt: Format, theme: Theme, filename: str
 ) -> Response:
     """`figure` as a `fmt` attachment named `filename`, drawn in `theme`."""
+    count_download(request)
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     if fmt == "csv" or fmt == "json":
         data_response = Response(

@@ -139,6 +139,12 @@ class Settings(BaseSettings):
         description="Open connections per client address (IPv6: per /64) in each web process "
         "(N replicas: up to N times this); 429 beyond.",
     )
+    figure_files_per_minute: int = Field(
+        120,
+        ge=0,
+        description="Figure files (SVG, PNG, CSV, JSON) one client may download a minute "
+        "(429 beyond; 0 = only the general rate limit).",
+    )
     client_renders: int = Field(
         2,
         ge=1,

@@ -44,13 +44,17 @@ class SlowRenderer(FigureRenderer):
 
 @pytest.fixture
 def app(tmp_path: Path) -> Any:
+    return app_with(tmp_path, figure_files_per_minute=0)
+
+
+def app_with(folder: Path, **changes: Any) -> Any:
     settings = Settings(
         model="tiny-llama",
-        data_dir=tmp_path,
+        data_dir=folder,
         client_renders=2,
         rate_limit_per_minute=0,
         write_rate_limit_per_minute=0,
-    )
+    ).model_copy(update=changes)
     store = open_store(settings)
     result = analyze(tiny_llama(), EXAMPLE_PROMPT, target="foo", labels=["foo", "bar"])
     store.save(STORED, analysis_parts(result))
@@ -122,3 +126,26 @@ def test_a_figure_file_served_again_is_not_built_again(
     assert answers[3].content != answers[0].content  # another theme: its own file
     assert answers[4].text == answers[5].text and answers[5].headers["content-disposition"]
     assert len(builds) == 3, builds  # light svg, dark svg, csv: each built once
+
+
+def test_a_client_looping_on_figure_files_is_held_to_its_pace(tmp_path: Path) -> None:
+    """ICL_FIGURE_FILES_PER_MINUTE 3: a client's fourth figure file in a minute is 429 with
+    Retry-After, cached or not; a colleague still downloads. Before, a client looping on a
+    cached PNG was held only by the general rate limit (1200 a minute): 20 files of ~200 KB a
+    second, which still doubled everyone's p50 on a 2-core machine."""
+    app = app_with(tmp_path, figure_files_per_minute=3)
+
+    async def scenario() -> tuple[list[httpx.Response], httpx.Response]:
+        def client(address: str) -> httpx.AsyncClient:
+            transport = httpx.ASGITransport(app, client=(address, 40000))
+            return httpx.AsyncClient(transport=transport, base_url="http://localhost")
+
+        async with client("10.0.0.1") as hog, client("10.0.0.2") as colleague:
+            answers = [await hog.get(f"/figures/{STORED}/heatmap.csv") for _ in range(4)]
+            return answers, await colleague.get(f"/figures/{STORED}/heatmap.csv")
+
+    answers, other = asyncio.run(scenario())
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert int(answers[3].headers["Retry-After"]) >= 1
+    assert "ICL_FIGURE_FILES_PER_MINUTE" in answers[3].text
+    assert other.status_code == 200
