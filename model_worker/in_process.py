@@ -115,10 +115,12 @@ class InProcessEngine:
 
         check_pair(request, encode)
 
-    def patch(self, loaded: LoadedModel, request: PatchRequest) -> PatchingResult:
+    def patch(
+        self, loaded: LoadedModel, request: PatchRequest, progress: Progress
+    ) -> PatchingResult:
         from model_worker.patching.run import patch
 
-        return patch(loaded, request, max_tokens=self._settings.max_prompt_tokens)
+        return patch(loaded, request, self._settings.max_prompt_tokens, progress)
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None:
         from model_worker.jobs import idle_work

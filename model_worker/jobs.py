@@ -405,7 +405,7 @@ def patching_job(request_json: str, result_ttl_s: int) -> None:
         signer, digest = result_signer(settings), request_digest(request)
         if _computed(connection, job.id, signer, digest):
             return
-        result = patch(loaded, request, max_tokens=settings.max_prompt_tokens)
+        result = patch(loaded, request, settings.max_prompt_tokens, progress_reporter(job))
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
 

@@ -237,7 +237,7 @@ class EmbeddedBackend(PartsReader):
             if isinstance(request, ExperimentRequest):
                 return result_parts(self._engine.experiment(loaded, request, progress))
             if isinstance(request, PatchRequest):
-                return result_parts(self._engine.patch(loaded, request))
+                return result_parts(self._engine.patch(loaded, request, progress))
 
             def heads_stage(partial: AnalysisResult) -> None:
                 self._heads[job_id] = analysis_parts(partial)[CORE]

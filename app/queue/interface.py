@@ -62,7 +62,12 @@ class InProcessEngine(Protocol):
         different token lengths or label layouts, an unchanged prompt, a head outside the
         model, a prompt over the limit)."""
 
-    def patch(self, loaded: LoadedModel, request: PatchRequest) -> PatchingResult: ...
+    def patch(
+        self,
+        loaded: LoadedModel,
+        request: PatchRequest,
+        progress: Callable[[float, str], None],
+    ) -> PatchingResult: ...
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None: ...
 

@@ -8,6 +8,7 @@ values of the in-context heads (the top heads by direct effect on the clean prom
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,9 @@ from model_worker.patching.engine import (
 )
 from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
 from model_worker.run.state import final_projector
+
+#: `progress(fraction, message)`: how far a patching job is (0 to 1) and what it does now.
+Progress = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
@@ -178,8 +182,10 @@ def run_direction(
     direct: Tensor,
     position_heads: list[tuple[int, int]],
     qkv_heads: list[tuple[int, int]],
+    progress: Progress | None = None,
 ) -> DirectionResult:
-    """Attribution, then exact patching, in one direction."""
+    """Attribution, then exact patching, in one direction (`progress(fraction, message)` of
+    this direction: before each of the two stages)."""
     g, last = loaded.geometry, pair.last
     denoising = direction == "denoising"
     base_ids = (pair.corrupted if denoising else pair.clean).ids
@@ -191,6 +197,8 @@ def run_direction(
     def effect(logits: Tensor) -> float:
         return normalised(pair.ld(logits), clean_ld, corrupted_ld)
 
+    if progress is not None:
+        progress(0.0, f"{direction}: attribution patching of every head and position")
     estimate: Attribution = attribution(loaded, base_ids, source, pair.target_id, pair.other_id)
     level = normalised(pair.ld(base.logits), clean_ld, corrupted_ld)  # 0 denoising, 1 noising
 
@@ -215,6 +223,8 @@ def run_direction(
         for part in ("q", "k", "v")
     ]
     rows += [[Patch(part, layer, head, positions)] for layer, head, part, positions in qkv_plan]  # type: ignore[arg-type]
+    if progress is not None:
+        progress(0.3, f"{direction}: {len(rows)} exactly patched runs")
     runs = run_patched(loaded, base_ids, source, rows, watch=qkv_heads)
     logits = runs.logits
     at = 1
@@ -298,12 +308,17 @@ def run_direction(
 
 
 def patch(
-    loaded: LoadedModel, request: PatchRequest, max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
+    loaded: LoadedModel,
+    request: PatchRequest,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    progress: Progress | None = None,
 ) -> PatchingResult:
     """Activation patching of `request.prompt` against its corruption (see the module doc).
     Raises a UserInputError (one sentence) for a pair that cannot be patched or a head the
-    model does not have."""
+    model does not have. `progress(fraction, message)`: called as each stage starts."""
+    report = progress or (lambda fraction, message: None)
     g = loaded.geometry
+    report(0.0, "recording the clean and corrupted runs")
     position_heads = parse_head_names(list(request.heads), g.n_layers, g.n_heads)
     pair = make_pair(loaded, request, max_tokens)
     direct = direct_effects(loaded, pair)
@@ -312,9 +327,14 @@ def patch(
     if not position_heads:
         position_heads = in_context[:1]
     qkv_heads = in_context[: request.qkv_heads]
+    share = 0.95 / len(request.directions)
+
+    def within(i: int) -> Progress:
+        return lambda fraction, message: report(0.05 + share * (i + fraction), message)
+
     results = [
-        run_direction(loaded, pair, request, d, direct, position_heads, qkv_heads)
-        for d in request.directions
+        run_direction(loaded, pair, request, d, direct, position_heads, qkv_heads, within(i))
+        for i, d in enumerate(request.directions)
     ]
     clean_ids, corrupted_ids = pair.clean.ids.tolist(), pair.corrupted.ids.tolist()
     return PatchingResult(
