@@ -164,6 +164,8 @@ class PatchHeadPanel:
     exact: float | None
     #: whether another per-position head can be asked for (the request holds at most 8)
     can_add: bool
+    #: whether the figure holds exact per-position runs (else attribution estimates alone)
+    exact_positions: bool = False
 
     @classmethod
     def of(
@@ -182,4 +184,5 @@ class PatchHeadPanel:
             attribution=figures.change(direction, head.attribution) or 0.0,
             exact=figures.change(direction, head.exact),
             can_add=result.request is not None and len(asked) < 8,
+            exact_positions=name in asked,
         )

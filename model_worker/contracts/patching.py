@@ -128,6 +128,9 @@ class DirectionResult(_Frozen):
     agreement: Fp32 | None
     #: the largest |attribution − exact| over those heads
     max_difference: Fp32 | None
+    #: the attribution estimate of each exactly patched head's output patched at one position
+    #: at a time (the metric, per position; exact per-position runs are in `positions`)
+    estimated_positions: dict[str, list[Fp32]] = Field(default_factory=dict)
 
 
 class PatchingResult(_Frozen):

@@ -296,6 +296,12 @@ def run_direction(
         for h in range(g.n_heads)
     ]
     pairs = [(flat[i], exact[i][0]) for i in chosen]
+    per_position = {  # the estimate of each position's patch alone, as `estimated` gives it
+        head_name(i // g.n_heads, i % g.n_heads): (
+            level + estimate.z[i // g.n_heads, : last + 1, i % g.n_heads].double() / span
+        ).tolist()
+        for i in chosen
+    }
     return DirectionResult(
         direction=direction,
         heads=heads,
@@ -304,6 +310,7 @@ def run_direction(
         qkv=qkv,
         agreement=pearson([a for a, _ in pairs], [b for _, b in pairs]),
         max_difference=max((abs(a - b) for a, b in pairs), default=None),
+        estimated_positions=per_position,
     )
 
 

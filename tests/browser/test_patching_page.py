@@ -70,11 +70,22 @@ def test_patch_against_then_open_a_heads_per_position_view(
     ).click()
     panel = page.locator(f"#head-panel .patch-head[data-head={other}]")
     expect(panel.locator("[data-no-positions]")).to_be_visible(timeout=30_000)
+    # patched exactly (every head is, on this model): its per-position attribution estimates
+    estimates = panel.locator(".vl-figure[data-figure=positions]")
+    expect(estimates).to_have_attribute("data-drawn", "true", timeout=30_000)
+    series = {
+        r["series"]
+        for r in json.loads(estimates.get_attribute("data-spec") or "{}")["data"]["values"]
+    }
+    assert series == {"attribution"}
     panel.locator("button[type=submit]").click()  # a new job with that head per position
+    page.wait_for_url(lambda url: job_id not in url, timeout=60_000)
     positions = page.locator(
         f"#head-panel .patch-head[data-head={other}] .vl-figure[data-figure=positions]"
     )
     expect(positions).to_have_attribute("data-drawn", "true", timeout=60_000)
+    rows = json.loads(positions.get_attribute("data-spec") or "{}")["data"]["values"]
+    assert {r["series"] for r in rows} == {"exact", "attribution"}
     new_id = page.url.split("/p/")[1].split("/")[0]
     again = page.request.get(f"{base_url}/api/analyses/{new_id}").json()["patching"]
     computed = {p["name"] for p in again["directions"][0]["positions"]}

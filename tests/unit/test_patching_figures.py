@@ -58,10 +58,30 @@ def test_the_per_position_view_of_a_head(result: PatchingResult) -> None:
     validate_jsonschema(figure.spec("dark"), SCHEMA)
     assert [r["exact"] for r in figure.rows] == [p.exact for p in denoising.positions[0].positions]
     assert b"<svg" in export(figure, "svg", "light")  # type: ignore[operator]
-    other = next(h.name for h in denoising.heads if h.name != name)
-    assert FIGURES["positions"].build(result, denoising, other) is None
-    panel = PatchHeadPanel.of("p-" + "0" * 32, result, denoising, other)
+    unpatched = next(h.name for h in denoising.heads if h.exact is None and h.name != name)
+    assert FIGURES["positions"].build(result, denoising, unpatched) is None
+    panel = PatchHeadPanel.of("p-" + "0" * 32, result, denoising, unpatched)
     assert panel is not None and panel.figure is None and panel.can_add
+    exact = next(h.name for h in denoising.heads if h.exact is not None and h.name != name)
+    estimates = FIGURES["positions"].build(result, denoising, exact)
+    assert estimates is not None and "attribution estimate" in estimates.title
+    assert "exact" not in estimates.rows[0] and len(estimates.rows) == len(result.tokens)
+    panel = PatchHeadPanel.of("p-" + "0" * 32, result, denoising, exact)
+    assert panel is not None and panel.figure is not None and not panel.exact_positions
+
+
+def test_the_per_position_estimates_add_up_to_the_heads_estimate(
+    result: PatchingResult,
+) -> None:
+    """Attribution is linear: the one-position estimates' changes sum to the whole head's."""
+    for direction in result.directions:
+        level = 0.0 if direction.direction == "denoising" else 1.0
+        exact = {h.name: h for h in direction.heads if h.exact is not None}
+        assert set(direction.estimated_positions) == set(exact)
+        for name, values in direction.estimated_positions.items():
+            assert len(values) == len(result.tokens)
+            total = sum(v - level for v in values)
+            assert total == pytest.approx(exact[name].attribution - level, abs=1e-4)
 
 
 def test_the_page_panel_lists_the_exact_heads_largest_first(result: PatchingResult) -> None:

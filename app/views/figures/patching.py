@@ -268,14 +268,22 @@ def qkv_figure(result: PatchingResult, direction: DirectionResult) -> Figure | N
 def positions_figure(
     result: PatchingResult, direction: DirectionResult, name: str
 ) -> Figure | None:
-    """Head `name`'s output patched at one source position at a time: exact and attribution
-    side by side; None when this result has no per-position patches of that head."""
+    """Head `name`'s output patched at one source position at a time: exact runs and
+    attribution estimates side by side when this result patched it per position, else the
+    attribution estimates alone when it patched the head exactly (they are kept for those);
+    None for any other head."""
     found = next((p for p in direction.positions if p.name == name), None)
-    if found is None:
+    estimates = direction.estimated_positions.get(name)
+    if found is None and estimates is None:
         return None
-    exact = [change(direction, p.exact) for p in found.positions]
-    estimate = [change(direction, p.attribution) for p in found.positions]
-    tokens = [visible(p.token) for p in found.positions]
+    tokens = [visible(t) for t in result.tokens]
+    values: dict[str, list[float | None]] = {}
+    if found is not None:
+        tokens = [visible(p.token) for p in found.positions]
+        values["exact"] = [change(direction, p.exact) for p in found.positions]
+        values["attribution"] = [change(direction, p.attribution) for p in found.positions]
+    else:
+        values["attribution"] = [change(direction, v) for v in estimates or []]
     target = set(result.target_positions)
     kinds = {
         p: "true label" if p in target else "false label"
@@ -283,18 +291,16 @@ def positions_figure(
         if p < len(tokens)
     }
     bars = Bars(
-        values={"exact": exact, "attribution": estimate},
-        hovers={
-            "exact": [signed(v or 0.0) for v in exact],
-            "attribution": [signed(v or 0.0) for v in estimate],
-        },
+        values=values,
+        hovers={k: [signed(v or 0.0) for v in vs] for k, vs in values.items()},
         colour_by="series",
-        colours={"exact": POSITIVE, "attribution": NEGATIVE},
+        colours={k: c for k, c in (("exact", POSITIVE), ("attribution", NEGATIVE)) if k in values},
     )
-    title = f"{name}: output patched at one source position, {_what(direction)}"
+    what = "" if found is not None else " (attribution estimate)"
+    title = f"{name}: output patched at one source position{what}, {_what(direction)}"
     chart, drawn = position_chart(tokens, kinds, bars, title=title, y_title="effect")
     rows: list[Row] = [
-        {"position": p.position, "token": p.token, "exact": p.exact, "attribution": p.attribution}
-        for p in found.positions
+        {"position": p, "token": tokens[p], **{k: vs[p] for k, vs in values.items()}}
+        for p in range(len(tokens))
     ]
     return Figure(f"{direction.direction}-{name}-positions", title, rows, chart, values=drawn)
