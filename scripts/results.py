@@ -6,13 +6,15 @@
 
 `run` loads the model once, runs each experiment under each seed (counterbalanced design unless
 `--design fftt`), combines the seeds (model_worker.experiments.seeds) and stores the result in
-`docs/results/NAME.json`; `render` writes docs/results.md from those files only, so rerunning it
-on the same files gives the same bytes.
+`docs/results/NAME.json`, with how it ran (command, CPU, cores, nice, load average before and
+after, wall and CPU seconds, when it finished); `render` writes docs/results.md from those
+files only, so rerunning it on the same files gives the same bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,17 @@ from model_worker.experiments.results_doc import render, store  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 DOCUMENT = ROOT / "docs" / "results.md"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("unknown CPU" elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -38,7 +51,8 @@ def run(args: argparse.Namespace) -> None:
         name, _, own_seeds = entry.partition(":")
         seeds = parse_seeds(own_seeds or args.seeds)
         n = int(own_n) if own_n else args.n
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
+        load_before = os.getloadavg()[0]
         results = []
         for seed in seeds:
             request = ExperimentRequest(
@@ -46,7 +60,19 @@ def run(args: argparse.Namespace) -> None:
             )
             results.append(run_experiment(loaded, request, batch_size=args.batch_size))
             print(f"{name} seed {seed}: {time.perf_counter() - started:.0f} s", flush=True)
-        path = store(combine_seeds(results), Path(args.out))
+        run_info = {
+            "command": f"scripts/results.py run {name}:{','.join(map(str, seeds))}@{n} "
+            f"--dataset {args.dataset} --design {args.design} --batch-size {args.batch_size}",
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "nice": os.nice(0),
+            "load_before": round(load_before, 1),
+            "load_after": round(os.getloadavg()[0], 1),
+            "wall_s": round(time.perf_counter() - started),
+            "cpu_s": round(time.process_time() - cpu_started),
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        }
+        path = store(combine_seeds(results), Path(args.out), run=run_info)
         print(f"stored {path}", flush=True)
 
 

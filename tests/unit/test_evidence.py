@@ -251,6 +251,34 @@ def test_generated_results_document_is_byte_identical_on_a_second_run(
     assert "| zeroing ~1% of heads" in first and "cannot test" in first  # gate or n
 
 
+def test_rendered_document_states_how_each_run_ran_and_which_intervals_are_wide(
+    tiny_results: dict[str, list[ExperimentResult]], tmp_path: Path
+) -> None:
+    folder = tmp_path / "results"
+    run = {
+        "command": "scripts/results.py run accuracy:0,1@12",
+        "cpu": "Test CPU",
+        "cores": 2,
+        "nice": 15,
+        "load_before": 9.5,
+        "load_after": 10.25,
+        "wall_s": 123,
+        "cpu_s": 45,
+        "finished": "2026-01-01 00:00 UTC",
+    }
+    for results in tiny_results.values():
+        store(combine_seeds(results), folder, run=run)
+    first = render(folder)
+    assert render(folder) == first  # still byte-identical
+    assert "123 s wall (45 s CPU) on Test CPU, 2 cores" in first
+    assert "load average 9.5 → 10.25" in first
+    section = first[first.index("## Sample sizes and precision") :]
+    section = section[: section.index("\n## ", 5)]
+    # n = 12: the accuracy interval is far wider than ±5 points, and listed with its width
+    assert "| `accuracy` | 12 | 0, 1 | " in section and "`accuracy_minus_chance` (±0." in section
+    assert "In words: of the" in first
+
+
 def test_cli_seeds_and_design_bad_input_exit_2_with_one_line() -> None:
     from typer.testing import CliRunner
 

@@ -91,6 +91,10 @@ def test_every_experiment_runs_on_a_tiny_model(name: str, tmp_path: Path) -> Non
     assert result.figures and all(f.series or f.matrix for f in result.figures.values())
     assert "Paper vs this run" in plain_text(result.report)
     assert seen[-1] == 1.0 and seen == sorted(seen)  # progress only moves forward
+    # the evidence as data (issue 26): hypotheses with rule, interval and outcome; the gate
+    assert result.verdicts and all(v.hypothesis and v.rule and v.outcome for v in result.verdicts)
+    assert all(v.interval.n > 0 for v in result.verdicts) and result.intervals
+    assert result.adequacy is not None and result.adequacy.accuracy.n > 0
 
 
 def test_accuracy_bookkeeping(tmp_path: Path) -> None:
