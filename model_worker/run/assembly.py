@@ -28,7 +28,7 @@ from model_worker.contracts import (
     TokenInfo,
     head_name,
 )
-from model_worker.run.queries import head_scores, offset_labels
+from model_worker.run.queries import offset_labels
 from model_worker.run.state import PromptRun
 
 
@@ -248,12 +248,14 @@ def head_detail(
     attention: list[float],
     per_position: list[float],
     margins: list[float] | None,
+    scores: ScoreSplit | None,
     random_head: tuple[str, int] | None,
 ) -> HeadDetail:
     """The HeadDetail of the i-th detailed head (layer index j among the detailed layers,
     key_j among those whose label keys were projected; None: its `keys` were not computed);
     `attention`, `per_position`, `margins`: its attention, per-position increases and label
-    margins (None: no margin) at each position up to the last, as plain floats; `random_head`:
+    margins (None: no margin) at each position up to the last, as plain floats; `scores`: its
+    recorded scores split (`queries.head_scores`, on the host), None without; `random_head`:
     its same-layer random baseline head and that head's index in the baseline views."""
     last = run.last
     no_margins: list[Any] = [None] * (last + 1)
@@ -277,6 +279,6 @@ def head_detail(
             "value_mrr": label_mrr(run, value_ranks),
             "random_head": None if random_head is None else random_head[0],
             "random_head_mrr": baseline_mrr,
-            **score_fields(head_scores(run, layer, head)),
+            **score_fields(scores),
         }
     )

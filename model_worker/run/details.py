@@ -13,11 +13,12 @@ from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import HeadViews, head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.analysis.metrics import on_host
+from model_worker.analysis.scores import ScoreSplit
 from model_worker.contracts import HeadDetail, head_name
 from model_worker.device_memory import room_for
 from model_worker.run.assembly import head_detail
 from model_worker.run.factored import factored_values
-from model_worker.run.queries import offset_queries, real_queries
+from model_worker.run.queries import head_scores, offset_queries, real_queries
 from model_worker.run.state import PromptRun
 from model_worker.towers import detail_towers
 
@@ -97,7 +98,8 @@ def head_details(
         prior=prior_attention(run, key_layers, at_labels),
         resid_pre=c.resid_pre[layers, 0, last],
     )
-    views, host = to_host(run, heads, increases, rows, views)
+    splits = [head_scores(run, layer, head) for layer, head in heads]
+    views, host = to_host(run, heads, increases, rows, views, splits)
     return [
         head_detail(
             run,
@@ -111,6 +113,7 @@ def head_details(
             attention=host.attention[i],
             per_position=host.per_position[i],
             margins=None if host.margins is None else host.margins[i],
+            scores=host.scores[i],
             random_head=(
                 (head_name(layer, randoms[layer]), random_layers.index(layer))
                 if layer in randoms
@@ -130,6 +133,7 @@ class HostValues:
     attention: list[list[float]]
     per_position: list[list[float]]
     margins: list[list[float]] | None
+    scores: list[ScoreSplit | None]
 
 
 #: HeadViews' top-token summaries, moved to the host with the per-position numbers at once.
@@ -142,10 +146,12 @@ def to_host(
     increases: Tensor,
     rows: Tensor,
     views: HeadViews,
+    splits: list[ScoreSplit | None],
 ) -> tuple[HeadViews, HostValues]:
     """`views` on the host, and `heads`' increases (of `increases` [L, H]), attention `rows`
-    [K, S] and per-position increases and margins as plain floats: one device→host transfer
-    for the whole details stage (`on_host`), each converted to lists once."""
+    [K, S] and per-position increases and margins as plain floats, and their score `splits`
+    on the host: one device→host transfer for the whole details stage (`on_host`), each
+    converted to lists once."""
     width = run.last + 1
     index = torch.tensor([layer * increases.shape[1] + head for layer, head in heads])
     contribution = views.contribution
@@ -155,17 +161,35 @@ def to_host(
         contribution.increase[:, :width],
         *([] if contribution.margin is None else [contribution.margin[:, :width]]),
     ]
+    n_floats = len(floats)
+    parts = [
+        [s.score, s.content, s.excluded, *([] if s.position is None else [s.position])]
+        for s in splits
+        if s is not None
+    ]
     named = {name: getattr(views, name) for name in SUMMARIES}
     present = {name: summary for name, summary in named.items() if summary is not None}
-    moved, listed = on_host(list(present.values()), floats)
+    moved, listed = on_host(list(present.values()), floats + [t for p in parts for t in p])
     changes: dict[str, Any] = dict(zip(present, moved, strict=True))
     views = replace(views, **changes)
-    per_head = [t.tolist() for t in listed]
+    per_head = [t.tolist() for t in listed[:n_floats]]
+    on_cpu, at = iter(parts), n_floats
+    scores: list[ScoreSplit | None] = []
+    for split in splits:  # the splits again, their tensors the host's copies
+        if split is None:
+            scores.append(None)
+            continue
+        count = len(next(on_cpu))
+        score, content, excluded, *position = listed[at : at + count]
+        at += count
+        remainder = position[0] if position else None
+        scores.append(ScoreSplit(score, content, remainder, excluded.bool()))
     return views, HostValues(
         increases=per_head[0],
         attention=per_head[1],
         per_position=per_head[2],
-        margins=per_head[3] if len(per_head) > 3 else None,
+        margins=per_head[3] if n_floats > 3 else None,
+        scores=scores,
     )
 
 

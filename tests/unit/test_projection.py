@@ -291,3 +291,39 @@ def test_summaries_reach_the_host_in_one_transfer_bit_for_bit() -> None:
         for got, want in zip(floats, extra, strict=True):
             assert got.shape == want.shape
             assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+def test_the_details_through_one_packed_transfer_equal_the_plain_ones(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The details stage moved to the host packed (as on a GPU: summaries, per-position numbers,
+    score splits with their masks) gives the same result as without packing, bit for bit."""
+    import model_worker.run.details as details
+    from model_worker.analysis.metrics import on_host
+    from model_worker.run.analyze import analyze
+    from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
+
+    options = {"top_k_heads": 3, "extra_heads": ["L0H1"], "label_keys": "all"}
+    plain = analyze(tiny_family(family), EXAMPLE_PROMPT, **options)  # type: ignore[arg-type]
+    packed_calls = []
+
+    def packed(summaries: list, tensors: list, pack: bool = False) -> tuple:
+        packed_calls.append(len(tensors))
+        return on_host(summaries, tensors, pack=True)
+
+    monkeypatch.setattr(details, "on_host", packed)
+    got = analyze(tiny_family(family), EXAMPLE_PROMPT, **options)  # type: ignore[arg-type]
+    assert packed_calls and packed_calls[0] > 4  # the score splits went through it too
+    assert got.model_dump_json() == plain.model_dump_json()
+    for detail in got.head_details.values():  # each field unpacked where it belongs
+        kept = [(i, s) for i, s in enumerate(detail.scores) if s is not None]
+        weights = torch.softmax(torch.tensor([s for _, s in kept], dtype=torch.float64), 0)
+        for (i, _), weight in zip(kept, weights.tolist(), strict=True):
+            assert detail.attention[i] == pytest.approx(weight, abs=1e-5)
+        assert all(detail.attention[i] < 1e-6 for i, s in enumerate(detail.scores) if s is None)
+        for score, content, position in zip(
+            detail.scores, detail.content_scores, detail.position_scores or [], strict=False
+        ):
+            if score is not None and content is not None and position is not None:
+                assert position == pytest.approx(score - content, abs=1e-5)
