@@ -145,6 +145,12 @@ class Settings(BaseSettings):
         description="Figure files (SVG, PNG, CSV, JSON) one client may download a minute "
         "(429 beyond; 0 = only the general rate limit).",
     )
+    client_requests: int = Field(
+        64,
+        ge=0,
+        description="Requests one client (named user, else address) may have in flight at once "
+        "in each web process (429 beyond; 0 = no limit).",
+    )
     client_renders: int = Field(
         2,
         ge=1,

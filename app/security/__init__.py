@@ -2,9 +2,9 @@
 
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
 headers, 500 page), Host check, body limit, same-origin check, authentication (sessions, login
-guessing limits, named users), rate limit (per named user, else per address), JSON bodies (no
-lone surrogates, bounded nesting), HTML-only answers to htmx. It also makes every log line of
-the process safe (model_worker.log_safety).
+guessing limits, named users), requests in flight and rate limit (per named user, else per
+address), JSON bodies (no lone surrogates, bounded nesting), HTML-only answers to htmx. It
+also makes every log line of the process safe (model_worker.log_safety).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from app.security.errors import install_error_handlers
 from app.security.guard import GuardMiddleware
 from app.security.hosts import HostCheckMiddleware
 from app.security.htmx import HtmlOnlyForHtmxMiddleware
+from app.security.in_flight import InFlightLimitMiddleware
 from app.security.json_input import JsonInputMiddleware
 from app.security.login_limit import LoginLimiter
 from app.security.openapi import document_errors
@@ -45,6 +46,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         per_minute=settings.rate_limit_per_minute,
         writes_per_minute=settings.write_rate_limit_per_minute,
     )
+    app.add_middleware(InFlightLimitMiddleware, limit=settings.client_requests)
     app.add_middleware(
         AuthMiddleware,
         settings=settings,

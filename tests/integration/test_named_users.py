@@ -194,3 +194,34 @@ def test_users_settings_are_checked(tmp_path: Path) -> None:
     assert reason is not None and "weak token for user 'alice'" in reason
     assert bind_refusal("127.0.0.1", Settings(users={"a b": SecretStr(ALICE)})) is not None
     assert bind_refusal("0.0.0.0", Settings(users={"alice": SecretStr(ALICE)})) is None
+
+
+def test_requests_in_flight_are_capped_per_user_across_addresses(
+    app_of: object, backend: RedisBackend
+) -> None:
+    """ICL_CLIENT_REQUESTS 2: alice holds two slow requests (long polls) from two addresses;
+    her third, from a third address, is 429 at once; bob, behind her first address, is
+    answered. The connection cap keys on addresses only (connections come before names)."""
+    app = app_of(settings(client_requests=2))  # type: ignore[operator]
+    job = client(app, NAT).post("/api/analyses", json=prompt(0), headers=bearer(ALICE)).json()
+
+    def asgi(address: str, token: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app, client=(address, 40000))  # type: ignore[arg-type]
+        return httpx.AsyncClient(
+            transport=transport, base_url="http://localhost", headers=bearer(token), timeout=30
+        )
+
+    async def requests() -> tuple[list[int], int, int]:
+        url = f"/a/{job['id']}/status?wait=1.5"
+        held = [asyncio.create_task(asgi(a, ALICE).get(url)) for a in (NAT, ELSEWHERE[0])]
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        third = await asgi(ELSEWHERE[1], ALICE).get("/api/models")
+        assert time.monotonic() - started < 1.0
+        bob = await asgi(NAT, BOB).get("/api/models")
+        codes = [(await task).status_code for task in held]
+        await backend._watch.close()
+        return codes, third.status_code, bob.status_code
+
+    codes, third, bob = asyncio.run(requests())
+    assert codes == [200, 200] and third == 429 and bob == 200
