@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import altair as alt
 
-from app.views.figure_kit.colors import ATTN, CONTENT, FFN, NEGATIVE, OUTLINE, POSITIVE
+from app.views.figure_kit.colors import ATTN, CONTENT, FFN, OUTLINE, POSITION, POSITIVE
 from app.views.figure_kit.figure import Figure, Row
 from app.views.figure_kit.text import fixed, signed, visible
 from app.views.figures.analysis import check_grid, heatmap_chart
@@ -294,7 +294,7 @@ def positions_figure(
         values=values,
         hovers={k: [signed(v or 0.0) for v in vs] for k, vs in values.items()},
         colour_by="series",
-        colours={k: c for k, c in (("exact", POSITIVE), ("attribution", NEGATIVE)) if k in values},
+        colours={k: c for k, c in (("exact", ATTN), ("attribution", POSITION)) if k in values},
     )
     what = "" if found is not None else " (attribution estimate)"
     title = f"{name}: output patched at one source position{what}, {_what(direction)}"
