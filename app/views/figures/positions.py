@@ -7,7 +7,6 @@ drawn off-screen wrap at EXPORT_ROW tokens. Every bar's hover names its position
 from __future__ import annotations
 
 import json
-
 from dataclasses import dataclass
 from typing import Literal
 
