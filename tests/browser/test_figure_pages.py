@@ -54,6 +54,9 @@ MARKUP = (
 )
 
 
+REPORT_MARKDOWN = f"# Report\n\n{MARKUP}\n\n[login](/logout)"
+
+
 def forged_experiment() -> ExperimentResult:
     """An experiment result a forger wrote: markup in every text a view shows."""
     figure = FigureData(
@@ -73,7 +76,7 @@ def forged_experiment() -> ExperimentResult:
             "metrics": {"accuracy": 0.5},
             "tables": {"cells": [{"label": MARKUP, "accuracy": 0.5}]},
             "figures": {"accuracy": figure.model_dump()},
-            "report_markdown": f"# Report\n\n{MARKUP}\n\n[login](/logout)",
+            "report_markdown": REPORT_MARKDOWN,
         }
     )
 
@@ -84,6 +87,8 @@ def words_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     store = open_store(settings)
     body = json.loads(experiment_parts(forged_experiment())[BODY])
     body["figures"]["legacy"] = f'<svg xmlns="http://www.w3.org/2000/svg">{MARKUP}</svg>'
+    del body["report"]  # as schema 7 stored it: a Markdown report
+    body["report_markdown"] = REPORT_MARKDOWN
     store.save(FORGED_ID, {BODY: json.dumps(body).encode()})  # as schema 5 stored SVG
     app = create_app(settings, embedded_backend(settings, loader=tiny_words, store=store))
     with serve(app) as url:
