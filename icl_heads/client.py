@@ -22,9 +22,10 @@ from pydantic import BaseModel, ValidationError
 
 from icl_heads.results import AnalysisResult, ExperimentResult
 from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.queue.states import JobState, JobStatus, ModelInfo
 
-R = TypeVar("R", AnalysisResult, ExperimentResult)
+R = TypeVar("R", AnalysisResult, ExperimentResult, PatchingResult)
 RETRIED = (429, 503)
 #: An unreachable server is more often a wrong URL than a blip: retried less.
 CONNECT_RETRIES = 2
@@ -202,6 +203,22 @@ class Client:
         request = self._build(ExperimentRequest, **fields)
         return self._run("/api/experiments", request, ExperimentResult, timeout)
 
+    def patch(
+        self,
+        prompt: str,
+        corruption: str = "swap-labels",
+        *,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> PatchingResult:
+        """Activation patching of `prompt` against its corruption on the server (`swap-labels`,
+        `query`, or `prompt` with `corrupted_prompt=`); `options`: PatchRequest's other fields
+        (model, target, labels, top_k, heads, qkv_heads, directions). A pair the server cannot
+        patch raises InvalidRequest with its one sentence."""
+        fields = {name: value for name, value in options.items() if value is not None}
+        request = self._build(PatchRequest, prompt=prompt, corruption=corruption, **fields)
+        return self._run("/api/patch", request, PatchingResult, timeout)
+
     def submit(self, request: AnalysisRequest | ExperimentRequest) -> JobState:
         """Submit without waiting: the job's state (its `id` for `wait`)."""
         path = "/api/analyses" if isinstance(request, AnalysisRequest) else "/api/experiments"
@@ -231,7 +248,7 @@ class Client:
     def _run(
         self,
         path: str,
-        request: AnalysisRequest | ExperimentRequest,
+        request: AnalysisRequest | ExperimentRequest | PatchRequest,
         kind: type[R],
         timeout: float | None,
     ) -> R:
@@ -246,7 +263,7 @@ class Client:
     def _finish(self, state: JobState, kind: type[R], key: str | None, timeout: float | None) -> R:
         """Poll until `state`'s job ends; its result, cached."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._bar(state.id, kind is ExperimentResult) as show:
+        with self._bar(state.id, kind is not AnalysisResult) as show:
             interval = min(0.1, self.poll_interval)
             while state.status in (JobStatus.QUEUED, JobStatus.RUNNING):
                 show(state)
@@ -258,10 +275,15 @@ class Client:
             show(state)
         if state.status == JobStatus.FAILED:
             raise JobFailed(f"job {state.id} failed: {state.error}")
+        if kind is PatchingResult:  # the contract itself: no local wrapper
+            if state.patching is None:
+                raise ClientError(f"job {state.id} finished without a PatchingResult")
+            self.cache.store(key, state.id, state.patching)
+            return state.patching  # type: ignore[return-value]
         found = state.experiment if kind is ExperimentResult else state.result
         if found is None:
             raise ClientError(f"job {state.id} finished without a {kind.__name__}")
-        result = kind.of(found)  # type: ignore[arg-type]
+        result = kind.of(found)  # type: ignore[arg-type,attr-defined]
         self.cache.store(key, state.id, result)
         return result
 
