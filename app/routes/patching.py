@@ -26,6 +26,7 @@ from app.submission import form_problem, submit_responses, submitted
 from app.templating import render, url_path
 from app.views.figure_kit.export import Format
 from app.views.patching_panels import PatchHeadPanel, PatchingPanel, direction_of
+from app.views.recent import Recent
 from model_worker.contracts import parse_head_name
 from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.export_text import csv_text
@@ -33,8 +34,8 @@ from model_worker.queue.keys import is_patching
 from model_worker.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["patching"])
-#: The tables of a result's CSV downloads, per direction (`denoising_heads.csv`, …).
-TABLES = ("heads", "layers", "positions", "qkv")
+#: The pages built lately, by (job, direction): a job's result never changes.
+PANELS: Recent[PatchingPanel] = Recent(16)
 
 
 # --- submitting ---------------------------------------------------------------------------
@@ -160,7 +161,9 @@ async def _context(
     context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
     if result is not None:
         chosen = _direction(result, direction)
-        context["patching"] = PatchingPanel.of(state.id, result, chosen)
+        context["patching"] = PANELS.made(
+            (state.id, chosen.direction), lambda: PatchingPanel.of(state.id, result, chosen)
+        )
         context["open_head"] = head
     return context
 

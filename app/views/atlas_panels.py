@@ -17,9 +17,12 @@ from app.views.figures.atlas import (
     matrix_figure,
     scores_of,
 )
+from app.views.recent import Recent
 from model_worker.contracts import ExperimentResult
 
 Order = Literal["asc", "desc"]
+#: the matrices drawn lately, by job (its result never changes)
+MATRICES: Recent[Figure | None] = Recent(8)
 #: the table's sortable columns besides the scores
 POSITION_COLUMNS = ("layer", "head")
 
@@ -103,7 +106,7 @@ class AtlasPanel:
         correlations, resampled = correlations_of(result)
         figure, problem = None, None
         try:
-            figure = matrix_figure(result) if with_figure else None
+            figure = MATRICES.made(job_id, lambda: matrix_figure(result)) if with_figure else None
         except FigureTooLarge as exc:
             problem = str(exc)
         return cls(
