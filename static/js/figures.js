@@ -151,6 +151,7 @@
     });
     out.config = dark.config;
     host.setAttribute("data-theme", "dark");
+    host.setAttribute("data-auto-dark", "");
     var card = host.closest("figure");
     if (card) {
       card.querySelectorAll("a.download").forEach(function (link) {
@@ -240,6 +241,33 @@
   });
 
   // htmx's history keeps the drawn SVG without its listeners: draw those figures again
+  // the system switches between light and dark while the page is open: its `auto` figures
+  // are drawn again in the new colours (and their downloads follow)
+  function followSystemScheme() {
+    if (!document.querySelector('meta[name="figure-auto-dark"]')) return;
+    document.querySelectorAll(".vl-figure[data-vl][data-drawn]").forEach(function (host) {
+      if (host.hasAttribute("data-auto-dark")) {
+        host.removeAttribute("data-auto-dark");
+        host.setAttribute("data-theme", "light");
+        var card = host.closest("figure");
+        if (card) {
+          card.querySelectorAll("a.download").forEach(function (link) {
+            link.setAttribute("href", link.getAttribute("href").replace("theme=dark", "theme=light"));
+          });
+        }
+      }
+      if (host.getAttribute("data-theme") !== "light") return; // a page themed on purpose
+      var view = host.querySelector(".vl-view");
+      if (view) view.textContent = "";
+      host.removeAttribute("data-drawn");
+    });
+    drawAll();
+  }
+  if (window.matchMedia) {
+    var scheme = window.matchMedia("(prefers-color-scheme: dark)");
+    if (scheme.addEventListener) scheme.addEventListener("change", followSystemScheme);
+  }
+
   function redrawRestored() {
     document.querySelectorAll(".vl-figure[data-vl][data-drawn]").forEach(function (host) {
       host.removeAttribute("data-drawn");

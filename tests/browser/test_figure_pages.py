@@ -192,6 +192,16 @@ def test_the_auto_theme_follows_the_systems_colour_scheme(
     else:
         assert (theme, fill) == ("light", config("light")["axis"]["labelColor"])
         assert "theme=light" in download
+    # the system switches while the page is open: the figures follow
+    other = "light" if scheme == "dark" else "dark"
+    page.emulate_media(color_scheme=other)  # type: ignore[arg-type]
+    expect(page.locator(f".vl-figure[data-figure=heatmap][data-theme={other}]")).to_have_count(1)
+    expect(page.locator(".vl-figure[data-figure=heatmap][data-drawn=true]")).to_be_visible(
+        timeout=30_000
+    )
+    theme, fill, download = page.evaluate(AXIS_TEXT)
+    assert (theme, fill) == (other, config(other)["axis"]["labelColor"])  # type: ignore[index]
+    assert f"theme={other}" in download
     assert page.evaluate("window.__csp") == []
     context.close()
 
