@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
 from app.deps import BackendDep, ClientDep, ExperimentStateDep
-from app.figure_files import ThemeQuery, figure_response
+from app.figure_files import ThemeQuery, cached_file, figure_response
 from app.queue.interface import Backend, BackendError
 from app.submission import ExperimentForm, form_problem, submit_responses, submitted
 from app.templating import render, url_path
@@ -137,6 +137,9 @@ async def experiment_download(
 ) -> Response:
     """`report.md`, `result.json`, `<table>.csv`, or a figure as `<figure>.svg`, `.png`, `.csv`
     (its data) or `.json` (its Vega-Lite specification) of a done experiment."""
+    figure_file = item.rpartition(".")[2] in FORMATS
+    if figure_file and (served := cached_file(request, theme)) is not None:
+        return served  # (a figure file served before: no result read, no figure built)
     result = await _done_experiment(backend, state)
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")
@@ -170,6 +173,8 @@ async def experiment_figure_file(
 ) -> Response:
     """Figure `name` of a done experiment as SVG, PNG, CSV (its data) or JSON (its Vega-Lite
     specification)."""
+    if (served := cached_file(request, theme)) is not None:
+        return served  # (a figure file served before: no result read, no figure built)
     result = await _done_experiment(backend, state)
     if result is None:
         raise HTTPException(status.HTTP_409_CONFLICT, "the experiment has not finished")

@@ -6,6 +6,7 @@ queue was first come, first served: one client's nine drawings made every collea
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -149,3 +150,44 @@ def test_a_client_looping_on_figure_files_is_held_to_its_pace(tmp_path: Path) ->
     assert int(answers[3].headers["Retry-After"]) >= 1
     assert "ICL_FIGURE_FILES_PER_MINUTE" in answers[3].text
     assert other.status_code == 200
+
+
+def test_an_experiment_figure_served_again_reads_no_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An experiment's figure file (both its routes) asked for again is answered from the file
+    cache: the whole experiment result is not read (parsed) again, nor the figure built."""
+    from app.routes import experiments as routes
+    from tests.app_clients import embedded_client
+    from tests.tiny_models import tiny_gpt2
+
+    reads: list[str] = []
+    real = routes._done_experiment
+
+    async def counted(backend: Any, state: Any) -> Any:
+        reads.append(state.id)
+        return await real(backend, state)
+
+    monkeypatch.setattr(routes, "_done_experiment", counted)
+    text = "text,label\n" + "".join(f"{w},sentiment\n" for w in ["love", "like", "hate"])
+    text += "".join(f"{w},number\n" for w in ["one", "two", "three"])
+    settings = Settings(model="tiny-gpt2", write_rate_limit_per_minute=0)
+    with embedded_client(settings, tiny_gpt2) as client:
+        answer = client.post(
+            "/experiments",
+            data={"name": "accuracy", "dataset": "upload", "n": "6", "seed": "0"},
+            files={"file": ("mine.csv", text.encode(), "text/csv")},
+            follow_redirects=False,
+        )
+        job_id = answer.headers["location"].rsplit("/", 1)[1]
+        for _ in range(600):
+            if client.get(f"/api/analyses/{job_id}").json()["status"] == "done":
+                break
+            time.sleep(0.1)
+        urls = [f"/e/{job_id}/download/accuracy.svg", f"/e/{job_id}/figures/accuracy.json"]
+        first = [client.get(url) for url in urls]
+        before = len(reads)
+        again = [client.get(url) for url in urls * 2]
+    assert [a.status_code for a in first + again] == [200] * 6
+    assert [a.content for a in again] == [a.content for a in first] * 2
+    assert before == 2 and len(reads) == 2  # the four repeats read no result
