@@ -14,6 +14,7 @@ and `rotary_function`: both read the attention module's own modelling file.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -108,8 +109,13 @@ def _family_eager(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
 
 def rotary_function(module: nn.Module) -> RotaryFunction | None:
     """`apply_rotary_pos_emb` of the module's modelling file, if it has one, its convention
-    read from its parameters' order."""
-    apply = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
+    read from its parameters' order (once per attention class: a capture asks per layer)."""
+    return _rotary_of_class(type(module))
+
+
+@functools.cache
+def _rotary_of_class(cls: type) -> RotaryFunction | None:
+    apply = getattr(sys.modules[cls.__module__], "apply_rotary_pos_emb", None)
     if apply is None:
         return None
     names = list(inspect.signature(apply).parameters)
