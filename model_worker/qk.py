@@ -109,13 +109,13 @@ def _family_eager(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
 
 def rotary_function(module: nn.Module) -> RotaryFunction | None:
     """`apply_rotary_pos_emb` of the module's modelling file, if it has one, its convention
-    read from its parameters' order (once per attention class: a capture asks per layer)."""
-    return _rotary_of_class(type(module))
+    read from its parameters' order (once per modelling file: a capture asks per layer)."""
+    return _rotary_of_file(type(module).__module__)
 
 
 @functools.cache
-def _rotary_of_class(cls: type) -> RotaryFunction | None:
-    apply = getattr(sys.modules[cls.__module__], "apply_rotary_pos_emb", None)
+def _rotary_of_file(name: str) -> RotaryFunction | None:
+    apply = getattr(sys.modules[name], "apply_rotary_pos_emb", None)
     if apply is None:
         return None
     names = list(inspect.signature(apply).parameters)
