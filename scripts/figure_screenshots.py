@@ -4,8 +4,9 @@
 
 With SmolLM2 (the default; ~1 min to load on a CPU): the paper's prompt with its top head open
 (1440×900), a ~300-token prompt's head panel (1440×900), and the `layers` experiment
-(n = 8) in presentation mode, dark (1280×720): its first figure and its verdicts. `--model tiny` draws the same pages with a tiny
-random model (tests/browser/figure_prompts.py), for a quick look at the layout.
+(n = 8) in presentation mode, dark (1280×720): its first figure and its verdicts.
+`--model tiny` draws the same pages with a tiny random model (tests/browser/figure_prompts.py),
+for a quick look at the layout.
 """
 
 from __future__ import annotations

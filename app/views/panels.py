@@ -374,4 +374,3 @@ class ExperimentPanel(ExperimentResult):
     def drawn(self) -> list[Figure]:
         """The experiment's figures, drawn from their data."""
         return [experiment_figure(name, data) for name, data in self.figures.items()]
-
