@@ -29,15 +29,6 @@ KEEP_FREED_BYTES = 1 << 30
 MMAP_THRESHOLD_BYTES = 32 << 20
 
 _ENVIRONMENT = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
-#: From this many tokens on, an analysis's blocks of 8 MiB and more come from mmap (given back
-#: at their free) rather than from the heaps: a long prompt's U_h (12 MiB a head on SmolLM2),
-#: kept across prompts, and its 30 MiB blocks of logits interleave in the heap, whose freed
-#: holes then stay resident (heap 822 MiB for 651 in use at the end of a 1,022-token analysis,
-#: peak RSS 1.81 GiB; with this 1.71 GiB, measured here). Short prompts, whose analysis is a
-#: few blocks, keep every block in the heaps (no page faults).
-LONG_PROMPT_TOKENS = 512
-LONG_PROMPT_MMAP_BYTES = 8 << 20
-_tuned = False  # whether keep_freed_memory set our thresholds (else nothing is changed)
 
 
 def keep_freed_memory() -> bool:
@@ -52,17 +43,4 @@ def keep_freed_memory() -> bool:
     )
     if not done:
         log.warning("glibc refused the malloc thresholds; freed memory is returned as usual")
-    global _tuned
-    _tuned = done
     return done
-
-
-def fit_prompt(tokens: int) -> int | None:
-    """Set the mmap threshold for an analysis of `tokens` tokens (LONG_PROMPT_MMAP_BYTES from
-    LONG_PROMPT_TOKENS on, else MMAP_THRESHOLD_BYTES); returns it, or None where
-    `keep_freed_memory` did not set the thresholds (a user's own settings, not glibc)."""
-    if not _tuned:
-        return None
-    threshold = LONG_PROMPT_MMAP_BYTES if tokens >= LONG_PROMPT_TOKENS else MMAP_THRESHOLD_BYTES
-    ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, threshold)
-    return threshold

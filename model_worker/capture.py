@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model_worker.allocator import fit_prompt
 from model_worker.analysis.flow import Flow, flow_of, layer_masses
 from model_worker.architectures import Adapter, HeadGeometry
 from model_worker.device_memory import ensure_room, gather, to_device
@@ -227,7 +226,6 @@ def run_with_cache(
         element=torch.finfo(dtype).bits // 8 if dtype.is_floating_point else 4,
     )
     ensure_room(device, needed, f"the capture of {seq} tokens")
-    fit_prompt(seq)  # a long prompt's analysis: its large blocks from mmap (allocator.py)
 
     def keep_at(key: str, layer: int, value: Tensor) -> None:
         if positions is not None and key in POSITIONAL:

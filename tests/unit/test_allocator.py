@@ -53,24 +53,3 @@ def test_a_users_own_malloc_settings_are_left_alone(
 ) -> None:
     monkeypatch.setenv(name, "1")
     assert allocator.keep_freed_memory() is False
-
-
-@glibc
-def test_long_prompts_take_their_large_blocks_from_mmap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fit_prompt: a long prompt's analysis sets the mmap threshold to 8 MiB (its blocks are
-    given back at their free), a short one's back to 32 MiB; nothing where the user's own
-    malloc settings are in force."""
-    calls: list[tuple[int, int]] = []
-
-    class Libc:
-        def mallopt(self, option: int, value: int) -> int:
-            calls.append((option, value))
-            return 1
-
-    monkeypatch.setattr(allocator.ctypes, "CDLL", lambda _name: Libc())
-    monkeypatch.setattr(allocator, "_tuned", True)
-    assert allocator.fit_prompt(1022) == allocator.LONG_PROMPT_MMAP_BYTES == 8 << 20
-    assert allocator.fit_prompt(62) == allocator.MMAP_THRESHOLD_BYTES
-    assert calls == [(allocator.M_MMAP_THRESHOLD, 8 << 20), (allocator.M_MMAP_THRESHOLD, 32 << 20)]
-    monkeypatch.setattr(allocator, "_tuned", False)
-    assert allocator.fit_prompt(4094) is None and len(calls) == 2
