@@ -191,27 +191,6 @@ def contract_fields(evidence: Evidence) -> dict[str, object]:
     }
 
 
-def markdown(evidence: Evidence) -> str:
-    """The adequacy note and the verdict table of an experiment's report."""
-    lines = []
-    if evidence.adequacy is not None:
-        lines.append(f"**Model adequacy.** {evidence.adequacy.note}\n")
-    if evidence.verdicts:
-        lines += [
-            "### Verdicts\n",
-            "| hypothesis | quantity | estimate [95% interval] | null | smallest effect "
-            "| verdict |",
-            "|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {v.hypothesis} | `{v.quantity}` | {v.interval.text()} | {v.null:g} | "
-            f"{v.min_effect:g} | **{v.outcome}** |"
-            for v in evidence.verdicts
-        ]
-        lines.append(f"\nRule: {RULE_TEXT}\n")
-    return "\n".join(lines)
-
-
 def position_effect(runs: Sequence[PromptRun]) -> stats.Interval:
     """Accuracy when the demonstration nearest the input is true minus when it is false
     (independent bootstrap): near 0 for a model that reads the input, large for one that
