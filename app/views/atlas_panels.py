@@ -53,6 +53,18 @@ def sorted_rows(rows: list[dict[str, Any]], column: str, order: Order) -> list[d
 class Column:
     key: str
     title: str
+    #: decimals shown: four significant digits for the column's largest magnitude, the same
+    #: for every row (aligned, never a float's exponent)
+    digits: int = 3
+
+
+def column_digits(rows: list[dict[str, Any]], key: str) -> int:
+    """Decimals that give `key`'s largest |value| four significant digits (0 to 6)."""
+    values = [abs(_key(row.get(key))) for row in rows]
+    largest = max((v for v in values if not math.isnan(v)), default=0.0)
+    if largest == 0.0:
+        return 3
+    return max(0, min(6, 3 - math.floor(math.log10(largest))))
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class AtlasPanel:
         return cls(
             job_id=job_id,
             result=result,
-            columns=[Column(s, NAMES.get(s, s)) for s in scores],
+            columns=[Column(s, NAMES.get(s, s), column_digits(rows, s)) for s in scores],
             rows=sorted_rows(rows, column, order),
             sort=sort,
             order=order,

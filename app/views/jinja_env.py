@@ -10,7 +10,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from app.views.figure_kit.export import svg_data_uri
 from app.views.figure_kit.preview import heatmap_preview
-from app.views.figure_kit.text import signed, visible
+from app.views.figure_kit.text import fixed, signed, visible
 from app.views.figure_kit.themes import auto_dark, figure_theme
 from app.views.figures.registry import download_formats
 from model_worker.contracts import NORM_MODES, RANKINGS
@@ -24,6 +24,7 @@ ENV = Environment(
     lstrip_blocks=True,
 )
 ENV.filters["signed"] = signed
+ENV.filters["fixed"] = fixed
 ENV.filters["visible"] = visible
 ENV.globals["norm_modes"] = NORM_MODES
 ENV.globals["rankings"] = RANKINGS

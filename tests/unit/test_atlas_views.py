@@ -94,3 +94,27 @@ def test_a_heads_panel_and_a_result_that_is_no_atlas(result: ExperimentResult) -
     with pytest.raises(NotAnAtlas):
         AtlasPanel.of(JOB, other, None, None)
     assert matrix_figure(other) is None
+
+
+def test_each_score_column_shows_fixed_decimals_never_an_exponent() -> None:
+    from app.views.atlas_panels import column_digits
+    from app.views.jinja_env import ENV
+
+    rows = [{"a": 0.008401, "b": 3.086}, {"a": 9.704e-05, "b": 0.175}, {"a": -0.0042, "b": None}]
+    assert column_digits(rows, "a") == 6  # 0.008401: four significant digits of the largest
+    assert column_digits(rows, "b") == 3  # 3.086
+    assert column_digits([{"a": 0.0}], "a") == 3
+    cell = ENV.from_string("{{ v|fixed(d) }}")
+    assert cell.render(v=9.704e-05, d=6) == "0.000097"
+    assert cell.render(v=-1e-9, d=6) == "0.000000"  # never -0.000000
+
+
+def test_the_rendered_table_has_no_float_exponents(result: ExperimentResult) -> None:
+    from app.views.jinja_env import ENV
+
+    panel = AtlasPanel.of("e-" + "0" * 32, result, None, None, with_figure=False)
+    html = ENV.get_template("partials/_atlas_table.html").render(
+        atlas=panel, job_id=panel.job_id, url=lambda *a, **k: "/x"
+    )
+    cells = [c.split(">", 1)[1] for c in html.split('<td class="num"')[1:]]
+    assert cells and not any("e-0" in c or "e+0" in c for c in cells)
