@@ -494,10 +494,17 @@ def phase_line(label: str, report: Report, rss: list[float]) -> str:
     )
 
 
-def flood_process(name: str, base_url: str, out: str) -> None:
+#: `--abuser-cpu`: the one CPU the abuser's process runs on (the rest run everything else)
+ABUSER_CPU_SET: set[int] = set()
+
+
+def flood_process(name: str, base_url: str, out: str, cpus: frozenset[int]) -> None:
     """Run flood `name` until killed, writing what it was answered to `out` (JSON) twice a
     second: the abuser has its own process, so its work never delays the normal users'
-    event loop (and so their measured times)."""
+    event loop (and so their measured times); `cpus` non-empty: it runs on those CPUs only, as
+    an abuser on another machine would not share the server's."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     counts: Counter[str] = Counter()
 
     async def dump() -> None:
@@ -524,7 +531,9 @@ async def flood_phase(
     abuser = None
     if name is not None:
         abuser = multiprocessing.get_context("spawn").Process(
-            target=flood_process, args=(name, stack.base_url, str(out)), daemon=True
+            target=flood_process,
+            args=(name, stack.base_url, str(out), frozenset(ABUSER_CPU_SET)),
+            daemon=True,
         )
         abuser.start()
         deadline = time.monotonic() + 300
@@ -571,7 +580,9 @@ async def quiet_phase(stack: Stack, name: str | None, seconds: float) -> str:
     abuser = None
     if name is not None:
         abuser = multiprocessing.get_context("spawn").Process(
-            target=flood_process, args=(name, stack.base_url, str(out)), daemon=True
+            target=flood_process,
+            args=(name, stack.base_url, str(out), frozenset(ABUSER_CPU_SET)),
+            daemon=True,
         )
         abuser.start()
         deadline = time.monotonic() + 300
@@ -753,7 +764,21 @@ def main() -> None:
         default=0,
         help="with --floods: also measure the web CPU idle and with the abuser alone this long",
     )
+    parser.add_argument(
+        "--abuser-cpu",
+        type=int,
+        default=None,
+        help="with --floods: pin the abuser to this CPU and everything else to the others, so "
+        "its own client work takes no CPU from the server or the normal users",
+    )
     args = parser.parse_args()
+    if args.abuser_cpu is not None:
+        others = os.sched_getaffinity(0) - {args.abuser_cpu}
+        if not others or args.abuser_cpu not in os.sched_getaffinity(0):
+            parser.error(f"--abuser-cpu {args.abuser_cpu}: needs that CPU and another one")
+        ABUSER_CPU_SET.add(args.abuser_cpu)
+        os.sched_setaffinity(0, others)  # the server, workers and normal users inherit it
+        print(f"abuser on CPU {args.abuser_cpu}; server, workers and normal users on {others}")
     env = {} if args.client_jobs is None else {"ICL_CLIENT_QUEUED_JOBS": str(args.client_jobs)}
     floods = list(FLOODS) if args.floods == "all" else [f for f in args.floods.split(",") if f]
     if floods:  # the default per-client rate limits, as deployed (users have addresses)
