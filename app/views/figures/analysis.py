@@ -155,6 +155,36 @@ def heatmap_figure(
     return Figure("heatmap", title, rows, chart, values=cells)
 
 
+def layer_bars_chart(
+    data: alt.Data, title: str, *, value: tuple[str, str], part_title: str
+) -> alt.Chart:
+    """Attention and FFN bars side by side per layer: `data` rows {layer, part ("attention" /
+    "FFN"), the `value` field, hover (its text)}; `value` = (field, axis title); `part_title`:
+    the tooltip's name for `part`."""
+    field, axis_title = value
+    return (
+        alt.Chart(data, title=title)
+        .mark_bar()
+        .encode(
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+            xOffset=alt.XOffset("part:N", sort=["attention", "FFN"]),
+            y=alt.Y(f"{field}:Q", title=axis_title),
+            color=alt.Color(
+                "part:N",
+                title=None,
+                scale=alt.Scale(domain=["attention", "FFN"], range=[ATTN, FFN]),
+                legend=alt.Legend(orient="top"),
+            ),
+            tooltip=[
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("part:N", title=part_title),
+                alt.Tooltip("hover:N", title=field),
+            ],
+        )
+        .properties(width="container", height=220)
+    )
+
+
 def layers_figure(result: AnalysisCore) -> Figure:
     """Per-layer attention vs FFN log-prob increase (the paper's Fig. 2)."""
     title = f"Attention vs FFN increase of “{_target(result)}” per layer"
@@ -164,26 +194,11 @@ def layers_figure(result: AnalysisCore) -> Figure:
         for x in result.layers
         for part, value in (("attention", x.attn_increase), ("FFN", x.ffn_increase))
     ]
-    chart = (
-        alt.Chart(alt.Data(name="bars"), title=title)  # the rows: the Figure's `values`
-        .mark_bar()
-        .encode(
-            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
-            xOffset=alt.XOffset("part:N", sort=["attention", "FFN"]),
-            y=alt.Y("increase:Q", title="log-prob increase"),
-            color=alt.Color(
-                "part:N",
-                title=None,
-                scale=alt.Scale(domain=["attention", "FFN"], range=[ATTN, FFN]),
-                legend=alt.Legend(orient="top"),
-            ),
-            tooltip=[
-                alt.Tooltip("layer:O"),
-                alt.Tooltip("part:N", title="block"),
-                alt.Tooltip("hover:N", title="increase"),
-            ],
-        )
-        .properties(width="container", height=220)
+    chart = layer_bars_chart(
+        alt.Data(name="bars"),  # the rows: the Figure's `values`
+        title,
+        value=("increase", "log-prob increase"),
+        part_title="block",
     )
     return Figure("layers", title, rows, chart, values=data)
 

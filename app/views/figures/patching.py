@@ -16,7 +16,7 @@ import altair as alt
 from app.views.figure_kit.colors import ATTN, CONTENT, FFN, OUTLINE, POSITION, POSITIVE
 from app.views.figure_kit.figure import Figure, Row
 from app.views.figure_kit.text import fixed, signed, visible
-from app.views.figures.analysis import check_grid, heatmap_chart
+from app.views.figures.analysis import check_grid, heatmap_chart, layer_bars_chart
 from app.views.figures.positions import Bars, position_chart
 from model_worker.contracts.patching import DirectionResult, PatchingResult, QkvPart
 
@@ -180,26 +180,8 @@ def sites_figure(result: PatchingResult, direction: DirectionResult) -> Figure:
                     "hover": f"exact {signed(value or 0.0)} · attribution {signed(guess or 0.0)}",
                 }
             )
-    chart = (
-        alt.Chart(alt.Data(values=data), title=title)
-        .mark_bar()
-        .encode(
-            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
-            xOffset=alt.XOffset("part:N", sort=["attention", "FFN"]),
-            y=alt.Y("effect:Q", title="effect (exact)"),
-            color=alt.Color(
-                "part:N",
-                title=None,
-                scale=alt.Scale(domain=["attention", "FFN"], range=[ATTN, FFN]),
-                legend=alt.Legend(orient="top"),
-            ),
-            tooltip=[
-                alt.Tooltip("layer:O"),
-                alt.Tooltip("part:N"),
-                alt.Tooltip("hover:N", title="effect"),
-            ],
-        )
-        .properties(width="container", height=220)
+    chart = layer_bars_chart(
+        alt.Data(values=data), title, value=("effect", "effect (exact)"), part_title="part"
     )
     return Figure(f"{direction.direction}-sites", title, rows, chart)
 
