@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, cast
 
@@ -519,6 +520,24 @@ def flood_process(name: str, base_url: str, out: str, cpus: frozenset[int]) -> N
     asyncio.run(both())
 
 
+async def start_abuser(stack: Stack, name: str, out: Path, settle_s: float) -> BaseProcess:
+    """Flood `name` in its own process (on `--abuser-cpu` if given), once it says it is
+    flooding and `settle_s` more seconds have passed."""
+    abuser = multiprocessing.get_context("spawn").Process(
+        target=flood_process,
+        args=(name, stack.base_url, str(out), frozenset(ABUSER_CPU_SET)),
+        daemon=True,
+    )
+    abuser.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and READY not in _counts(out) and abuser.is_alive():
+        await asyncio.sleep(0.2)
+    if not abuser.is_alive():
+        raise RuntimeError(f"the {name} abuser died before flooding (its output is above)")
+    await asyncio.sleep(settle_s)
+    return abuser
+
+
 async def flood_phase(
     stack: Stack, name: str | None, bodies: list[dict[str, Any]], users: int, timeout: float
 ) -> tuple[Report, Counter[str], list[float]]:
@@ -528,20 +547,7 @@ async def flood_phase(
     rss: list[float] = []
     sampler = asyncio.create_task(peak_rss_mb(stack.server.pid, rss)())
     out = stack.folder / f"flood-{name}.json"
-    abuser = None
-    if name is not None:
-        abuser = multiprocessing.get_context("spawn").Process(
-            target=flood_process,
-            args=(name, stack.base_url, str(out), frozenset(ABUSER_CPU_SET)),
-            daemon=True,
-        )
-        abuser.start()
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and READY not in _counts(out) and abuser.is_alive():
-            await asyncio.sleep(0.2)
-        if not abuser.is_alive():
-            raise RuntimeError(f"the {name} abuser died before flooding (its output is above)")
-        await asyncio.sleep(5)
+    abuser = None if name is None else await start_abuser(stack, name, out, settle_s=5)
     cpu_before = cpu_seconds(stack.server.pid)
     try:
         report = await run_load(stack.base_url, bodies, users, timeout)
@@ -577,18 +583,7 @@ async def quiet_phase(stack: Stack, name: str | None, seconds: float) -> str:
     0.1 s from its own address): what the abuser alone costs the server."""
     assert stack.server is not None
     out = stack.folder / f"quiet-{name}.json"
-    abuser = None
-    if name is not None:
-        abuser = multiprocessing.get_context("spawn").Process(
-            target=flood_process,
-            args=(name, stack.base_url, str(out), frozenset(ABUSER_CPU_SET)),
-            daemon=True,
-        )
-        abuser.start()
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and READY not in _counts(out) and abuser.is_alive():
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(3)
+    abuser = None if name is None else await start_abuser(stack, name, out, settle_s=3)
     report = Report([])
     cpu_before, started = cpu_seconds(stack.server.pid), time.monotonic()
     try:
