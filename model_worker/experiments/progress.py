@@ -51,12 +51,13 @@ class Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._latest: tuple[float, str] | None = None
-        self._since = time.monotonic()
+        self._since = self._sent = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
 
     def __call__(self, fraction: float, message: str) -> None:
         with self._lock:
-            self._latest, self._since = (fraction, message), time.monotonic()
+            self._latest = (fraction, message)
+            self._since = self._sent = time.monotonic()
             self._progress(fraction, message)
 
     def __enter__(self) -> Heartbeat:
@@ -68,11 +69,21 @@ class Heartbeat:
         self._thread.join()
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._every_s):
+        """Sleep until `every_s` after the last report of either kind, then re-send: the gap
+        between two reports stays `every_s` plus scheduling delay, never twice that."""
+        due_in = self._every_s
+        while not self._stop.wait(max(0.0, due_in)):
             with self._lock:
-                if self._latest is None or self._stop.is_set():
+                if self._stop.is_set():
+                    return
+                now = time.monotonic()
+                due_in = self._sent + self._every_s - now
+                if self._latest is None:
+                    due_in = self._every_s
+                    continue
+                if due_in > 0:
                     continue
                 fraction, message = self._latest
-                standing = time.monotonic() - self._since
-                if standing >= self._every_s:
-                    self._progress(fraction, f"{message} (working, {standing:.0f} s)")
+                self._progress(fraction, f"{message} (working, {now - self._since:.0f} s)")
+                self._sent = now
+                due_in = self._every_s
