@@ -22,6 +22,7 @@ of a 4.8 MB result held +1.7 GB). This HTTP protocol (uvicorn's httptools one):
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import json
 import logging
@@ -29,7 +30,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import uvicorn
-from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.security.client_slots import ClientSlots
@@ -77,26 +77,26 @@ def is_trusted(peer: str, proxies: Iterable[str]) -> bool:
     return False
 
 
-def too_many_connections(limit: int) -> Any:
-    """The ASGI app a connection over the client's share runs: 429, Retry-After, close."""
+@functools.cache
+def too_many_connections(limit: int) -> bytes:
+    """The whole answer to a connection over the client's share: 429, Retry-After, close.
+    Written by the protocol itself, as bytes: a refusal parses nothing and runs no ASGI
+    app (a flood of refused connections costs the event loop as little as it can)."""
     detail = (
         f"too many connections from this client (at most {limit} open at once, "
         "ICL_CLIENT_CONNECTIONS); retry in 5 s"
     )
     body = json.dumps({"detail": detail}).encode()
+    head = (
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nretry-after: 5\r\nx-content-type-options: nosniff\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
-    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", b"5"),
-            (b"x-content-type-options", b"nosniff"),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 429, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
-    return refuse
+#: The most of a refused connection's request read before its 429 goes out anyway.
+REFUSED_HEAD_BYTES = 16 * 1024
 
 
 class DeadlineProtocol(HttpToolsProtocol):
@@ -116,6 +116,8 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._send_deadline: asyncio.TimerHandle | None = None
         self._buffered_then = 0
         self._client_key: str | None = None
+        #: what a refused connection's request has sent so far (None: not refused)
+        self._refused_head: bytes | None = None
 
     def _arm(self, seconds: float, handler: Any) -> None:
         self._disarm()
@@ -134,8 +136,24 @@ class DeadlineProtocol(HttpToolsProtocol):
             if self.client_connections.take(key):
                 self._client_key = key
             else:  # its request (once its headers are in) is answered 429, then closed
-                self.app = too_many_connections(self.client_connections.limit)
+                self._refused_head = b""
         self._arm(self.header_timeout_s, self._headers_too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused_head is None:
+            super().data_received(data)
+            return
+        self._refused_head += data
+        if b"\r\n\r\n" in self._refused_head or len(self._refused_head) > REFUSED_HEAD_BYTES:
+            self._refuse()
+
+    def _refuse(self) -> None:
+        """Answer a connection over its client's share once its request headers are in:
+        the 429 goes out as bytes and the connection closes (nothing parsed, no app run)."""
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(too_many_connections(self.client_connections.limit))
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

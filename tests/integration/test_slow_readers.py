@@ -119,11 +119,16 @@ def test_one_client_holds_at_most_its_connections_and_a_colleague_is_served() ->
         hogs = [stalled_download(address, "127.0.0.7") for _ in range(4)]
         time.sleep(0.3)
         host, port = address.split(":")
+        requests_before = server.server_state.total_requests
         fifth = socket.create_connection((host, int(port)), source_address=("127.0.0.7", 0))
-        fifth.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        fifth.sendall(b"GET /healthz HTTP/1.1\r\n")  # its headers in two pieces
+        time.sleep(0.2)
+        fifth.sendall(b"Host: 127.0.0.1\r\n\r\n")
         fifth.settimeout(5)
         answer = fifth.recv(4096)
         assert answer.startswith(b"HTTP/1.1 429"), answer[:200]
+        # answered by the protocol itself: no request reached the app (a refusal is cheap)
+        assert server.server_state.total_requests == requests_before
         assert b"retry-after: 5" in answer.lower() and b"ICL_CLIENT_CONNECTIONS" in answer
         fifth.settimeout(5)
         assert fifth.recv(4096) == b""  # closed after the answer
