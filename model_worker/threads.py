@@ -56,3 +56,15 @@ def set_threads(threads: int, workers: int = 1, root: Path = CGROUP) -> int:
     torch.set_num_threads(count)
     log.info("torch uses %d thread(s) (%d worker(s) per host)", count, workers)
     return count
+
+
+def lower_priority(nice: int) -> int:
+    """Run this process at CPU priority `nice` (0–19; never raised back): a worker computing
+    batches then takes only the CPU the web tier leaves, so pages, polls and refusals are
+    answered first on a host they share. Returns the niceness now in force."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice > current:
+        os.setpriority(os.PRIO_PROCESS, 0, min(19, nice))
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    log.info("worker CPU priority: nice %d", now)
+    return now

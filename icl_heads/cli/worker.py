@@ -41,6 +41,16 @@ def worker(
             help="How many workers share this host's CPUs (sizes the default --threads).",
         ),
     ] = 1,
+    nice: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=19,
+            envvar="ICL_WORKER_NICE",
+            help="CPU priority of this worker (nice 0–19): above 0, a web tier on the same host "
+            "answers before the worker's batches.",
+        ),
+    ] = 10,
 ) -> None:
     """Load a model once, then serve its analysis and experiment jobs from Redis."""
     from redis.exceptions import RedisError
@@ -49,12 +59,13 @@ def worker(
     from model_worker.jobs import load_served_model
     from model_worker.log_safety import install_log_hygiene, redact
     from model_worker.service import ModelWorker, redis_for_worker
-    from model_worker.threads import set_threads
+    from model_worker.threads import lower_priority, set_threads
 
     settings = settings_with(model=model, device=device, dtype=dtype, redis_url=redis_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     install_log_hygiene()
     set_threads(threads, workers_per_host)
+    lower_priority(nice)
     with user_errors():
         if not settings.redis_url:
             raise UserInputError("a worker needs Redis: set ICL_REDIS_URL or pass --redis-url")

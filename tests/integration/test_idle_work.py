@@ -4,6 +4,7 @@ already projects through it; a waiting job stops that work."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -97,9 +98,11 @@ def test_a_redis_worker_builds_seen_heads_between_jobs(
     model = save_tiny_model(tmp_path / "tiny-llama")
     with (
         private_db() as url,
-        serving_workers(model, url, tmp_path),
+        serving_workers(model, url, tmp_path) as workers,
         TestClient(create_app(web_settings(model, url))) as client,
     ):
+        # a worker computes at nice 10 (ICL_WORKER_NICE): the web tier's answers come first
+        assert os.getpriority(os.PRIO_PROCESS, workers[0].pid) == 10
         job = client.post("/api/analyses", json=ANALYSIS).json()
         assert wait_done(client, job["id"], 90)["status"] == "done"
         log = tmp_path / "worker.log"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,13 @@ def test_serve_refuses_a_bad_thread_count_in_one_line() -> None:
     result = CliRunner().invoke(cli, ["serve", "--threads", "-1"])
     assert result.exit_code == 2
     assert "--threads" in result.output and "Traceback" not in result.output
+
+
+def test_a_worker_lowers_its_cpu_priority_and_never_raises_it_back() -> None:
+    code = (
+        "import os; from model_worker.threads import lower_priority; "
+        "print(lower_priority(7), lower_priority(3), lower_priority(40), "
+        "os.getpriority(os.PRIO_PROCESS, 0))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["7", "7", "19", "19"]
