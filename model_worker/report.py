@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from model_worker.contracts import AnalysisResult, TopToken
+from model_worker.contracts import AnalysisResult, TopTokens
 
 
 def _signed(value: float | None) -> str:
@@ -77,5 +77,5 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         console.print(tokens)
 
 
-def _words(tops: list[TopToken]) -> str:
-    return ", ".join(repr(t.token.strip()) for t in tops[:8])
+def _words(tops: TopTokens) -> str:
+    return ", ".join(repr(token.strip()) for token in tops.tokens[:8])

@@ -7,8 +7,9 @@ from 0; heads are named `L{layer}H{head}` (TransformerLens style).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, get_args, overload
 
 from pydantic import (
     AfterValidator,
@@ -47,7 +48,9 @@ from model_worker.contracts.towers import Towers
 #: (`AnalysisRequest.label_keys`).
 #: 8: an experiment's report is data (`ExperimentResult.report`, blocks of plain text), not
 #: Markdown (`report_markdown`, read back as blocks).
-RESULT_SCHEMA_VERSION = 8
+#: 9: top-token lists are columns (`TopTokens`: ids, tokens, values), not one object a token
+#: (read back from the old shape).
+RESULT_SCHEMA_VERSION = 9
 
 #: How a head's vector is read through the final norm (model_worker.analysis.projection):
 #: the norm's scale frozen at the analysed position (`fixed`, the default and the paper code's),
@@ -221,10 +224,88 @@ class HeadSummary(_Frozen):
         return self.label_increase / self.increase
 
 
-class TopToken(_Frozen):
+class TopToken(NamedTuple):
+    """One top token of a projection: its id, its display text and its value (the logit)."""
+
     id: int
     token: str
-    value: Fp32
+    value: float
+
+
+_TOP_TOKEN_FIELDS = frozenset(TopToken._fields)
+
+
+class TopTokens(_Frozen):
+    """A projection's top tokens, best first, as three columns of one length (schema 9: ~70,000
+    top tokens a 512-token analysis, one object each before). Reads as a sequence of
+    `TopToken(id, token, value)` rows: `for t in tops`, `tops[0].token`, `len(tops)`, `tops[:8]`,
+    `tops.rows()`; `tops.ids`, `.tokens`, `.values` are the columns. A list of
+    `{"id", "token", "value"}` objects (the shape stored before schema 9) or of TopToken rows
+    validates to the same columns."""
+
+    ids: list[int]
+    tokens: list[str]
+    values: list[Fp32]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_rows(cls, data: Any) -> Any:
+        if not isinstance(data, list):
+            return data
+        if not all(
+            isinstance(row, TopToken) or (isinstance(row, dict) and row.keys() == _TOP_TOKEN_FIELDS)
+            for row in data
+        ):
+            raise ValueError("top tokens: columns, or a list of {id, token, value} objects")
+        rows = [row._asdict() if isinstance(row, TopToken) else row for row in data]
+        return {
+            "ids": [row["id"] for row in rows],
+            "tokens": [row["token"] for row in rows],
+            "values": [row["value"] for row in rows],
+        }
+
+    @model_validator(mode="after")
+    def _one_length(self) -> TopTokens:
+        if not len(self.ids) == len(self.tokens) == len(self.values):
+            raise ValueError(
+                f"top tokens: {len(self.ids)} ids, {len(self.tokens)} tokens and "
+                f"{len(self.values)} values (one length)"
+            )
+        return self
+
+    @classmethod
+    def columns(cls, ids: list[int], tokens: list[str], values: list[float]) -> TopTokens:
+        """The columns as they are, unvalidated: for the worker, which computed them (plain
+        ints, strs and floats of one length; ~7,000 lists a 512-token analysis), never for data
+        read from outside, which is validated. What `model_construct` makes, without its pass
+        over the fields' defaults (~4× cheaper; validating them is too, their validators
+        being Python's)."""
+        top = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(top, "__dict__", {"ids": ids, "tokens": tokens, "values": values})
+        _set(top, "__pydantic_fields_set__", {"ids", "tokens", "values"})
+        _set(top, "__pydantic_extra__", None)
+        _set(top, "__pydantic_private__", None)
+        return top
+
+    def rows(self) -> list[TopToken]:
+        """The top tokens as (id, token, value) rows, best first."""
+        return list(self)
+
+    def __iter__(self) -> Iterator[TopToken]:  # type: ignore[override]
+        return map(TopToken, self.ids, self.tokens, self.values)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> TopToken: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[TopToken]: ...
+    def __getitem__(self, index: int | slice) -> TopToken | list[TopToken]:
+        if isinstance(index, slice):
+            return self.rows()[index]
+        return TopToken(self.ids[index], self.tokens[index], self.values[index])
 
 
 class PositionContribution(_Frozen):
@@ -249,8 +330,8 @@ class ValueProjection(_Frozen):
     token: str
     is_true: bool
     label_rank: int
-    value: list[TopToken]
-    weighted_value: list[TopToken]
+    value: TopTokens
+    weighted_value: TopTokens
 
 
 def _renamed(old: str, new: str) -> Any:
@@ -272,8 +353,8 @@ class KeyProjection(_Frozen):
     position: int
     token: str
     is_true: bool
-    normalized_input: list[TopToken]
-    prior_attention: list[TopToken]
+    normalized_input: TopTokens
+    prior_attention: TopTokens
 
     _schema_3 = _renamed("layer_input", "normalized_input")
 
@@ -286,7 +367,7 @@ class OffsetQuery(_Frozen):
     token: str
     is_true: bool
     offset: int
-    query: list[TopToken]
+    query: TopTokens
 
 
 class HeadDetail(_Frozen):
@@ -304,10 +385,10 @@ class HeadDetail(_Frozen):
     values: list[ValueProjection]
     #: None: not computed (on demand: `AnalysisRequest.label_keys`)
     keys: list[KeyProjection] | None = None
-    query: list[TopToken]
+    query: TopTokens
     query_by_offset: list[OffsetQuery] = Field(default_factory=list)
     #: the layer's input residual (resid_pre, before its norm) at the last position
-    resid_pre: list[TopToken]
+    resid_pre: TopTokens
     value_mrr: list[LabelMrr]
     random_head: str | None
     random_head_mrr: list[LabelMrr]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -13,7 +13,7 @@ from model_worker.analysis.icl import IclStructure
 from model_worker.analysis.metrics import VocabSummary
 from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.capture import RunCache
-from model_worker.contracts import NormMode
+from model_worker.contracts import NormMode, TopTokens
 from model_worker.device_memory import to_device
 from model_worker.loading import LoadedModel
 from model_worker.prompting import Encoded
@@ -50,6 +50,10 @@ class PromptRun:
     target: int
     structure: IclStructure
     k: int
+    #: each summary's top-token texts, nested as its ids, by id(summary) (`tops`)
+    _top_texts: dict[int, tuple[VocabSummary, list[Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @cached_property
     def pre_logits(self) -> Tensor:
@@ -92,11 +96,15 @@ class PromptRun:
         g = self.loaded.geometry
         return torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
 
-    def tops(self, summary: VocabSummary, *index: int) -> list[dict[str, Any]]:
-        """The top tokens of one projected vector, as TopToken fields (~16,000 per analysis:
-        validated in one pass with their HeadDetail, much faster than one model each)."""
+    def tops(self, summary: VocabSummary, *index: int) -> TopTokens:
+        """The top tokens of one projected vector (row `index` of `summary`), its columns as
+        they came to the host (~7,000 lists a 512-token analysis: built, not validated); the
+        texts of a summary's ids are looked up at once, at its first list."""
         ids, values = summary.top_lists
+        texts = self._top_texts.get(id(summary), (summary, None))[1]
+        if texts is None:
+            texts = self.loaded.token_texts(summary.top_ids)
+            self._top_texts[id(summary)] = (summary, texts)  # the summary kept: its id stays
         for i in index:
-            ids, values = ids[i], values[i]
-        text = self.loaded.token_text
-        return [{"id": i, "token": text(i), "value": v} for i, v in zip(ids, values, strict=True)]
+            ids, values, texts = ids[i], values[i], texts[i]
+        return TopTokens.columns(ids, texts, values)

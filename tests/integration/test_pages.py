@@ -182,7 +182,7 @@ def test_head_panel_has_bars_and_token_tables(client: TestClient, job: str) -> N
     assert len(on_demand) == 1 and on_demand[0].select_one('[data-action="label-keys"]')
     detail = result["head_details"][name]
     query_chips = page.select("table[data-table=query] tr")[0].select(".chip")
-    assert [c.text for c in query_chips] == [t["token"] for t in detail["query"]]
+    assert [c.text for c in query_chips] == detail["query"]["tokens"]
     assert len(figure_values(figure_spec(page, "scores"))) == 3 * len(result["tokens"])
     demos = page.select("table[data-table=scores] tbody tr")
     scores = detail["scores"]

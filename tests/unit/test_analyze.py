@@ -88,7 +88,7 @@ def test_head_detail_is_consistent(tiny_model: LoadedModel) -> None:
         assert all(0 < m.mrr <= 1 for m in detail.value_mrr)
         assert detail.random_head is not None and detail.random_head not in result.head_details
         assert detail.random_head.startswith(f"L{detail.layer}H")
-        assert (detail.layer == 0) == (detail.keys[0].prior_attention == [])
+        assert (detail.layer == 0) == (len(detail.keys[0].prior_attention) == 0)
 
 
 def test_norm_modes_share_the_fixed_point(tiny_model: LoadedModel) -> None:
