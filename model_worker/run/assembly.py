@@ -196,15 +196,17 @@ def _positions(
 def _values(run: PromptRun, views: HeadViews, i: int, ranks: list[int]) -> list[dict[str, Any]]:
     """Head i's label value projections, unweighted and attention-weighted (ValueProjection);
     `ranks`: their label ranks."""
-    texts = run.encoded.texts
+    texts, columns = run.encoded.texts, TopTokens.columns
+    ids, tokens, values = run.top_columns(views.value, i)  # per label
+    w_ids, w_tokens, w_values = run.top_columns(views.weighted, i)
     return [
         {
             "position": p,
             "token": texts[p],
             "is_true": run.is_true(p),
             "label_rank": ranks[n],
-            "value": run.tops(views.value, i, n),
-            "weighted_value": run.tops(views.weighted, i, n),
+            "value": columns(ids[n], tokens[n], values[n]),
+            "weighted_value": columns(w_ids[n], w_tokens[n], w_values[n]),
         }
         for n, p in enumerate(run.label_positions)
     ]

@@ -96,15 +96,19 @@ class PromptRun:
         g = self.loaded.geometry
         return torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
 
-    def tops(self, summary: VocabSummary, *index: int) -> TopTokens:
-        """The top tokens of one projected vector (row `index` of `summary`), its columns as
-        they came to the host (~7,000 lists a 512-token analysis: built, not validated); the
-        texts of a summary's ids are looked up at once, at its first list."""
+    def top_columns(self, summary: VocabSummary, *index: int) -> tuple[Any, Any, Any]:
+        """Row `index` of `summary`'s top ids, texts and values, as (nested) lists: the texts
+        of a summary's ids are looked up at once, at its first read."""
         ids, values = summary.top_lists
         texts = self._top_texts.get(id(summary), (summary, None))[1]
         if texts is None:
             texts = self.loaded.token_texts(summary.top_ids)
             self._top_texts[id(summary)] = (summary, texts)  # the summary kept: its id stays
         for i in index:
-            ids, values, texts = ids[i], values[i], texts[i]
-        return TopTokens.columns(ids, texts, values)
+            ids, texts, values = ids[i], texts[i], values[i]
+        return ids, texts, values
+
+    def tops(self, summary: VocabSummary, *index: int) -> TopTokens:
+        """The top tokens of one projected vector (row `index` of `summary`), its columns as
+        they came to the host (~7,000 lists a 512-token analysis: built, not validated)."""
+        return TopTokens.columns(*self.top_columns(summary, *index))

@@ -123,3 +123,19 @@ def test_a_stored_detail_with_a_malformed_list_is_refused(
             holder[field] = [{"id": 1, "token": 2}]
     with pytest.raises(ValidationError):
         HeadDetail.model_validate_json(json.dumps(detail))
+
+
+def test_the_worker_builds_what_validation_would(result: AnalysisResult) -> None:
+    """Unvalidated, the worker's lists hold exactly the types validation gives (no int for a
+    float, no numpy scalar), one length each, and revalidating a detail changes nothing."""
+    for detail in result.head_details.values():
+        lists = [detail.query, detail.resid_pre]
+        lists += [t for v in detail.values for t in (v.value, v.weighted_value)]
+        lists += [t for k in detail.keys or [] for t in (k.normalized_input, k.prior_attention)]
+        lists += [o.query for o in detail.query_by_offset]
+        for tops in lists:
+            assert len(tops.ids) == len(tops.tokens) == len(tops.values)
+            assert all(type(i) is int for i in tops.ids)
+            assert all(type(t) is str for t in tops.tokens)
+            assert all(type(v) is float for v in tops.values)
+        assert HeadDetail.model_validate(detail.model_dump()) == detail
