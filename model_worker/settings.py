@@ -159,6 +159,14 @@ class Settings(BaseSettings):
     client_long_polls: int = Field(
         16, ge=1, description="Concurrent long polls (?wait=) per client; 429 beyond."
     )
+    refusal_delay_s: float = Field(
+        1.0,
+        ge=0,
+        le=10,
+        description="A 429 is sent this many seconds after it is decided (at most its "
+        "Retry-After): a client looping on refusals gets about one a second per connection; "
+        "0 = at once.",
+    )
 
     # --- who may reach the server, and as whom (issue 14) ---
     trusted_proxies: list[str] = Field(

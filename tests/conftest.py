@@ -16,6 +16,9 @@ os.environ["ICL_DATA_DIR"] = tempfile.mkdtemp(prefix="icl-test-data-")
 # Starlette's TestClient sends `Host: testserver`; the Host allow-list lets it in (and only it)
 # beyond the default names. Tests of the allow-list itself send other hosts.
 os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')
+# 429s are sent at once (ICL_REFUSAL_DELAY_S holds them a second in deployment, against loops
+# that ignore Retry-After): the suite meets hundreds of them; test_refusal_delay.py sets it.
+os.environ.setdefault("ICL_REFUSAL_DELAY_S", "0")
 # No time limit per generated example: on a loaded 2-core machine an example can take longer
 # than Hypothesis's default 200 ms, and speed is the benchmarks' business, not the tests'.
 settings.register_profile("untimed", deadline=None)

@@ -1,10 +1,11 @@
 """Shared-server hardening: access control, same-origin checks, limits, headers, error pages.
 
 `install(app, settings)` adds the whole stack; the order (outermost first) is: guard (security
-headers, 500 page), Host check, body limit, same-origin check, authentication (sessions, login
-guessing limits, named users), requests in flight and rate limit (per named user, else per
-address), JSON bodies (no lone surrogates, bounded nesting), HTML-only answers to htmx. It
-also makes every log line of the process safe (model_worker.log_safety).
+headers, 500 page), refusals sent late (every 429, ICL_REFUSAL_DELAY_S), Host check, body
+limit, same-origin check, authentication (sessions, login guessing limits, named users),
+requests in flight and rate limit (per named user, else per address), JSON bodies (no lone
+surrogates, bounded nesting), HTML-only answers to htmx. It also makes every log line of the
+process safe (model_worker.log_safety).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from app.security.login_limit import LoginLimiter
 from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
+from app.security.refusal_delay import RefusalDelayMiddleware
 from app.security.sessions import session_store
 from model_worker.log_safety import install_log_hygiene
 from model_worker.settings import Settings
@@ -60,4 +62,5 @@ def install(app: FastAPI, settings: Settings) -> None:
         max_upload_bytes=settings.max_upload_bytes,
     )
     app.add_middleware(HostCheckMiddleware, settings=settings)
+    app.add_middleware(RefusalDelayMiddleware, delay_s=settings.refusal_delay_s)
     app.add_middleware(GuardMiddleware)
