@@ -13,12 +13,15 @@ own loopback address (127.0.1.N), the abuser 127.0.0.66: per-client limits see t
 `--floods slow-readers,long-polls,png,ipv6` (or `all`) runs, in one run on one stack, each flood
 pattern of issue 24 as a pair of phases: the normal users alone, then the same load with one
 abuser doing only that (see `FLOODS`); it prints the normal users' p50/p99 of both phases and
-the server's peak memory.
+the server's peak memory; `--rounds N` alternates the two phases N times and pools each
+condition's latencies (one phase's p99 moves by tens of percent on a shared machine).
 
     .venv/bin/python bench/load_test.py [--total 200] [--users 16] [--workers 2]
     .venv/bin/python bench/load_test.py --workers 0   # the embedded single process instead
     .venv/bin/python bench/load_test.py --abuser      # the normal clients' view under attack
     .venv/bin/python bench/load_test.py --floods all --total 40 --users 8
+    nice -n -10 .venv/bin/python bench/load_test.py --floods all --total 160 --users 6 \
+        --rounds 3 --abuser-cpu 1     # the figures of docs/reliability.md, round four
 """
 
 from __future__ import annotations
@@ -608,22 +611,42 @@ async def quiet_phase(stack: Stack, name: str | None, seconds: float) -> str:
 
 
 def run_floods(
-    stack: Stack, names: list[str], total: int, users: int, timeout: float, quiet_s: float = 0
+    stack: Stack,
+    names: list[str],
+    total: int,
+    users: int,
+    timeout: float,
+    quiet_s: float = 0,
+    rounds: int = 1,
 ) -> None:
     """Each flood in `names`: the normal load alone, then beside the abuser (fresh prompts in
-    every phase: no cache hits); with `quiet_s`, also the server idle and with the abuser
-    alone for that long (`quiet_phase`; `total` 0: only those)."""
+    every phase: no cache hits), `rounds` times in alternation, with the latencies of each
+    condition pooled over the rounds at the end (one phase's p99 moves by tens of percent on
+    a shared machine); with `quiet_s`, also the server idle and with the abuser alone for that
+    long (`quiet_phase`; `total` 0: only those)."""
     for index, name in enumerate(names):
         print(f"flood {name}:", flush=True)
-        for with_abuser in (False, True) if total else ():
-            seed = 100_000 + 1000 * (2 * index + with_abuser)
-            bodies = [{"prompt": p} for p in distinct_prompts(total, seed=seed)]
-            phase = flood_phase(stack, name if with_abuser else None, bodies, users, timeout)
-            report, counts, rss = asyncio.run(phase)
-            print(phase_line("with abuser" if with_abuser else "normal only", report, rss))
-            if with_abuser:
-                print(f"    the abuser was answered: {dict(sorted(counts.items()))}", flush=True)
-        if quiet_s:  # after the pair, so that the pair's abuser starts with a fresh rate limit
+        pooled: dict[bool, list[float]] = {False: [], True: []}
+        for round_ in range(rounds if total else 0):
+            for with_abuser in (False, True):
+                seed = 100_000 + 1000 * (2 * (index * rounds + round_) + with_abuser)
+                bodies = [{"prompt": p} for p in distinct_prompts(total, seed=seed)]
+                phase = flood_phase(stack, name if with_abuser else None, bodies, users, timeout)
+                report, counts, rss = asyncio.run(phase)
+                pooled[with_abuser] += report.request_seconds
+                print(phase_line("with abuser" if with_abuser else "normal only", report, rss))
+                if with_abuser:
+                    answered = dict(sorted(counts.items()))
+                    print(f"    the abuser was answered: {answered}", flush=True)
+        if rounds > 1 and total:
+            alone, beside = pooled[False], pooled[True]
+            print(
+                f"  {rounds} rounds pooled: HTTP p50 {pct(alone, 50)} → {pct(beside, 50)}, "
+                f"p99 {pct(alone, 99)} → {pct(beside, 99)} ({len(alone)} → {len(beside)} "
+                "requests)",
+                flush=True,
+            )
+        if quiet_s:  # after the pairs, so that the pairs' abuser starts with a fresh rate limit
             print(asyncio.run(quiet_phase(stack, None, quiet_s)), flush=True)
             print(asyncio.run(quiet_phase(stack, name, quiet_s)), flush=True)
 
@@ -760,6 +783,13 @@ def main() -> None:
         help="with --floods: also measure the web CPU idle and with the abuser alone this long",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --floods: alternate the normal-only and beside-the-abuser phases this many "
+        "times and pool each condition's latencies",
+    )
+    parser.add_argument(
         "--abuser-cpu",
         type=int,
         default=None,
@@ -789,7 +819,9 @@ def main() -> None:
                 f"{args.users} normal users × {args.total} analyses a phase",
                 flush=True,
             )
-            run_floods(stack, floods, args.total, args.users, args.timeout, args.quiet_s)
+            run_floods(
+                stack, floods, args.total, args.users, args.timeout, args.quiet_s, args.rounds
+            )
         return
     abuser_counts: Counter[str] = Counter()
     with (
