@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from model_worker.allocator import release_freed
 from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import HeadViews, head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
@@ -25,6 +26,10 @@ from model_worker.towers import detail_towers
 #: Share of the device's free memory the recurring heads' U_h may grow to, beyond the configured
 #: budget, so that one analysis's heads (K + a baseline per detailed layer) all stay kept.
 UNEMBEDDING_SHARE = 0.25
+#: From this many tokens on, an analysis on the CPU hands its heap's free memory back to the
+#: kernel between its details' tensors and its result (`allocator.release_freed`): a short
+#: prompt's few blocks are kept for the next analysis to reuse without faulting them in.
+RELEASE_FROM_TOKENS = 512
 
 
 def head_details(
@@ -55,26 +60,27 @@ def head_details(
     run.loaded.head_unembeddings.reserve(len(heads) + len(randoms), unit, room)
     scale = c.attn_scale[:, 0, last]  # [L, 1]
 
-    def values_of(chosen: list[tuple[int, int]], v: Tensor) -> tuple[Tensor, FactoredValues | None]:
-        """The values of `chosen` heads from v [L, n, n_kv, d_head], and them factored."""
-        values = head_values(v=v, w_o=w_o, kv_index=kv, attn_scale=scale, heads=chosen)
+    def values_of(chosen: list[tuple[int, int]], v: Tensor) -> Tensor | FactoredValues:
+        """The values of `chosen` heads from v [L, n, n_kv, d_head], factored where their U_h
+        are at hand (then only the others' values are computed)."""
+
+        def plain(some: list[tuple[int, int]]) -> Tensor:
+            return head_values(v=v, w_o=w_o, kv_index=kv, attn_scale=scale, heads=some)
+
         factored = factored_values(
             kept=run.loaded.head_unembeddings,
             projector=run.projector,
             geometry=g,
             heads=chosen,
-            values=values,
+            values=plain,
             v=v,
             w_o=w_o,
             attn_scale=scale,
         )
-        return values, factored
+        return plain(chosen) if factored is None else factored
 
-    values, factored = values_of(heads, c.v[:, 0])
-    baseline: Tensor | FactoredValues | None = None  # the random heads' values at the labels
-    if randoms:
-        plain, baseline = values_of(list(randoms.items()), c.v[:, 0][:, labels])
-        baseline = plain if baseline is None else baseline
+    values = values_of(heads, c.v[:, 0])
+    baseline = values_of(list(randoms.items()), c.v[:, 0][:, labels]) if randoms else None
 
     offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
     rotary = all(o is not None for o in offsets) and bool(labels)
@@ -82,7 +88,7 @@ def head_details(
     rows = torch.stack([c.pattern[layer, 0, head, row] for layer, head in heads])  # [K, S]
     views = head_views(
         projector=run.projector,
-        values=values if factored is None else factored,
+        values=values,
         rows=rows,
         bases=c.resid_pre[layer_of, 0, last],
         base_logits=run.pre_logits[layer_of],
@@ -100,6 +106,9 @@ def head_details(
     )
     splits = [head_scores(run, layer, head) for layer, head in heads]
     views, host = to_host(run, heads, increases, rows, views, splits)
+    del values, baseline, rows, offsets  # the details' tensors, done with
+    if run.last + 1 >= RELEASE_FROM_TOKENS and c.v.device.type == "cpu":
+        release_freed()  # their blocks' free memory, before the result's objects are built
     return [
         head_detail(
             run,

@@ -30,15 +30,17 @@ def factored_values(
     projector: VocabProjector,
     geometry: HeadGeometry,
     heads: list[tuple[int, int]],
-    values: Tensor,
+    values: Callable[[list[tuple[int, int]]], Tensor],
     v: Tensor,
     w_o: dict[int, Tensor],
     attn_scale: Tensor,
 ) -> FactoredValues | None:
-    """The heads' values [K, n, D], those of heads detailed before projected through their
-    U_h from `kept` (fixed mode, and where d_head ≤ PAYBACK_PROMPTS · n; at first sight where
-    that is cheaper already); None: all as they are. v [L, n, n_kv, d_head] at the values'
-    positions, w_o per layer [H, d_head, D], attn_scale [L, 1] at the analysed position."""
+    """The heads' values factored: those of heads detailed before projected through their U_h
+    from `kept` (fixed mode, and where d_head ≤ PAYBACK_PROMPTS · n; at first sight where that
+    is cheaper already), the others' values [., n, D] from `values(those heads)` only; None:
+    all as they are (the caller computes every head's values). v [L, n, n_kv, d_head] at the
+    values' positions, w_o per layer [H, d_head, D], attn_scale [L, 1] at the analysed
+    position."""
     n, d_head = v.shape[1], geometry.d_head
     if projector.mode != "fixed" or d_head > PAYBACK_PROMPTS * n:
         return None
@@ -56,7 +58,9 @@ def factored_values(
     z = torch.stack(
         [v[layer][:, geometry.kv_head(head)] * attn_scale[layer] for layer, head in heads]
     )  # [K, n, d_head]
-    return FactoredValues(values, z, unembeddings)
+    direct = [key for key, u in zip(heads, unembeddings, strict=True) if u is None]
+    plain = values(direct) if direct else z.new_empty(0, n, geometry.d_model)
+    return FactoredValues(plain, z, unembeddings)
 
 
 def unembedding_builder(loaded: LoadedModel) -> Callable[[tuple[int, int]], Tensor] | None:

@@ -239,7 +239,7 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(
 def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> None:
     """bs of v_p W_O^h through the head's factored unembedding U_h equals the direct
     projection of the values, for every head of a layer and any slice of them, also where
-    only some heads have their U_h."""
+    only some heads have their U_h (the values of those without it alone given)."""
     cache, ids = capture(tiny_model)
     g, last = tiny_model.geometry, ids.shape[1] - 1
     layer = 1
@@ -249,11 +249,19 @@ def test_factored_values_project_like_the_values(tiny_model: LoadedModel) -> Non
     projector = final_projector(tiny_model, cache.resid_final[0, last], "fixed")
     unembeddings = [head_unembedding(projector, weights[h]) for h in range(g.n_heads)]
     z = torch.stack([cache.v[layer, 0][:, g.kv_head(h)] for h in range(g.n_heads)])
-    factored = FactoredValues(values, z, unembeddings)
-    mixed = FactoredValues(values, z, [None if h % 2 else u for h, u in enumerate(unembeddings)])
+    factored = FactoredValues(values[:0], z, unembeddings)  # no head needs its values
+    # the odd heads without U_h: only their values are kept
+    mixed = FactoredValues(
+        values[1::2], z, [None if h % 2 else u for h, u in enumerate(unembeddings)]
+    )
     direct = direct_value_logits(projector, values)
-    blocks = [(slice(None), slice(None)), (slice(1, 3), slice(2, 7)), (slice(2, 3), slice(None))]
-    for heads, positions in blocks:  # the last: one head, its product returned as it is
+    blocks = [
+        (slice(None), slice(None)),
+        (slice(1, 3), slice(2, 7)),
+        (slice(3, 4), slice(1, 5)),  # mixed: a head without U_h alone, projected directly
+        (slice(2, 3), slice(None)),  # one head, its product returned as it is
+    ]
+    for heads, positions in blocks:
         want = direct(heads, positions)
         for values_of in (factored, mixed):
             got = values_of.logits(projector, heads, positions)
