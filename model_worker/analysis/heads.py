@@ -8,7 +8,7 @@ the head increases; it is computed with them when it ranks the heads, else after
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -72,15 +72,16 @@ def head_writes(
     v: Tensor,
     pattern_row: Tensor,
     attn_scale: Tensor,
-    w_o: Sequence[Tensor],
+    w_o: Iterable[Tensor],
     kv_index: Tensor,
     label_positions: list[int],
 ) -> HeadWrites:
     """Every head's write and its label positions' part of it.
 
     z [L, H*d_head] and attn_scale [L, 1] at the analysed position, v [L, S, n_kv, d_head],
-    pattern_row [L, H, S] (the analysed position's attention), w_o per layer [H, d_head, D],
-    kv_index [H] (query head → its K/V head).
+    pattern_row [L, H, S] (the analysed position's attention), w_o per layer [H, d_head, D]
+    (read one at a time: a bf16 model's fp32 copies need not all exist at once), kv_index [H]
+    (query head → its K/V head).
     """
     heads, label_parts = [], []
     for layer, layer_w_o in enumerate(w_o):

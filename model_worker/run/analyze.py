@@ -6,6 +6,7 @@ the top heads' per-position contributions and vocabulary views (the details)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -105,7 +106,7 @@ def analyze(
         v=c.v[:, 0],
         pattern_row=c.pattern[:, 0, :, row],
         attn_scale=c.attn_scale[:, 0, last],
-        w_o=[run.w_o(layer) for layer in range(g.n_layers)],
+        w_o=(run.w_o(layer) for layer in range(g.n_layers)),  # a layer's fp32 copy at a time
         kv_index=run.kv_index(),
         label_positions=run.label_positions,
     )
@@ -118,7 +119,8 @@ def analyze(
     )
 
     def split_by_label() -> LabelSplit:
-        return label_split(
+        nonlocal increases
+        found = label_split(
             projector=projector,
             resid_pre=resid_pre,
             writes=writes,
@@ -126,6 +128,9 @@ def analyze(
             target=target_token,
             pre_logits=run.pre_logits,
         )
+        # the whole heads' kept logits were consumed as scratch: freed before the details
+        increases = replace(increases, logits=None)
+        return found
 
     split = split_by_label() if rank_by == "label" else None  # else after the per-head stage
     attn_true, attn_false = attention_sums(
