@@ -16,7 +16,8 @@ from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.analysis.metrics import on_host
 from model_worker.analysis.scores import ScoreSplit
 from model_worker.contracts import HeadDetail, head_name
-from model_worker.device_memory import room_for
+from model_worker.device_memory import ensure_room, room_for
+from model_worker.loading import LoadedModel
 from model_worker.run.assembly import head_detail
 from model_worker.run.factored import factored_values
 from model_worker.run.queries import head_scores, offset_queries, real_queries
@@ -50,6 +51,11 @@ def head_details(
     keyed = set(heads if label_keys is None else label_keys) & set(heads)
     key_layers = sorted({layer for layer, _ in keyed})  # the layers whose label keys are read
     at_labels = c.at_each(labels) if key_layers else []  # kept only when keys are asked
+    ensure_room(
+        c.z.device,
+        weight_copy_bytes(run.loaded, len(layers)),
+        f"fp32 copies of the W_O and W_K of {len(layers)} detailed layers",
+    )
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
     w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
@@ -131,6 +137,16 @@ def head_details(
         )
         for i, (layer, head) in enumerate(heads)
     ]
+
+
+def weight_copy_bytes(loaded: LoadedModel, layers: int) -> int:
+    """Bytes of the fp32 W_O and W_K of `layers` layers that the details keep while they run:
+    copies where the model's weights are not fp32 (an 8B's in bf16: 80 MiB a layer), none
+    where they are (then they are the weights themselves)."""
+    if next(loaded.model.parameters()).dtype == torch.float32:
+        return 0
+    g = loaded.geometry
+    return 4 * layers * (g.n_heads + g.n_kv_heads) * g.d_head * g.d_model
 
 
 @dataclass(frozen=True)

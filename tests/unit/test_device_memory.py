@@ -198,3 +198,28 @@ def test_the_capture_estimate_covers_what_it_keeps(monkeypatch: pytest.MonkeyPat
     )
     with pytest.raises(device_memory.DeviceMemoryError, match=f"capture of {n} tokens needs"):
         analyze(loaded, EXAMPLE_PROMPT)
+
+
+def test_the_details_check_room_for_their_fp32_weight_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bf16 model's details copy each detailed layer's W_O and W_K to fp32: those bytes are
+    checked against the device's free memory first (an fp32 model's are its weights: none)."""
+    from model_worker.run import details as details_module
+    from model_worker.run.details import weight_copy_bytes
+
+    loaded = tiny_llama()
+    g = loaded.geometry
+    assert weight_copy_bytes(loaded, 3) == 0
+    asked: list[tuple[int, str]] = []
+
+    def spy(device: torch.device, nbytes: int, what: str) -> None:
+        asked.append((nbytes, what))
+
+    monkeypatch.setattr(details_module, "ensure_room", spy)
+    result = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)
+    layers = len({d.layer for d in result.head_details.values()})
+    assert asked == [(0, f"fp32 copies of the W_O and W_K of {layers} detailed layers")]
+    loaded.model.to(torch.bfloat16)
+    per_layer = 4 * (g.n_heads + g.n_kv_heads) * g.d_head * g.d_model
+    assert weight_copy_bytes(loaded, 3) == 3 * per_layer
