@@ -75,11 +75,14 @@ def kept_bytes(
     params: float,
     tokens: int,
     labels: int,
+    detailed_layers: int = 20,
 ) -> dict[str, float]:
     """GiB an analysis needs beyond the model's own weights (`params` in bf16): its fp32 capture,
     narrowed (the residual stream at the last position; at the labels too when label-key
     tables are asked for, `labels` > 0) and whole, eager attention's transient [H, S, S] scores
-    of one layer (bf16 and their fp32 softmax), and the fp32 copies it reads (W_U, W_O)."""
+    of one layer (bf16 and their fp32 softmax), and the fp32 copies it reads (W_U; W_O and W_K
+    of the detailed heads' layers, at most K of them; the per-head stage's W_O one layer at a
+    time)."""
     positions = labels + 1
     values_keys = 2 * layers * tokens * kv_heads * d_head * 4  # v and the recorded keys
     residual = 4 * layers * d_model * 4 + layers * heads * d_head * 4  # 4 streams + z, a position
@@ -87,7 +90,8 @@ def kept_bytes(
     queries = layers * heads * tokens * d_head * 4
     whole = residual * tokens + values_keys + queries + layers * heads * tokens * tokens * 4
     transient = heads * tokens * tokens * (2 + 4)
-    copies = (vocab * d_model + layers * heads * d_head * d_model) * 4
+    per_layer = (heads + kv_heads) * d_head * d_model
+    copies = (vocab * d_model + min(layers, detailed_layers) * per_layer) * 4
     gib = 2**30
     return {
         "narrowed": narrowed / gib,
@@ -147,7 +151,7 @@ def main() -> None:
                 f"{name} at {tokens} tokens: capture {est['narrowed']:.2f} GiB narrowed "
                 f"({keyed:.2f} with label keys at a label every 8 tokens) vs "
                 f"{est['whole']:.1f} GiB whole; attention "
-                f"scores {est['transient']:.2f} GiB a layer; fp32 W_U + W_O "
+                f"scores {est['transient']:.2f} GiB a layer; fp32 W_U + detailed layers' W_O, W_K "
                 f"{est['copies']:.1f} GiB; bf16 weights {est['weights']:.1f} GiB; "
                 f"total ≈ {total:.1f} GiB (+ the U_h budget and one 512 MiB projection block)"
             )

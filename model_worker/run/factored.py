@@ -78,7 +78,8 @@ def unembedding_builder(loaded: LoadedModel) -> Callable[[tuple[int, int]], Tens
 
     def build(key: tuple[int, int]) -> Tensor:
         layer, head = key
-        if layer not in w_o:
+        if layer not in w_o:  # one layer's (fp32 copy, for a bf16 model) at a time
+            w_o.clear()
             w_o[layer] = loaded.adapter.w_out(loaded.model, layer, g).to(device)
         return head_unembedding(projector, w_o[layer][head])
 
