@@ -210,9 +210,10 @@ async def run_load(
     timeout_s: float,
     token: str | None = TOKEN,
     fault: Callable[[Report], Awaitable[None]] | None = None,
+    subnet: str = "127.0.1",
 ) -> Report:
-    """`users` concurrent clients (each from its own loopback address) work through `bodies`;
-    `fault` runs alongside them and is cancelled once they are done."""
+    """`users` concurrent clients (each from its own loopback address, `subnet`.N) work through
+    `bodies`; `fault` runs alongside them and is cancelled once they are done."""
     report = Report([Analysis(body["prompt"]) for body in bodies])
     until = time.monotonic() + timeout_s
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -220,7 +221,7 @@ async def run_load(
         queue.put_nowait(index)
 
     async def user(number: int) -> None:
-        async with client_from(base_url, f"127.0.1.{number + 1}", token) as client:
+        async with client_from(base_url, f"{subnet}.{number + 1}", token) as client:
             while not queue.empty():
                 index = queue.get_nowait()
                 await analyse(client, report, report.analyses[index], bodies[index], until)
@@ -542,10 +543,16 @@ async def start_abuser(stack: Stack, name: str, out: Path, settle_s: float) -> B
 
 
 async def flood_phase(
-    stack: Stack, name: str | None, bodies: list[dict[str, Any]], users: int, timeout: float
+    stack: Stack,
+    name: str | None,
+    bodies: list[dict[str, Any]],
+    users: int,
+    timeout: float,
+    subnet: str = "127.0.1",
 ) -> tuple[Report, Counter[str], list[float]]:
-    """The normal users' load, beside flood `name` (None: alone) in its own process, which
-    starts 5 s before them and is killed after them; the server's memory sampled throughout."""
+    """The normal users' load (from `subnet`.N), beside flood `name` (None: alone) in its own
+    process, which starts 5 s before them and is killed after them; the server's memory
+    sampled throughout."""
     assert stack.server is not None
     rss: list[float] = []
     sampler = asyncio.create_task(peak_rss_mb(stack.server.pid, rss)())
@@ -553,7 +560,7 @@ async def flood_phase(
     abuser = None if name is None else await start_abuser(stack, name, out, settle_s=5)
     cpu_before = cpu_seconds(stack.server.pid)
     try:
-        report = await run_load(stack.base_url, bodies, users, timeout)
+        report = await run_load(stack.base_url, bodies, users, timeout, subnet=subnet)
     finally:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
@@ -631,7 +638,10 @@ def run_floods(
             for with_abuser in (False, True):
                 seed = 100_000 + 1000 * (2 * (index * rounds + round_) + with_abuser)
                 bodies = [{"prompt": p} for p in distinct_prompts(total, seed=seed)]
-                phase = flood_phase(stack, name if with_abuser else None, bodies, users, timeout)
+                # fresh addresses each phase: no rate limit carried from the phase before
+                subnet = f"127.{10 + index}.{2 * round_ + with_abuser}"
+                abuser = name if with_abuser else None
+                phase = flood_phase(stack, abuser, bodies, users, timeout, subnet)
                 report, counts, rss = asyncio.run(phase)
                 pooled[with_abuser] += report.request_seconds
                 print(phase_line("with abuser" if with_abuser else "normal only", report, rss))
