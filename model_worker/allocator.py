@@ -44,15 +44,3 @@ def keep_freed_memory() -> bool:
     if not done:
         log.warning("glibc refused the malloc thresholds; freed memory is returned as usual")
     return done
-
-
-def release_freed() -> bool:
-    """Hand the free pages inside glibc's heaps back to the kernel now (malloc_trim(0)); whether
-    it ran (glibc on Linux only). The analysis of a long prompt calls it once its tensors are
-    done, before it builds the result: what its blocks of logits left free (~0.15 GiB at 1,022
-    tokens on SmolLM2, kept resident by `keep_freed_memory`) would otherwise stay resident
-    beneath the result's Python objects, at the analysis's peak. The next analysis faults that
-    memory in again (~10 ms here, and once)."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    return bool(ctypes.CDLL(None).malloc_trim(0))

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model_worker.allocator import release_freed
 from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import HeadViews, head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
@@ -27,10 +26,6 @@ from model_worker.towers import detail_towers
 #: Share of the device's free memory the recurring heads' U_h may grow to, beyond the configured
 #: budget, so that one analysis's heads (K + a baseline per detailed layer) all stay kept.
 UNEMBEDDING_SHARE = 0.25
-#: From this many tokens on, an analysis on the CPU hands its heap's free memory back to the
-#: kernel between its details' tensors and its result (`allocator.release_freed`): a short
-#: prompt's few blocks are kept for the next analysis to reuse without faulting them in.
-RELEASE_FROM_TOKENS = 512
 
 
 def head_details(
@@ -113,8 +108,6 @@ def head_details(
     splits = [head_scores(run, layer, head) for layer, head in heads]
     views, host = to_host(run, heads, increases, rows, views, splits)
     del values, baseline, rows, offsets  # the details' tensors, done with
-    if run.last + 1 >= RELEASE_FROM_TOKENS and c.v.device.type == "cpu":
-        release_freed()  # their blocks' free memory, before the result's objects are built
     return [
         head_detail(
             run,

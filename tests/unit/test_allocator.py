@@ -53,36 +53,3 @@ def test_a_users_own_malloc_settings_are_left_alone(
 ) -> None:
     monkeypatch.setenv(name, "1")
     assert allocator.keep_freed_memory() is False
-
-
-#: 200 MB of 1 MB blocks each followed by a small kept one (freed holes inside the heap, as an
-#: analysis's blocks of logits leave), freed: prints the resident MB then and after
-#: release_freed.
-RELEASE = """
-import torch
-from model_worker.allocator import keep_freed_memory, release_freed
-def resident():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 1e6
-assert keep_freed_memory()
-blocks, kept = [], []
-for _ in range(200):
-    blocks.append(torch.ones(250_000))
-    kept.append(torch.ones(64))
-del blocks
-held = resident()
-assert release_freed()
-print(held, resident())
-"""
-
-
-@glibc
-def test_a_long_analysis_hands_its_freed_holes_back() -> None:
-    """What keep_freed_memory keeps resident, release_freed hands back to the kernel, holes
-    between live blocks included (~200 MB here)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
-    done = subprocess.run(
-        [sys.executable, "-c", RELEASE], capture_output=True, text=True, env=env, check=True
-    )
-    held, after = map(float, done.stdout.split()[-2:])
-    assert held - after > 150
