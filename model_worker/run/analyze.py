@@ -23,6 +23,7 @@ from model_worker.capture import KEEP_ALL, Keep, run_with_cache
 from model_worker.checks import analysis_warnings
 from model_worker.contracts import AnalysisResult, NormMode, RankBy, ResultWarning
 from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.gc_pause import without_gc
 from model_worker.loading import LoadedModel
 from model_worker.prompting import encode_prompt, parse_head_names, read_labels, target_id
 from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
@@ -30,6 +31,7 @@ from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
 
 
+@without_gc
 def analyze(
     loaded: LoadedModel,
     prompt: str,
