@@ -20,6 +20,7 @@ from app.views.figure_kit.themes import config
 from icl_heads.serving import embedded_backend
 from model_worker.contracts import ExperimentResult
 from model_worker.contracts.figures import FigureData, FigureSeries
+from model_worker.datasets.prompts import format_prompt
 from model_worker.queue.result_parts import BODY, experiment_parts
 from model_worker.settings import Settings
 from tests.browser.figure_prompts import EXTRA, prompt, tiny_words
@@ -152,6 +153,34 @@ def test_figures_are_readable_at_every_prompt_length(
             expect(attention.locator("text", has_text=word).first).to_be_attached()
     assert page.evaluate("window.__csp") == []
     assert page.errors == []  # type: ignore[attr-defined]
+    page.context.close()
+
+
+#: how far the top-heads table overflows its card (0: it fits)
+TABLE_OVERFLOW = """() => {
+  const card = document.querySelector(".panel-top-heads");
+  return card.scrollWidth - card.clientWidth;
+}"""
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (1280, 720)], ids=["1440", "1280"])
+def test_the_top_heads_table_fits_its_card_with_long_label_words(
+    browser: Browser, words_url: str, artifacts: Path, size: tuple[int, int]
+) -> None:
+    """Two long label words make two wide MRR columns: the table's column widens (the
+    figures' gives way) instead of scrolling in its card (before: cut at 1440 × 900 with
+    SmolLM2's "positive" / "negative", at 1280 × 720 even after tighter cells)."""
+    words = ("alligator", "alpaca", "antelope", "armadillo", "baboon", "badger", "beaver", "bear")
+    demos = [(w, "enthusiastic" if i % 2 else "disappointing") for i, w in enumerate(words)]
+    page = open_page(browser, size, present=False)
+    page.goto(words_url + "/")
+    page.fill("textarea[name=prompt]", format_prompt(demos, "bat"))
+    page.click("#analyse")
+    expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=60_000)
+    expect(page.locator("table.top-heads th", has_text="disappointing")).to_be_visible()
+    page.screenshot(path=artifacts / f"top-heads-long-labels-{size[0]}.png", full_page=False)
+    assert page.evaluate(TABLE_OVERFLOW) <= 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
     page.context.close()
 
 
