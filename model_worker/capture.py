@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from model_worker.analysis.flow import Flow, flow_of, layer_masses
 from model_worker.architectures import Adapter, HeadGeometry
+from model_worker.device_index import index_on
 from model_worker.device_memory import ensure_room, gather, to_device
 from model_worker.qk import LayerQk, recording
 
@@ -208,11 +209,7 @@ def run_with_cache(
     final: dict[str, Tensor] = {}
     handles: list[torch.utils.hooks.RemovableHandle] = []
     seq = input_ids.shape[1]
-    positions = None if keep.positions is None else torch.tensor(keep.positions)
-    rows = None if keep.rows is None else torch.tensor(keep.rows)
-    if (positions is not None and positions.numel() and int(positions.max()) >= seq) or (
-        rows is not None and rows.numel() and int(rows.max()) >= seq
-    ):
+    if any(position >= seq for position in (keep.positions or ()) + (keep.rows or ())):
         raise ValueError(f"kept positions past the prompt's {seq} tokens")
     dtype = next(model.parameters()).dtype
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
@@ -228,8 +225,8 @@ def run_with_cache(
     ensure_room(device, needed, f"the capture of {seq} tokens")
 
     def keep_at(key: str, layer: int, value: Tensor) -> None:
-        if positions is not None and key in POSITIONAL:
-            value = value[:, positions.to(value.device)]
+        if keep.positions is not None and key in POSITIONAL:
+            value = value[:, index_on(keep.positions, value.device)]
         buffers.put(key, layer, value)
 
     def pre(key: str, layer: int) -> Callable[..., None]:
@@ -251,7 +248,10 @@ def run_with_cache(
             weights = output[1].detach()
             if keep.flow_labels is not None:
                 masses[layer] = layer_masses(weights[0].float().mean(0), keep.flow_labels)
-            buffers.put("pattern", layer, weights if rows is None else weights[:, :, rows])
+            kept = (
+                weights if keep.rows is None else weights[:, :, index_on(keep.rows, weights.device)]
+            )
+            buffers.put("pattern", layer, kept)
             keep_at("attn_scale", layer, adapter.attn_scale(model, layer, output[0]))
             if spec.attn_post_norm is None:
                 keep_at("attn_out", layer, output[0])

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from model_worker.device_index import index_on
 from model_worker.device_memory import to_device
 
 RECORDER = "icl_heads_record"
@@ -135,13 +136,15 @@ def _record(
     """The registered attention function: record, then attend exactly as eager does."""
     record = _ACTIVE.get(module)
     if record is not None:
-        rows = None if record.rows is None else list(record.rows)
+        rows = None if record.rows is None else index_on(record.rows, query.device)
         kept = query.detach() if rows is None else query.detach()[:, :, rows]
         record.query, record.key = kept.float(), key.detach().float()
         record.mask = None
         if attention_mask is not None:
             mask = attention_mask.detach()
-            record.mask = mask if rows is None or mask.shape[-2] == 1 else mask[:, :, rows]
+            if rows is not None and mask.shape[-2] != 1:
+                mask = mask[:, :, rows.to(mask.device)]
+            record.mask = mask
         record.scaling = float(scaling if scaling is not None else query.shape[-1] ** -0.5)
         softcap = kwargs.get("softcap")
         record.softcap = None if softcap is None else float(softcap)
@@ -202,7 +205,7 @@ def rotate(record: LayerQk, x: Tensor, positions: Sequence[int], inverse: bool =
     is R(−θ) / a, i.e. (cos, −sin) / a²."""
     if record.rotary is None or record.rotate is None:
         return x
-    cos, sin = (t[0, list(positions)] for t in record.rotary)  # [P, ·]
+    cos, sin = (t[0, index_on(positions, t.device)] for t in record.rotary)  # [P, ·]
     if not inverse:
         return record.rotate(x, cos, sin)
     square = cos * cos + sin * sin

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_logits
 from model_worker.analysis.projection import VocabProjector
+from model_worker.device_index import index_on
 from model_worker.device_memory import room_for
 
 
@@ -280,12 +281,11 @@ def position_views_fixed(
         span = range(n_positions)[m]
         kept = [(n, p - span.start) for n, p in enumerate(positions) if p in span]
         if kept:  # the label tables, from a compact copy made before the values are weighted
-            index = [n for n, _ in kept]
-            chosen = logits[:, [p for _, p in kept]]  # [b, P', V]
+            index = index_on([n for n, _ in kept], rows.device)
+            chosen = logits[:, index_on([p for _, p in kept], logits.device)]  # [b, P', V]
             shape = chosen.shape[:2]
-            summary = summarize_logits(
-                chosen.reshape(-1, chosen.shape[-1]), k, rank_ids[index].expand(shape).reshape(-1)
-            )
+            wanted = rank_ids[index.to(rank_ids.device)].expand(shape).reshape(-1)
+            summary = summarize_logits(chosen.reshape(-1, chosen.shape[-1]), k, wanted)
             top_ids[b, index] = summary.top_ids.reshape(*shape, -1)
             top_values[b, index] = summary.top_values.reshape(*shape, -1)
             ranks[b, index] = summary.ranks.reshape(shape)
@@ -297,7 +297,7 @@ def position_views_fixed(
         full = torch.addcmul(base_logits[b, None, :], logits, weight, out=logits)
         increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
     # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
-    weighted_values = top_values * rows[:, positions, None]
+    weighted_values = top_values * rows[:, index_on(positions, rows.device), None]
     top_ids, ranks = top_ids.reshape(-1, width), ranks.reshape(-1)
     return PositionViews(
         Increase(increase, margin),

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from model_worker.device_index import index_on
+
 FLOWS = ("demo_to_label", "label_to_last", "other")
 
 
@@ -53,12 +55,13 @@ def layer_masses(averaged: Tensor, labels: Sequence[int]) -> Tensor:
     if not labels:
         total = averaged.sum()
         return torch.stack([total * 0, total * 0, total])
-    positions = torch.tensor(list(labels), device=averaged.device)
-    starts = torch.cat([positions.new_zeros(1), positions[:-1] + 1])
+    # indices made once per prompt and device (no stream sync a layer; model_worker.device_index)
+    positions = index_on(labels, averaged.device)
+    starts = index_on([0, *(p + 1 for p in labels[:-1])], averaged.device)
     columns = torch.arange(n, device=averaged.device)
     own = (columns >= starts[:, None]) & (columns < positions[:, None])  # [P, n]
     demo = (averaged[positions] * own).sum()
-    last = averaged[n - 1, positions.unique()].sum()
+    last = averaged[n - 1, index_on(sorted(set(labels)), averaged.device)].sum()
     return torch.stack([demo, last, averaged.sum() - demo - last])
 
 
