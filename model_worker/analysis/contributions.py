@@ -224,13 +224,23 @@ def part_increases(
     return out[0], out[1]
 
 
-#: bs of chosen values: (heads, positions) slices → their logits [b, m, V], scratch.
-ValueLogits = Callable[[slice, slice], Tensor]
+#: bs of chosen values: heads (a slice) at positions (a slice, or an index tensor of them) →
+#: their logits [b, m, V], scratch.
+ValueLogits = Callable[[slice, slice | Tensor], Tensor]
 
 
 def direct_value_logits(projector: VocabProjector, values: Tensor) -> ValueLogits:
     """ValueLogits of `values` [K, S, D] projected as they are (fixed mode)."""
-    return lambda heads, positions: projector.linear(values[heads, positions])
+    return lambda heads, positions: projector.linear(values[heads][:, positions])
+
+
+def labels_first(positions: list[int], n_positions: int) -> list[int]:
+    """All `n_positions` positions, the (distinct) label `positions` first in their order, then
+    the others ascending: in this order a block's label rows are one slice of it."""
+    if len(set(positions)) != len(positions):
+        raise ValueError(f"label positions must be distinct, got {positions}")
+    chosen = set(positions)
+    return [*positions, *(p for p in range(n_positions) if p not in chosen)]
 
 
 @dataclass(frozen=True)
@@ -261,7 +271,9 @@ def position_views_fixed(
 
     bases [K, D], value_logits(heads, positions): L of those values [b, m, V] (see
     `direct_value_logits`), rows [K, S] (attention of the last position), rank_ids [P] (the
-    token to rank at each kept position).
+    token to rank at each label position). Positions are projected labels first
+    (`labels_first`), so that each block's label rows are summarised where they lie, a view
+    of the block, not a copy.
     """
     if projector.mode != "fixed":
         raise ValueError("position_views_fixed needs the fixed norm mode")
@@ -269,27 +281,30 @@ def position_views_fixed(
         base_logits = projector.logits(bases)
     base_logprob = base_logprobs(projector, base_logits, target)
     n_heads, n_positions = rows.shape
-    increase = rows.new_empty(n_heads, n_positions)
+    n_labels = len(positions)
+    order = index_on(labels_first(positions, n_positions), rows.device)
+    ordered_rows = rows[:, order]
+    rank_ids = rank_ids.to(rows.device)
+    increase = rows.new_empty(n_heads, n_positions)  # in `order`, as `margin`
     margin = None if margin_ids is None else rows.new_empty(n_heads, n_positions)
     width = min(k, projector.vocab)
-    top_ids = torch.zeros(n_heads, len(positions), width, dtype=torch.long, device=rows.device)
-    top_values = rows.new_zeros(n_heads, len(positions), width)
-    ranks = torch.zeros(n_heads, len(positions), dtype=torch.long, device=rows.device)
+    top_ids = torch.zeros(n_heads, n_labels, width, dtype=torch.long, device=rows.device)
+    top_values = rows.new_zeros(n_heads, n_labels, width)
+    ranks = torch.zeros(n_heads, n_labels, dtype=torch.long, device=rows.device)
     block = chunk or block_rows(projector.vocab, rows.device)
     for b, m in _blocks(n_heads, n_positions, block):
-        logits = value_logits(b, m)  # [b, m, V]
+        logits = value_logits(b, order[m])  # [b, m, V]
         span = range(n_positions)[m]
-        kept = [(n, p - span.start) for n, p in enumerate(positions) if p in span]
-        if kept:  # the label tables, from a compact copy made before the values are weighted
-            index = index_on([n for n, _ in kept], rows.device)
-            chosen = logits[:, index_on([p for _, p in kept], logits.device)]  # [b, P', V]
+        labels = slice(span.start, min(span.stop, n_labels))
+        if span.start < n_labels:  # the label tables, before the values are weighted
+            chosen = logits[:, : labels.stop - labels.start]  # [b, P', V]
             shape = chosen.shape[:2]
-            wanted = rank_ids[index.to(rank_ids.device)].expand(shape).reshape(-1)
+            wanted = rank_ids[labels].expand(shape).reshape(-1)
             summary = summarize_logits(chosen.reshape(-1, chosen.shape[-1]), k, wanted)
-            top_ids[b, index] = summary.top_ids.reshape(*shape, -1)
-            top_values[b, index] = summary.top_values.reshape(*shape, -1)
-            ranks[b, index] = summary.ranks.reshape(shape)
-        weight = rows[b, m, None]  # [b, m, 1]: a_p
+            top_ids[b, labels] = summary.top_ids.view(*shape, -1)
+            top_values[b, labels] = summary.top_values.view(*shape, -1)
+            ranks[b, labels] = summary.ranks.view(shape)
+        weight = ordered_rows[b, m, None]  # [b, m, 1]: a_p
         if margin is not None and margin_ids is not None:
             first, second = logits[..., margin_ids[0]], logits[..., margin_ids[1]]
             margin[b, m] = first * weight[..., 0] - second * weight[..., 0]
@@ -297,10 +312,17 @@ def position_views_fixed(
         full = torch.addcmul(base_logits[b, None, :], logits, weight, out=logits)
         increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
     # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
-    weighted_values = top_values * rows[:, index_on(positions, rows.device), None]
+    weighted_values = top_values * ordered_rows[:, :n_labels, None]
     top_ids, ranks = top_ids.reshape(-1, width), ranks.reshape(-1)
     return PositionViews(
-        Increase(increase, margin),
+        Increase(_in_place(increase, order), None if margin is None else _in_place(margin, order)),
         VocabSummary(top_ids, top_values.reshape(-1, width), ranks),
         VocabSummary(top_ids, weighted_values.reshape(-1, width), ranks),
     )
+
+
+def _in_place(ordered: Tensor, order: Tensor) -> Tensor:
+    """[K, S] values laid out in `order` back at their positions."""
+    out = torch.empty_like(ordered)
+    out[:, order] = ordered
+    return out

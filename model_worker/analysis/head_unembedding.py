@@ -45,9 +45,9 @@ class FactoredValues:
         """The heads without U_h, whose values are `values` (in this order)."""
         return [i for i, u in enumerate(self.unembeddings) if u is None]
 
-    def logits(self, projector: VocabProjector, heads: slice, positions: slice) -> Tensor:
-        """Fixed-mode bs of the values of `heads` at `positions` → [b, m, V] (= projector.linear
-        of them)."""
+    def logits(self, projector: VocabProjector, heads: slice, positions: slice | Tensor) -> Tensor:
+        """Fixed-mode bs of the values of `heads` at `positions` (a slice or an index tensor)
+        → [b, m, V] (= projector.linear of them)."""
         chosen = range(len(self.unembeddings))[heads]
         row = {h: r for r, h in enumerate(self.direct)}  # a direct head's row of `values`
         direct = [i for i, h in enumerate(chosen) if h in row]

@@ -8,6 +8,7 @@ import torch
 from model_worker.analysis.contributions import (
     direct_value_logits,
     head_outputs,
+    labels_first,
     logprob_increase,
     part_increases,
     position_views_fixed,
@@ -189,16 +190,18 @@ def test_right_padded_batch_matches_single_prompts(tiny_model: LoadedModel) -> N
         ).abs().max() <= ATOL
 
 
-@pytest.mark.parametrize("chunk", [5, 7, 64])
+@pytest.mark.parametrize("chunk", [3, 5, 7, 64])
+@pytest.mark.parametrize("labels", [[2, 5, 8, 11], [11, 2, 8]])
 def test_fixed_mode_fast_path_equals_the_direct_computation(
-    tiny_model: LoadedModel, chunk: int
+    tiny_model: LoadedModel, chunk: int, labels: list[int]
 ) -> None:
-    """position_views_fixed (one projection per value) = separate projections of a·v and v,
-    whether a block holds part of one head's positions or several heads."""
+    """position_views_fixed (one projection per value, labels first) = separate projections of
+    a·v and v, whether a block holds part of one head's positions or several heads, with the
+    labels in any order."""
     cache, ids = capture(tiny_model)
     g, last = tiny_model.geometry, ids.shape[1] - 1
     kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
-    layer, labels = 2, [2, 5, 8, 11]
+    layer = 2
     values = value_outputs(cache.v[layer, 0], w_o(tiny_model, layer), kv)  # [H, S, D]
     rows = cache.pattern[layer, 0, :, last]
     bases = cache.resid_pre[layer, 0, last].expand(g.n_heads, -1)
@@ -232,6 +235,7 @@ def test_fixed_mode_fast_path_equals_the_direct_computation(
         3,
     )
     assert torch.equal(fast.value.ranks, plain.ranks)
+    assert torch.equal(fast.value.top_ids, plain.top_ids)
     assert torch.allclose(fast.value.top_values, plain.top_values, atol=ATOL)
     assert torch.allclose(fast.weighted.top_values, weighted.top_values, atol=ATOL)
 
@@ -307,3 +311,10 @@ def test_a_zero_write_raises_the_log_probability_by_exactly_zero(mode: str) -> N
                 1,
             )
             assert views.contribution.increase.abs().max() == 0
+
+
+def test_labels_first_puts_the_labels_first_and_keeps_every_position_once() -> None:
+    assert labels_first([5, 1], 7) == [5, 1, 0, 2, 3, 4, 6]
+    assert labels_first([], 3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="distinct"):
+        labels_first([2, 2], 4)
