@@ -47,10 +47,10 @@ from bench_analysis import interleaved, setup  # noqa: E402
 from model_worker.analysis.contributions import (  # noqa: E402
     head_outputs,
     logprob_increase,
-    position_views_fixed,
     subhead_values,
 )
 from model_worker.analysis.details import head_values  # noqa: E402
+from model_worker.analysis.position_views import position_views_fixed  # noqa: E402
 from model_worker.capture import run_with_cache  # noqa: E402
 from model_worker.loading import LoadedModel  # noqa: E402
 from model_worker.run.analyze import analyze

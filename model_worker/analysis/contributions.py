@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_logits
+from model_worker.analysis.metrics import block_rows
 from model_worker.analysis.projection import VocabProjector
-from model_worker.device_index import index_on
 from model_worker.device_memory import room_for
 
 
@@ -67,14 +65,14 @@ class Increase:
 def base_logprobs(projector: VocabProjector, base_logits: Tensor, target: int) -> Tensor:
     """log softmax(cap(bs(x)))[target] of bases whose bs is `base_logits` [B, V] → [B].
 
-    Through the same fused log-softmax as the summed rows (`_target_logprob`): an increase is
+    Through the same fused log-softmax as the summed rows (`target_logprob`): an increase is
     the difference of two such log-probabilities, and their fp32 sums of V exponentials, taken
     in one order, round alike and cancel. (With `torch.logsumexp` here, whose sum is ordered
     otherwise, SmolLM2's increases were up to 1.1e-5 from float64's; now 3.7e-6.)"""
-    return _target_logprob(projector, base_logits.clone(), target)
+    return target_logprob(projector, base_logits.clone(), target)
 
 
-def _target_logprob(projector: VocabProjector, full: Tensor, target: int) -> Tensor:
+def target_logprob(projector: VocabProjector, full: Tensor, target: int) -> Tensor:
     """log softmax(cap(full))[..., target] of summed logits `full` [..., V], consumed as
     scratch: the soft-cap and the log-softmax work in place (one fused pass per row)."""
     full = projector.cap(full)
@@ -96,11 +94,11 @@ def _increase(
     `delta` (a whole block of logits) is consumed as scratch.
     """
     margin = None if margin_ids is None else delta[..., margin_ids[0]] - delta[..., margin_ids[1]]
-    logprob = _target_logprob(projector, delta.add_(base_logits[:, None, :]), target)
+    logprob = target_logprob(projector, delta.add_(base_logits[:, None, :]), target)
     return logprob - base_logprob[:, None], margin
 
 
-def _blocks(n_bases: int, n_vectors: int, rows: int) -> list[tuple[slice, slice]]:
+def blocks(n_bases: int, n_vectors: int, rows: int) -> list[tuple[slice, slice]]:
     """(bases, vectors) slices of about `rows` vectors each: several bases per block when
     they carry few vectors, several blocks per base when one base carries more."""
     if n_vectors >= rows:
@@ -135,7 +133,7 @@ def logprob_increase(
     rows = chunk or block_rows(projector.vocab, vectors.device)
     increase = vectors.new_empty(vectors.shape[:2])
     margin = None if margin_ids is None else vectors.new_empty(vectors.shape[:2])
-    for b, m in _blocks(vectors.shape[0], vectors.shape[1], rows):
+    for b, m in blocks(vectors.shape[0], vectors.shape[1], rows):
         delta = projector.delta(base_logits[b], bases[b], vectors[b, m])
         increase[b, m], block_margin = _increase(
             projector, base_logits[b], delta, target, margin_ids, base_logprob[b]
@@ -182,11 +180,11 @@ def whole_increase(
     base_logprob = base_logprobs(projector, base_logits, target)
     kept = whole.new_empty(n_bases, n_vectors, projector.vocab)
     increase = whole.new_empty(n_bases, n_vectors)
-    for b, m in _blocks(n_bases, n_vectors, block_rows(projector.vocab, whole.device)):
+    for b, m in blocks(n_bases, n_vectors, block_rows(projector.vocab, whole.device)):
         linear = projector.linear(whole[b, m])
         kept[b, m] = linear
         full = linear.add_(base_logits[b, None, :])  # bs(x + whole)
-        increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
+        increase[b, m] = target_logprob(projector, full, target) - base_logprob[b, None]
     return WholeIncrease(increase, kept)
 
 
@@ -213,116 +211,12 @@ def part_increases(
     base_logprob = base_logprobs(projector, base_logits, target)
     rows = block_rows(projector.vocab, whole.device)
     out = [whole.new_empty(whole.shape[:2]) for _ in range(2)]
-    for b, m in _blocks(whole.shape[0], whole.shape[1], rows):
+    for b, m in blocks(whole.shape[0], whole.shape[1], rows):
         base = base_logits[b, None, :]
         whole_linear = projector.linear(whole[b, m]) if whole_logits is None else whole_logits[b, m]
         part_logits = projector.linear(part[b, m])
         rest_full = whole_linear.sub_(part_logits).add_(base)  # bs(x + whole − part), linearity
         part_full = part_logits.add_(base)
         for i, full in enumerate((part_full, rest_full)):
-            out[i][b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
+            out[i][b, m] = target_logprob(projector, full, target) - base_logprob[b, None]
     return out[0], out[1]
-
-
-#: bs of chosen values: heads (a slice) at positions (a slice, or an index tensor of them) →
-#: their logits [b, m, V], scratch.
-ValueLogits = Callable[[slice, slice | Tensor], Tensor]
-
-
-def direct_value_logits(projector: VocabProjector, values: Tensor) -> ValueLogits:
-    """ValueLogits of `values` [K, S, D] projected as they are (fixed mode)."""
-    return lambda heads, positions: projector.linear(values[heads][:, positions])
-
-
-def labels_first(positions: list[int], n_positions: int) -> list[int]:
-    """All `n_positions` positions, the (distinct) label `positions` first in their order, then
-    the others ascending: in this order a block's label rows are one slice of it."""
-    if len(set(positions)) != len(positions):
-        raise ValueError(f"label positions must be distinct, got {positions}")
-    chosen = set(positions)
-    return [*positions, *(p for p in range(n_positions) if p not in chosen)]
-
-
-@dataclass(frozen=True)
-class PositionViews:
-    """Per-position contributions [K, S] of K heads, and the vocabulary views of their
-    values at chosen positions, unweighted and attention-weighted ([K, P] summaries)."""
-
-    contribution: Increase
-    value: VocabSummary
-    weighted: VocabSummary
-
-
-def position_views_fixed(
-    projector: VocabProjector,
-    bases: Tensor,
-    value_logits: ValueLogits,
-    rows: Tensor,
-    target: int,
-    positions: list[int],
-    rank_ids: Tensor,
-    k: int,
-    margin_ids: tuple[int, int] | None = None,
-    chunk: int | None = None,
-    base_logits: Tensor | None = None,
-) -> PositionViews:
-    """Fixed mode only: bs is linear, so one projection L = bs(v_p W_O^h) of each value serves
-    both its subheadvalue (a_p · L) and the label tables at `positions`.
-
-    bases [K, D], value_logits(heads, positions): L of those values [b, m, V] (see
-    `direct_value_logits`), rows [K, S] (attention of the last position), rank_ids [P] (the
-    token to rank at each label position). Positions are projected labels first
-    (`labels_first`), so that each block's label rows are summarised where they lie, a view
-    of the block, not a copy.
-    """
-    if projector.mode != "fixed":
-        raise ValueError("position_views_fixed needs the fixed norm mode")
-    if base_logits is None:
-        base_logits = projector.logits(bases)
-    base_logprob = base_logprobs(projector, base_logits, target)
-    n_heads, n_positions = rows.shape
-    n_labels = len(positions)
-    order = index_on(labels_first(positions, n_positions), rows.device)
-    ordered_rows = rows[:, order]
-    rank_ids = rank_ids.to(rows.device)
-    increase = rows.new_empty(n_heads, n_positions)  # in `order`, as `margin`
-    margin = None if margin_ids is None else rows.new_empty(n_heads, n_positions)
-    width = min(k, projector.vocab)
-    top_ids = torch.zeros(n_heads, n_labels, width, dtype=torch.long, device=rows.device)
-    top_values = rows.new_zeros(n_heads, n_labels, width)
-    ranks = torch.zeros(n_heads, n_labels, dtype=torch.long, device=rows.device)
-    block = chunk or block_rows(projector.vocab, rows.device)
-    for b, m in _blocks(n_heads, n_positions, block):
-        logits = value_logits(b, order[m])  # [b, m, V]
-        span = range(n_positions)[m]
-        labels = slice(span.start, min(span.stop, n_labels))
-        if span.start < n_labels:  # the label tables, before the values are weighted
-            chosen = logits[:, : labels.stop - labels.start]  # [b, P', V]
-            shape = chosen.shape[:2]
-            wanted = rank_ids[labels].expand(shape).reshape(-1)
-            summary = summarize_logits(chosen.reshape(-1, chosen.shape[-1]), k, wanted)
-            top_ids[b, labels] = summary.top_ids.view(*shape, -1)
-            top_values[b, labels] = summary.top_values.view(*shape, -1)
-            ranks[b, labels] = summary.ranks.view(shape)
-        weight = ordered_rows[b, m, None]  # [b, m, 1]: a_p
-        if margin is not None and margin_ids is not None:
-            first, second = logits[..., margin_ids[0]], logits[..., margin_ids[1]]
-            margin[b, m] = first * weight[..., 0] - second * weight[..., 0]
-        # bs(x) + a_p · L in one pass, written over L
-        full = torch.addcmul(base_logits[b, None, :], logits, weight, out=logits)
-        increase[b, m] = _target_logprob(projector, full, target) - base_logprob[b, None]
-    # a_p ≥ 0 scales a row without reordering it: the same tokens, values times a_p
-    weighted_values = top_values * ordered_rows[:, :n_labels, None]
-    top_ids, ranks = top_ids.reshape(-1, width), ranks.reshape(-1)
-    return PositionViews(
-        Increase(_in_place(increase, order), None if margin is None else _in_place(margin, order)),
-        VocabSummary(top_ids, top_values.reshape(-1, width), ranks),
-        VocabSummary(top_ids, weighted_values.reshape(-1, width), ranks),
-    )
-
-
-def _in_place(ordered: Tensor, order: Tensor) -> Tensor:
-    """[K, S] values laid out in `order` back at their positions."""
-    out = torch.empty_like(ordered)
-    out[:, order] = ordered
-    return out

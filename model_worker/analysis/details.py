@@ -16,9 +16,7 @@ from torch import Tensor
 
 from model_worker.analysis.contributions import (
     Increase,
-    direct_value_logits,
     logprob_increase,
-    position_views_fixed,
     subhead_values,
     value_outputs,
 )
@@ -30,7 +28,9 @@ from model_worker.analysis.metrics import (
     summarize_logits,
     summarize_projections,
 )
+from model_worker.analysis.position_views import direct_value_logits, position_views_fixed
 from model_worker.analysis.projection import VocabProjector
+from model_worker.analysis.taylor import SmallWrites, small_writes
 
 
 def head_values(
@@ -108,6 +108,38 @@ def summarize_factored(
     return concat(parts).reshaped((n_heads, n_positions))
 
 
+def settled_writes(
+    projector: VocabProjector,
+    values: Tensor | FactoredValues,
+    rows: Tensor,
+    base_logits: Tensor,
+    target: int,
+    labels: list[int],
+    margin_ids: tuple[int, int] | None,
+) -> SmallWrites | None:
+    """The writes a_p · v_p W_O^h whose increases the Taylor expansion settles within its
+    tolerance (`analysis.taylor`), where every head's values are factored through its U_h, the
+    model has no final soft-cap, and on the CPU (a GPU's products are cheap next to its host's
+    work, which the expansion's per-head decisions would add to); None elsewhere (every write
+    is projected)."""
+    if not isinstance(values, FactoredValues) or projector.softcap is not None:
+        return None
+    if values.z.device.type != "cpu":
+        return None
+    unembeddings = [u for u in values.unembeddings if u is not None]
+    if len(unembeddings) != len(values.unembeddings):
+        return None
+    return small_writes(
+        unembeddings=unembeddings,
+        x=values.z * projector.final_inv_scale,
+        rows=rows,
+        base_logits=base_logits,
+        target=target,
+        labels=labels,
+        margin_ids=margin_ids,
+    )
+
+
 @dataclass(frozen=True)
 class HeadViews:
     """The tensors of K detailed heads' details, at P label positions, over their nL layers.
@@ -181,6 +213,9 @@ def head_views(
             margin_ids,
             chunk=values.block_rows() if isinstance(values, FactoredValues) else None,
             base_logits=base_logits,
+            small=settled_writes(
+                projector, values, rows, base_logits, target, label_positions, margin_ids
+            ),
         )
         contribution = fixed.contribution
     else:

@@ -10,6 +10,7 @@ costs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,21 @@ def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:
     unembedding is, [V, d_head], so that z · U_hᵀ goes through the calibrated kernel."""
     normed = projector.norm.center(w_o_head) * projector.norm.weight
     return unembed_matmul(projector.w_u, normed)
+
+
+_RADII: dict[int, float] = {}
+
+
+def unembedding_radius(u: Tensor) -> float:
+    """max_v ‖U_h[v] − mean row‖ of a kept U_h [V, d] (a bound on its logits' spread: see
+    `analysis.taylor`), measured once per tensor (a pass over U_h) and forgotten with it."""
+    key = id(u)
+    radius = _RADII.get(key)
+    if radius is None:
+        radius = float((u - u.mean(0)).norm(dim=-1).max())
+        _RADII[key] = radius
+        weakref.finalize(u, _RADII.pop, key, None)
+    return radius
 
 
 @dataclass(frozen=True)

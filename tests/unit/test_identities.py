@@ -6,18 +6,20 @@ import pytest
 import torch
 
 from model_worker.analysis.contributions import (
-    direct_value_logits,
     head_outputs,
-    labels_first,
     logprob_increase,
     part_increases,
-    position_views_fixed,
     subhead_values,
     value_outputs,
     whole_increase,
 )
 from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.metrics import summarize_projections
+from model_worker.analysis.position_views import (
+    direct_value_logits,
+    labels_first,
+    position_views_fixed,
+)
 from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.capture import RunCache, run_with_cache
 from model_worker.loading import LoadedModel
