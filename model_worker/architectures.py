@@ -167,6 +167,22 @@ class Adapter:
             b_v.reshape(g.n_kv_heads, g.d_head),
         )
 
+    def w_k(self, model: nn.Module, index: int, g: HeadGeometry) -> Tensor:
+        """W_K per K/V head [n_kv, d_model, d_head] (`qkv(...).w_k`, without the rest)."""
+        spec = self.spec
+        if spec.qkv_layout == "separate":
+            assert spec.k
+            weight = self._in_out(self.sub(model, index, spec.k))
+        else:
+            assert spec.qkv
+            fused = self._in_out(self.sub(model, index, spec.qkv))
+            if spec.qkv_layout == "per_head":  # GPT-NeoX: out columns are [H, (q|k|v), d]
+                weight = fused.reshape(fused.shape[0], g.n_heads, 3, g.d_head)[:, :, 1].flatten(1)
+            else:
+                start = g.n_heads * g.d_head
+                weight = fused[:, start : start + g.n_kv_heads * g.d_head]
+        return weight.reshape(g.d_model, g.n_kv_heads, g.d_head).permute(1, 0, 2)
+
     def w_qk(self, model: nn.Module, index: int, g: HeadGeometry) -> tuple[Tensor, Tensor, Tensor]:
         """(W_Q [n_heads, d_model, d_head], b_Q [n_heads, d_head], W_K [n_kv, d_model, d_head])."""
         weights = self.qkv(model, index, g)

@@ -123,6 +123,12 @@ def _rotary_of_file(name: str) -> RotaryFunction | None:
     return RotaryFunction(apply, sin_first=names.index("sin") < names.index("cos"))
 
 
+def _detached(t: Tensor) -> Tensor:
+    """`t` without its autograd history (itself where it has none: a capture's forward pass
+    runs in inference mode)."""
+    return t.detach() if t.requires_grad else t
+
+
 def _record(
     module: nn.Module,
     query: Tensor,
@@ -137,13 +143,13 @@ def _record(
     record = _ACTIVE.get(module)
     if record is not None:
         rows = None if record.rows is None else index_on(record.rows, query.device)
-        kept = query.detach() if rows is None else query.detach()[:, :, rows]
-        record.query, record.key = kept.float(), key.detach().float()
+        kept = _detached(query) if rows is None else _detached(query)[:, :, rows]
+        record.query, record.key = kept.float(), _detached(key).float()
         record.mask = None
         if attention_mask is not None:
-            mask = attention_mask.detach()
-            if rows is not None and mask.shape[-2] != 1:
-                mask = mask[:, :, rows.to(mask.device)]
+            mask = _detached(attention_mask)
+            if record.rows is not None and mask.shape[-2] != 1:
+                mask = mask[:, :, index_on(record.rows, mask.device)]
             record.mask = mask
         record.scaling = float(scaling if scaling is not None else query.shape[-1] ** -0.5)
         softcap = kwargs.get("softcap")
@@ -173,12 +179,22 @@ def recording(
         raise RuntimeError(f"QK scores need eager attention, the model runs {previous!r}")
     kept = None if rows is None else tuple(rows)
     records = [LayerQk(rotate=rotary_function(m), rows=kept) for m in modules]
+    # the (cos, sin) of each position_embeddings object seen (most models hand every layer the
+    # same one), converted once: the layers' records then share them (`same_rotary`)
+    converted: dict[int, tuple[tuple[Tensor, Tensor], RotaryFunction, tuple[Tensor, Tensor]]] = {}
 
     def keep_rotary(record: LayerQk) -> Callable[..., None]:
         def hook(_m: nn.Module, _args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             rotary = kwargs.get("position_embeddings")
             if isinstance(rotary, tuple) and record.rotate is not None:
-                record.rotary = record.rotate.cos_sin(rotary)
+                seen = converted.get(id(rotary))
+                if seen is None or seen[0] is not rotary or seen[1] != record.rotate:
+                    seen = converted[id(rotary)] = (
+                        rotary,
+                        record.rotate,
+                        record.rotate.cos_sin(rotary),
+                    )
+                record.rotary = seen[2]
 
         return hook
 

@@ -13,6 +13,7 @@ the summed weight, and the three masses add up to the number of rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,14 +56,25 @@ def layer_masses(averaged: Tensor, labels: Sequence[int]) -> Tensor:
     if not labels:
         total = averaged.sum()
         return torch.stack([total * 0, total * 0, total])
-    # indices made once per prompt and device (no stream sync a layer; model_worker.device_index)
-    positions = index_on(labels, averaged.device)
-    starts = index_on([0, *(p + 1 for p in labels[:-1])], averaged.device)
-    columns = torch.arange(n, device=averaged.device)
-    own = (columns >= starts[:, None]) & (columns < positions[:, None])  # [P, n]
+    positions, own, sources = demonstration_sources(tuple(labels), n, averaged.device)
     demo = (averaged[positions] * own).sum()
-    last = averaged[n - 1, index_on(sorted(set(labels)), averaged.device)].sum()
+    last = averaged[n - 1, sources].sum()
     return torch.stack([demo, last, averaged.sum() - demo - last])
+
+
+@functools.lru_cache(maxsize=64)
+def demonstration_sources(
+    labels: tuple[int, ...], n: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """On `device`, made once per prompt (every layer of a capture reads them; no stream sync
+    a layer, see model_worker.device_index): the label positions [P], which sources each label
+    reads from its demonstration [P, n] (bool: from the token after the previous label up to
+    the label, excluded), and the distinct label positions, sorted."""
+    positions = index_on(labels, device)
+    starts = index_on([0, *(p + 1 for p in labels[:-1])], device)
+    columns = torch.arange(n, device=device)
+    own = (columns >= starts[:, None]) & (columns < positions[:, None])  # [P, n]
+    return positions, own, index_on(sorted(set(labels)), device)
 
 
 @dataclass(frozen=True)

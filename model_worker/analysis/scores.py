@@ -20,10 +20,7 @@ def attention_scores(
     query: Tensor, keys: Tensor, scaling: float, softcap: float | None, mask: Tensor | None
 ) -> Tensor:
     """Scores of one query [d] to keys [S, d] → [S]; `mask` [S] is the additive mask row."""
-    scores = keys @ query * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    return scores if mask is None else scores + mask
+    return attention_scores_of(keys @ query, scaling, softcap, mask)
 
 
 def masked(mask: Tensor | None, n: int) -> Tensor:
@@ -57,6 +54,66 @@ class ScoreSplit:
 Unrotate = Callable[[Tensor, Sequence[int]], Tensor]
 
 
+@dataclass(frozen=True)
+class ScoreSplits:
+    """The ScoreSplit of several heads at once, [K, S] each (row i: head i's)."""
+
+    score: Tensor
+    content: Tensor
+    position: Tensor | None
+    excluded: Tensor
+
+    def __getitem__(self, i: int) -> ScoreSplit:
+        position = None if self.position is None else self.position[i]
+        return ScoreSplit(self.score[i], self.content[i], position, self.excluded[i])
+
+
+def score_splits(
+    *,
+    queries: Tensor,
+    keys: Tensor,
+    scaling: float,
+    softcap: float | None,
+    masks: Tensor | None,
+    unrotate: Unrotate | None,
+) -> ScoreSplits:
+    """`score_split` of K heads of the same scaling, soft-cap and rotary at once: queries
+    [K, d], keys [K, S, d], masks [K, S] (or None). The rotations and the elementwise steps
+    run once for all heads; each head's dot products stay its own matrix-vector product, so
+    that every number equals the one-head computation's bit for bit."""
+    n = keys.shape[1]
+    excluded = (
+        torch.zeros(keys.shape[:2], dtype=torch.bool)
+        if masks is None
+        else (masks <= torch.finfo(masks.dtype).min / 2).cpu()
+    )
+    score = _scores(queries, keys, scaling, softcap, masks)
+    if unrotate is None:
+        return ScoreSplits(score, score, None, excluded)
+    plain_queries = unrotate(queries[:, None], [n - 1])[:, 0]
+    plain_keys = unrotate(keys, range(n))
+    content = _scores(plain_queries, plain_keys, scaling, softcap, masks)
+    return ScoreSplits(score, content, score - content, excluded)
+
+
+def _scores(
+    queries: Tensor, keys: Tensor, scaling: float, softcap: float | None, masks: Tensor | None
+) -> Tensor:
+    """`attention_scores` of each query [K, d] to its keys [K, S, d] → [K, S]."""
+    products = torch.stack([k @ q for k, q in zip(keys, queries, strict=True)])
+    return attention_scores_of(products, scaling, softcap, masks)
+
+
+def attention_scores_of(
+    products: Tensor, scaling: float, softcap: float | None, mask: Tensor | None
+) -> Tensor:
+    """The scores of the query·key `products` (`attention_scores` from its products)."""
+    scores = products * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    return scores if mask is None else scores + mask
+
+
 def score_split(
     *,
     query: Tensor,
@@ -69,25 +126,34 @@ def score_split(
     """The scores of the analysed position's `query` [d] (after rotary) to `keys` [S, d] (one
     per position up to it), split into content and position; `mask` [S] the additive mask row,
     `unrotate` None for a layer without rotary."""
-    n = keys.shape[0]
-    excluded = masked(mask, n)
-    score = attention_scores(query, keys, scaling, softcap, mask)
-    if unrotate is None:
-        return ScoreSplit(score, score, None, excluded)
-    plain_query = unrotate(query[None, None], [n - 1])[0, 0]
-    plain_keys = unrotate(keys[None], range(n))[0]
-    content = attention_scores(plain_query, plain_keys, scaling, softcap, mask)
-    return ScoreSplit(score, content, score - content, excluded)
+    return score_splits(
+        queries=query[None],
+        keys=keys[None],
+        scaling=scaling,
+        softcap=softcap,
+        masks=None if mask is None else mask[None],
+        unrotate=unrotate,
+    )[0]
 
 
 def rotary_offset_queries(
     *, query: Tensor, positions: list[int], w_k: Tensor, unrotate: Unrotate
 ) -> Tensor:
     """W_K^⊤ R_Δ q for each of `positions` (Δ = last − p): [P, D], from the analysed position's
-    query [d] after rotary and the head's W_K [d, D].
+    query [d] after rotary and the head's W_K [D, d].
 
     With q_last = R_last q the real (rotated) query, R_Δ q = R_{−p} q_last: the query un-rotated
     by the label position's angles, which a key at p scores against its unrotated key.
     """
-    seen = unrotate(query.expand(len(positions), -1)[None], positions)[0]
-    return seen @ w_k.to(seen.device).T
+    return offset_queries_of(
+        queries=query[None], positions=positions, w_k=[w_k], unrotate=unrotate
+    )[0]
+
+
+def offset_queries_of(
+    *, queries: Tensor, positions: list[int], w_k: Sequence[Tensor], unrotate: Unrotate
+) -> Tensor:
+    """`rotary_offset_queries` of K heads of the same rotary at once: queries [K, d], each
+    head's W_K [D, d] → [K, P, D]; one un-rotation for all, each head's own product."""
+    seen = unrotate(queries[:, None].expand(-1, len(positions), -1), positions)  # [K, P, d]
+    return torch.stack([s @ w.to(s.device).T for s, w in zip(seen, w_k, strict=True)])

@@ -13,13 +13,14 @@ from model_worker.analysis.baseline import random_heads
 from model_worker.analysis.details import HeadViews, head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.analysis.metrics import on_host
-from model_worker.analysis.scores import ScoreSplit
+from model_worker.analysis.scores import ScoreSplit, ScoreSplits
 from model_worker.contracts import HeadDetail, head_name
+from model_worker.device_index import index_on
 from model_worker.device_memory import ensure_room, room_for
 from model_worker.loading import LoadedModel
 from model_worker.run.assembly import head_detail
 from model_worker.run.factored import factored_values
-from model_worker.run.queries import head_scores, offset_queries, real_queries
+from model_worker.run.queries import HeadScores, head_offset_queries, head_scores, real_queries
 from model_worker.run.state import PromptRun
 from model_worker.towers import detail_towers
 
@@ -53,7 +54,7 @@ def head_details(
     )
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
-    w_k = {layer: adapter.qkv(model, layer, g).w_k for layer in layers}
+    w_k = {layer: adapter.w_k(model, layer, g) for layer in layers}
     randoms = random_heads(heads, g.n_heads)
     random_layers = list(randoms)
     room = room_for(c.v.device, UNEMBEDDING_SHARE, 0)  # U_h for every head this analysis projects
@@ -83,10 +84,12 @@ def head_details(
     values = values_of(heads, c.v[:, 0])
     baseline = values_of(list(randoms.items()), c.v[:, 0][:, labels]) if randoms else None
 
-    offsets = [offset_queries(run, layer, head, w_k[layer][int(kv[head])]) for layer, head in heads]
-    rotary = all(o is not None for o in offsets) and bool(labels)
+    offsets = head_offset_queries(run, heads, w_k)
     layer_of = [layer for layer, _ in heads]
-    rows = torch.stack([c.pattern[layer, 0, head, row] for layer, head in heads])  # [K, S]
+    at = c.pattern.device
+    rows = c.pattern[:, 0, :, row][  # [K, S]
+        index_on(layer_of, at), index_on([head for _, head in heads], at)
+    ]
     views = head_views(
         projector=run.projector,
         values=values,
@@ -100,12 +103,12 @@ def head_details(
         margin_ids=run.margin_ids(),
         random_values=baseline,
         queries=real_queries(run, heads, w_k),
-        offsets=torch.stack([o for o in offsets if o is not None]) if rotary else None,
+        offsets=offsets,
         keys=c.normalized[key_layers, 0][:, at_labels],
         prior=prior_attention(run, key_layers, at_labels),
         resid_pre=c.resid_pre[layers, 0, last],
     )
-    splits = [head_scores(run, layer, head) for layer, head in heads]
+    splits = head_scores(run, heads)
     views, host = to_host(run, heads, increases, rows, views, splits)
     del values, baseline, rows, offsets  # the details' tensors, done with
     return [
@@ -164,7 +167,7 @@ def to_host(
     increases: Tensor,
     rows: Tensor,
     views: HeadViews,
-    splits: list[ScoreSplit | None],
+    splits: HeadScores,
 ) -> tuple[HeadViews, HostValues]:
     """`views` on the host, and `heads`' increases (of `increases` [L, H]), attention `rows`
     [K, S] and per-position increases and margins as plain floats, and their score `splits`
@@ -182,8 +185,7 @@ def to_host(
     n_floats = len(floats)
     parts = [
         [s.score, s.content, s.excluded, *([] if s.position is None else [s.position])]
-        for s in splits
-        if s is not None
+        for _, s in splits.groups
     ]
     named = {name: getattr(views, name) for name in SUMMARIES}
     present = {name: summary for name, summary in named.items() if summary is not None}
@@ -191,17 +193,13 @@ def to_host(
     changes: dict[str, Any] = dict(zip(present, moved, strict=True))
     views = replace(views, **changes)
     per_head = [t.tolist() for t in listed[:n_floats]]
-    on_cpu, at = iter(parts), n_floats
-    scores: list[ScoreSplit | None] = []
-    for split in splits:  # the splits again, their tensors the host's copies
-        if split is None:
-            scores.append(None)
-            continue
-        count = len(next(on_cpu))
-        score, content, excluded, *position = listed[at : at + count]
-        at += count
+    at, groups = n_floats, []
+    for (indices, _), part in zip(splits.groups, parts, strict=True):  # the host's copies
+        score, content, excluded, *position = listed[at : at + len(part)]
+        at += len(part)
         remainder = position[0] if position else None
-        scores.append(ScoreSplit(score, content, remainder, excluded.bool()))
+        groups.append((indices, ScoreSplits(score, content, remainder, excluded.bool())))
+    scores = HeadScores(groups).per_head(len(heads))
     return views, HostValues(
         increases=per_head[0],
         attention=per_head[1],

@@ -12,6 +12,7 @@ from torch import Tensor
 from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.projection import VocabProjector
 from model_worker.architectures import HeadGeometry
+from model_worker.device_index import index_on
 from model_worker.loading import LoadedModel
 from model_worker.run.state import final_projector
 from model_worker.unembedding_cache import HeadUnembeddings
@@ -55,9 +56,9 @@ def factored_values(
     ]
     if all(u is None for u in unembeddings):
         return None
-    z = torch.stack(
-        [v[layer][:, geometry.kv_head(head)] * attn_scale[layer] for layer, head in heads]
-    )  # [K, n, d_head]
+    layers = index_on([layer for layer, _ in heads], v.device)
+    kv = index_on([geometry.kv_head(head) for _, head in heads], v.device)
+    z = v[layers, :, kv] * attn_scale[layers][:, :, None]  # [K, n, d_head]
     direct = [key for key, u in zip(heads, unembeddings, strict=True) if u is None]
     plain = values(direct) if direct else z.new_empty(0, n, geometry.d_model)
     return FactoredValues(plain, z, unembeddings)

@@ -3,12 +3,22 @@ and its real query reverse-projected into the residual space (rotary-aware per l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from model_worker.analysis.scores import ScoreSplit, Unrotate, rotary_offset_queries, score_split
+from model_worker.analysis.scores import (
+    ScoreSplit,
+    ScoreSplits,
+    Unrotate,
+    offset_queries_of,
+    score_splits,
+)
+from model_worker.device_index import index_on
 from model_worker.device_memory import gather, to_device
 from model_worker.qk import LayerQk, rotate
 from model_worker.run.state import PromptRun
@@ -27,22 +37,68 @@ def unrotate_by(record: LayerQk) -> Unrotate | None:
     return None if record.rotary is None else partial(rotate, record, inverse=True)
 
 
-def head_scores(run: PromptRun, layer: int, head: int) -> ScoreSplit | None:
-    """The last position's pre-softmax scores of `head`, split into content and position."""
-    record, last = layer_qk(run, layer), run.last
-    if record is None or record.query is None or record.key is None:
-        return None
-    mask, row = None, record.row(last)
-    if record.mask is not None:
-        mask = record.mask[0, min(head, record.mask.shape[1] - 1), row, : last + 1]
-    return score_split(
-        query=record.query[0, head, row],
-        keys=record.key[0, run.loaded.geometry.kv_head(head), : last + 1],
-        scaling=record.scaling,
-        softcap=record.softcap,
-        mask=mask,
-        unrotate=unrotate_by(record),
-    )
+@dataclass(frozen=True)
+class HeadScores:
+    """The last position's scores of some heads, split: per group of heads recorded with the
+    same rotary, scaling, soft-cap and mask kind, their indices (into the heads asked for) and
+    their ScoreSplits [G, last + 1]; heads without recorded scores are in no group."""
+
+    groups: list[tuple[list[int], ScoreSplits]]
+
+    def per_head(self, count: int) -> list[ScoreSplit | None]:
+        """Each of the `count` heads' ScoreSplit (None: no recorded scores)."""
+        found: list[ScoreSplit | None] = [None] * count
+        for indices, splits in self.groups:
+            for row, i in enumerate(indices):
+                found[i] = splits[row]
+        return found
+
+
+def head_scores(run: PromptRun, heads: list[tuple[int, int]]) -> HeadScores:
+    """The last position's pre-softmax scores of each of `heads`, split into content and
+    position: batched over the heads that share a rotary (the same recorded cos and sin: one
+    un-rotation of their queries and one of their keys), each head's numbers as if alone."""
+    last, g, records = run.last, run.loaded.geometry, run.cache.qk
+    assert records is not None, "analyze captures with record_qk=True"
+    groups: dict[tuple[Any, ...], dict[int, list[tuple[int, int]]]] = {}
+    for i, (layer, head) in enumerate(heads):
+        record = layer_qk(run, layer)
+        if record is None:
+            continue
+        rotary = None if record.rotary is None else tuple(map(id, record.rotary))
+        masked = None if record.mask is None else record.mask.dtype
+        kind = (rotary, id(record.rotate), record.scaling, record.softcap, masked)
+        groups.setdefault(kind, {}).setdefault(layer, []).append((i, head))
+    found = []
+    for layers in groups.values():
+        parts: list[list[Tensor]] = [[], [], []]  # queries, keys, masks: a layer's heads at once
+        for layer, members in layers.items():
+            recorded = records[layer]
+            query, key, mask = recorded.query, recorded.key, recorded.mask
+            assert query is not None and key is not None
+            device = query.device
+            chosen = index_on([head for _, head in members], device)
+            parts[0].append(query[0, :, recorded.row(last)][chosen])
+            kv = index_on([g.kv_head(head) for _, head in members], key.device)
+            parts[1].append(key[0, :, : last + 1][kv])
+            if mask is not None:
+                rows = [min(head, mask.shape[1] - 1) for _, head in members]
+                parts[2].append(
+                    mask[0, :, recorded.row(last), : last + 1][index_on(rows, mask.device)]
+                )
+        queries, keys, *masks = (
+            torch.cat(part) if len(part) > 1 else part[0] for part in parts if part
+        )
+        splits = score_splits(  # the group's scaling, soft-cap and rotary: its last layer's
+            queries=queries,
+            keys=keys,
+            scaling=recorded.scaling,
+            softcap=recorded.softcap,
+            masks=masks[0] if masks else None,
+            unrotate=unrotate_by(recorded),
+        )
+        found.append(([i for members in layers.values() for i, _ in members], splits))
+    return HeadScores(found)
 
 
 #: Rotary-aware query views are made for at most this many labels, the nearest to the last
@@ -57,25 +113,72 @@ def offset_labels(run: PromptRun) -> list[int]:
 
 def offset_queries(run: PromptRun, layer: int, head: int, w_k: Tensor) -> Tensor | None:
     """W_K^⊤ R_Δ q for each of `offset_labels` (Δ = last − p): [P, D], None without rotary."""
-    record, labels = layer_qk(run, layer), offset_labels(run)
-    if record is None or record.query is None or not labels:
+    found = head_offset_queries(run, [(layer, head)], {layer: w_k[None]}, [0])
+    return None if found is None else found[0]
+
+
+def head_offset_queries(
+    run: PromptRun,
+    heads: list[tuple[int, int]],
+    w_k: dict[int, Tensor],
+    kv_index: Sequence[int] | None = None,
+) -> Tensor | None:
+    """`offset_queries` of each of `heads` [K, P, D], un-rotated once per shared rotary; None
+    when any of them has no rotary (or no label). w_k per layer [n_kv, D, d]; `kv_index`: each
+    head's K/V head within it (default: the geometry's)."""
+    labels, g = offset_labels(run), run.loaded.geometry
+    if not labels or not heads:
         return None
-    unrotate = unrotate_by(record)
-    if unrotate is None:
-        return None
-    query = record.query[0, head, record.row(run.last)]
-    return rotary_offset_queries(query=query, positions=labels, w_k=w_k, unrotate=unrotate)
+    kv = [g.kv_head(head) for _, head in heads] if kv_index is None else list(kv_index)
+    records = run.cache.qk
+    assert records is not None, "analyze captures with record_qk=True"
+    groups: dict[tuple[int, ...], dict[int, list[tuple[int, int]]]] = {}
+    for i, (layer, head) in enumerate(heads):
+        record = layer_qk(run, layer)
+        if record is None or record.query is None or record.rotary is None:
+            return None
+        kind = (*map(id, record.rotary), id(record.rotate))
+        groups.setdefault(kind, {}).setdefault(layer, []).append((i, head))
+    found, order = [], []  # each group's vectors, and the heads they belong to
+    for layers in groups.values():
+        parts = []  # the queries of a layer's heads at once
+        for layer, members in layers.items():
+            query = records[layer].query
+            assert query is not None
+            chosen = index_on([head for _, head in members], query.device)
+            parts.append(query[0, :, records[layer].row(run.last)][chosen])
+        unrotate = unrotate_by(records[layer])
+        assert unrotate is not None
+        group = [i for members in layers.values() for i, _ in members]
+        found.append(
+            offset_queries_of(
+                queries=torch.cat(parts) if len(parts) > 1 else parts[0],
+                positions=labels,
+                w_k=[w_k[heads[i][0]][kv[i]] for i in group],
+                unrotate=unrotate,
+            )
+        )
+        order += group
+    vectors = torch.cat(found) if len(found) > 1 else found[0]
+    if order == list(range(len(heads))):
+        return vectors
+    place = sorted(range(len(order)), key=order.__getitem__)  # head i's row
+    return vectors[index_on(place, vectors.device)]
 
 
 def real_queries(run: PromptRun, heads: list[tuple[int, int]], w_k: dict[int, Tensor]) -> Tensor:
     """W_K^⊤ q of each of `heads` at the last position, [K, D], q the model's real query (after
-    any q-norm, before rotary)."""
+    any q-norm, before rotary): projected once per layer."""
     adapter, model, g = run.loaded.adapter, run.loaded.model, run.loaded.geometry
+    at = run.cache.at(run.last)
+    layer_queries: dict[int, Tensor] = {}
     queries = []
     for layer, head in heads:
-        x_hat = run.cache.normalized[layer, 0, run.cache.at(run.last), None, None]  # [1, 1, D]
-        with torch.inference_mode():
-            query = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0, head]
-        query = to_device(query, x_hat.device).float()  # layers may sit on several devices
+        if layer not in layer_queries:
+            x_hat = run.cache.normalized[layer, 0, at, None, None]  # [1, 1, D]
+            with torch.inference_mode():
+                every = adapter.project_qkv(model, layer, g, x_hat, x_hat)[0][0, 0]  # [H, d]
+            layer_queries[layer] = to_device(every, x_hat.device).float()  # layers' devices
+        query = layer_queries[layer][head]
         queries.append(to_device(w_k[layer][g.kv_head(head)], query.device) @ query)
     return gather(queries, run.cache.z.device)
