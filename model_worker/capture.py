@@ -137,15 +137,18 @@ class _Buffers:
     def __init__(self, n_layers: int, device: torch.device) -> None:
         self.n_layers, self.device = n_layers, device
         self.tensors: dict[str, Tensor] = {}
+        self._layers: dict[str, tuple[Tensor, ...]] = {}  # each buffer's per-layer views
 
     def put(self, key: str, layer: int, value: Tensor) -> None:
-        value = value.detach()
-        buffer = self.tensors.get(key)
-        if buffer is None:
+        if value.requires_grad:  # (none does under the capture's inference mode)
+            value = value.detach()
+        layers = self._layers.get(key)
+        if layers is None:
             shape = (self.n_layers, *value.shape)
             buffer = torch.empty(shape, dtype=torch.float32, device=self.device)
-            self.tensors[key] = buffer
-        buffer[layer].copy_(value)
+            self.tensors[key], layers = buffer, buffer.unbind(0)
+            self._layers[key] = layers
+        layers[layer].copy_(value)
 
 
 def analysis_device(model: nn.Module, adapter: Adapter) -> torch.device:
@@ -245,16 +248,17 @@ def run_with_cache(
         def hook(_m: nn.Module, _args: Any, output: Any) -> None:
             if len(output) < 2 or output[1] is None:
                 raise RuntimeError("attention weights were not returned: load with eager attention")
-            weights = output[1].detach()
+            weights = output[1]
             if keep.flow_labels is not None:
                 masses[layer] = layer_masses(weights[0].float().mean(0), keep.flow_labels)
             kept = (
                 weights if keep.rows is None else weights[:, :, index_on(keep.rows, weights.device)]
             )
             buffers.put("pattern", layer, kept)
-            keep_at("attn_scale", layer, adapter.attn_scale(model, layer, output[0]))
-            if spec.attn_post_norm is None:
+            if spec.attn_post_norm is None:  # (attn_scale: ones, filled once below)
                 keep_at("attn_out", layer, output[0])
+            else:
+                keep_at("attn_scale", layer, adapter.attn_scale(model, layer, output[0]))
 
         return hook
 
@@ -302,6 +306,10 @@ def run_with_cache(
     stored = buffers.tensors
     if spec.ln_attn is None:
         stored["normalized"] = stored["resid_pre"]
+    if spec.attn_post_norm is None:  # no post-attention norm: its scale is 1 (attn_scale)
+        positions = seq if keep.positions is None else len(keep.positions)
+        shape = (geometry.n_layers, input_ids.shape[0], positions, 1)
+        stored["attn_scale"] = torch.ones(shape, dtype=torch.float32, device=device)
     flow = None
     if keep.flow_labels is not None:
         kept = gather([m for m in masses if m is not None], device)

@@ -83,14 +83,11 @@ def head_writes(
     (read one at a time: a bf16 model's fp32 copies need not all exist at once), kv_index [H]
     (query head → its K/V head).
     """
-    heads, label_parts = [], []
-    for layer, layer_w_o in enumerate(w_o):
-        z_label = positions_z(v[layer], pattern_row[layer], kv_index, label_positions)
-        z_label = z_label * attn_scale[layer]  # the post-norm scale, frozen as in z
-        both = head_outputs(torch.stack([z[layer], z_label]), layer_w_o)  # [2, H, D]
-        heads.append(both[0])
-        label_parts.append(both[1])
-    return HeadWrites(torch.stack(heads), torch.stack(label_parts))
+    z_label = positions_z(v, pattern_row, kv_index, label_positions)  # every layer's at once
+    z_label = z_label * attn_scale  # the post-norm scale, frozen as in z
+    both = torch.stack([z, z_label], 1)  # [L, 2, H*d_head]
+    writes = torch.stack([head_outputs(both[layer], w) for layer, w in enumerate(w_o)], 1)
+    return HeadWrites(writes[0], writes[1])  # [L, H, D] each, contiguous
 
 
 @dataclass(frozen=True)
