@@ -16,6 +16,8 @@ The replay records one analysis (after two warm-ups, so that recurring heads' U_
 a served worker keeps them): every call of `run_with_cache` in `model_worker.run.analyze` and
 every product through `model_worker.analysis.kernels.kernel_for` (the unembedding products,
 U_h built and used), with their inputs; replaying them runs those calls again, back to back.
+It also counts the writes whose increases the Taylor expansion settled without a product
+(`model_worker/analysis/taylor.py`; CPU, recurring heads).
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from typing import Any
 import torch
 from machine import cpu_model
 
+import model_worker.analysis.details as details_module
 import model_worker.analysis.kernels as kernels
 import model_worker.run.analyze as analyze_module
+from model_worker.analysis.taylor import SmallWrites
 from model_worker.loading import LoadedModel
 from model_worker.run.analyze import analyze
 
@@ -46,6 +50,7 @@ class Recorded:
 
     captures: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
     products: list[tuple[torch.Tensor, torch.Tensor, kernels.Kernel]] = field(default_factory=list)
+    settled: list[tuple[int, int]] = field(default_factory=list)  # (settled, writes) per call
 
     def rows(self) -> int:
         """Rows multiplied in all: the products' left operands' rows."""
@@ -61,6 +66,7 @@ def recording() -> Iterator[Recorded]:
     """Record every capture and vocabulary product the analyses run inside make."""
     found = Recorded()
     real_capture, real_kernel_for = analyze_module.run_with_cache, kernels.kernel_for
+    real_small_writes = details_module.small_writes
 
     def capture(*args: Any, **kwargs: Any) -> Any:
         found.captures.append((args, kwargs))
@@ -71,13 +77,20 @@ def recording() -> Iterator[Recorded]:
         found.products.append((x, w, choice.kernel))
         return choice
 
+    def small_writes(**kwargs: Any) -> SmallWrites:
+        small = real_small_writes(**kwargs)
+        found.settled.append((int(small.done.sum()), small.done.numel()))
+        return small
+
     analyze_module.run_with_cache = capture  # type: ignore[assignment]
     kernels.kernel_for = kernel_for  # type: ignore[assignment]
+    details_module.small_writes = small_writes
     try:
         yield found
     finally:
         analyze_module.run_with_cache = real_capture  # type: ignore[assignment]
         kernels.kernel_for = real_kernel_for  # type: ignore[assignment]
+        details_module.small_writes = real_small_writes
 
 
 def replay(recorded: Recorded) -> None:
@@ -184,6 +197,12 @@ def report(tokens: int, times: dict[str, float], recorded: Recorded, target: flo
         f"{maths * 1000:8.1f} ms ({len(recorded.products)} products, {recorded.rows():,} rows, "
         f"{recorded.gflop():.0f} GFLOP)   analysis / maths {analysis / maths:.3f}×   outside "
         f"the maths {share * 100:5.1f}% (target ≤ {target * 100:.0f}%)"
+    )
+    settled, writes = (
+        (sum(pair) for pair in zip(*recorded.settled, strict=True)) if recorded.settled else (0, 0)
+    )
+    print(
+        f"      writes settled by the Taylor expansion (not projected): {settled:,} of {writes:,}"
     )
     return share
 
