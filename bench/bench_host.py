@@ -15,9 +15,11 @@ the dispatcher below autograd, i.e. one kernel launch each on a GPU, views inclu
 they come from, grouped by the nearest frame of our own code (`model_worker/…`; "(model)" marks
 calls made inside the model's forward, under that frame).
 
-    PYTHONPATH=. .venv/bin/python bench/bench_host.py [--tokens 62 512] [--repeats 7] [--top 15]
+    PYTHONPATH=.:bench .venv/bin/python bench/bench_host.py [--tokens 62 512] [--repeats 7]
 
-As on a GPU, the products run on torch's public kernels only: the CPU's oneDNN candidates
+As on a GPU's host, torch computes on one thread (`--threads`): the tiny operators gain nothing
+from more, and idle threads' hand-offs only add noise on a shared machine. As on a GPU, the
+products run on torch's public kernels only: the CPU's oneDNN candidates
 (`analysis.kernels`, `linear_routing`) are left out, so that neither the counts nor the times
 depend on a calibration. `--profile` also prints cProfile's functions of one analysis by own
 time.
@@ -128,13 +130,15 @@ def source() -> str:
     return "(outside model_worker)"
 
 
-def median_wall(loaded: LoadedModel, prompt: str, repeats: int) -> float:
-    times = []
+def median_times(loaded: LoadedModel, prompt: str, repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of one analysis (CPU time: less moved by other processes)."""
+    walls, cpus = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         analyze(loaded, prompt, top_k_heads=20)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def profile_one(loaded: LoadedModel, prompt: str, top: int) -> None:
@@ -169,7 +173,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--top", type=int, default=15, help="sources of calls listed")
     parser.add_argument("--profile", action="store_true", help="cProfile of one analysis too")
+    parser.add_argument("--threads", type=int, default=1, help="torch's CPU threads")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     public_kernels_only()
     loaded = tiny_llama_1b(args.tokens)
     with default_linear_layers(loaded.model):  # the model's layers on torch's own F.linear
@@ -189,12 +195,13 @@ def run(loaded: LoadedModel, args: argparse.Namespace) -> int:
         n = len(loaded.tokenizer(prompt).input_ids)
         for _ in range(2):
             analyze(loaded, prompt, top_k_heads=20)
-        wall = median_wall(loaded, prompt, args.repeats)
+        wall, cpu = median_times(loaded, prompt, args.repeats)
         counter = CallCounter()
         with counter:
             analyze(loaded, prompt, top_k_heads=20)
         print(
-            f"\n{n} tokens: analysis {wall * 1000:.1f} ms (median of {args.repeats}), "
+            f"\n{n} tokens: analysis {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms CPU (medians "
+            f"of {args.repeats}), "
             f"{counter.total} torch operator calls ({wall / counter.total * 1e6:.1f} µs a call)"
         )
         print("  calls by source (nearest model_worker frame):")
