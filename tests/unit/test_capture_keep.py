@@ -73,10 +73,14 @@ def test_a_narrowed_capture_is_the_full_ones_slices(family: LoadedModel) -> None
 
 @pytest.mark.parametrize("label_keys", [(), "all"], ids=["last-only", "with-label-keys"])
 def test_analyze_on_the_narrowed_capture_equals_it_on_the_full_one(
-    family: LoadedModel, monkeypatch: pytest.MonkeyPatch, label_keys: tuple[()] | str
+    family: LoadedModel,
+    monkeypatch: pytest.MonkeyPatch,
+    label_keys: tuple[()] | str,
+    pinned_kernels: None,
 ) -> None:
     """Without label-key tables the residual stream is kept at the last position only, with
-    them at the labels too. (Each with no recurring heads' U_h: both project the same way.)"""
+    them at the labels too. (Each with no recurring heads' U_h, and every product through one
+    kernel: both project the same way.)"""
     family.head_unembeddings = HeadUnembeddings(0)
     keeps: list[Keep] = []
 

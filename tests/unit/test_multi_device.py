@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-import model_worker.analysis.kernels as kernels
 import model_worker.capture as capture_module
 from model_worker.capture import Keep, run_with_cache
 from model_worker.device_memory import gather
@@ -86,16 +85,12 @@ def test_the_stub_refuses_what_two_gpus_refuse() -> None:
     ids=["llama", "gpt2"],
 )
 def test_an_analysis_spread_over_devices_equals_the_single_device_one(
-    build: object, device_map: dict[str, int], analysis: int, monkeypatch: pytest.MonkeyPatch
+    build: object, device_map: dict[str, int], analysis: int, pinned_kernels: None
 ) -> None:
     """analyze() (narrowed capture, per-head stage, details with U_h at first sight and label
     keys, a head's towers) with the layers on three devices: every captured tensor lands on
-    the analysis device, and the result is the single-device one. Every product takes the
-    same kernel in both (the first candidate, untimed): the calibration's timed choice may
-    differ between the CPU's products and a virtual device's, or switch at a recheck, and the
-    kernels' roundings differ in the last bit."""
-    monkeypatch.setattr(kernels, "_CHOICES", {})
-    monkeypatch.setattr(kernels, "time_candidates", lambda *_args, **_kwargs: {})
+    the analysis device, and the result is the single-device one (every product through one
+    kernel: `pinned_kernels`)."""
     assert callable(build)
     loaded: LoadedModel = build()
     kwargs = dict(top_k_heads=4, label_keys="all", towers=["L1H0"])
