@@ -69,20 +69,25 @@ def small_writes(
     margin = None if margin_ids is None else x.new_zeros(n_heads, n_positions)
     projected = torch.zeros(n_positions, dtype=torch.bool, device=x.device)
     projected[labels] = True
+    radius = torch.tensor([unembedding_radius(u) for u in unembeddings], device=x.device)
+    spread = rows * 2 * x.norm(dim=-1) * radius[:, None]  # a · R (bound), [K, S]
+    first_order = spread.square() / 8 <= tolerance
+    second_order = spread.pow(3) / 24 <= tolerance
+    free = ~projected
+    possible, more = torch.stack(
+        [(second_order & free).sum(-1), (second_order & ~first_order & free).sum(-1)]
+    ).tolist()  # per head: writes the expansion could settle, and how many only with C
     for h, u in enumerate(unembeddings):
-        xs, a = x[h], rows[h]
-        spread = a * 2 * xs.norm(dim=-1) * unembedding_radius(u)  # a · R (bound)
-        settled = spread.square() / 8 <= tolerance
-        second = spread.pow(3) / 24 <= tolerance
-        if int((second & ~projected).sum()) < d / 4:  # too few to repay the head's sums
+        if possible[h] < d / 4:  # too few to repay the head's sums
             continue
+        xs, a = x[h], rows[h]
         p = torch.softmax(base_logits[h], -1)
         mean = p @ u  # U_hᵀ p: μ = x · mean
-        first = a * (xs @ (u[target] - mean))
-        if int((second & ~settled & ~projected).sum()) >= d:
+        first, settled = a * (xs @ (u[target] - mean)), first_order[h]
+        if more[h] >= d:
             centred = (u - mean).mul_(p.sqrt()[:, None])
             variance = ((xs @ (centred.T @ centred)) * xs).sum(-1)
-            first, settled = first - a.square() * variance / 2, second
+            first, settled = first - a.square() * variance / 2, second_order[h]
         done[h], increase[h] = settled, torch.where(settled, first, 0.0)
         if margin is not None and margin_ids is not None:
             margin[h] = a * (xs @ (u[margin_ids[0]] - u[margin_ids[1]]))
