@@ -65,19 +65,19 @@ def value_blocks(
     heads a block when they have few positions); with `small`, one head a block and only the
     positions still to project: its labels (those settled first) and the writes not settled."""
     n_labels = len(positions)
+    order = labels_first(positions, n_positions)
     if small is None:
-        order = index_on(labels_first(positions, n_positions), device)
+        index = index_on(order, device)
         for heads, part in blocks(n_heads, n_positions, rows):
             span = range(n_positions)[part]
             labels = max(0, min(span.stop, n_labels) - span.start)
-            yield ValueBlock(heads, order[part], labels, slice(span.start, span.start + labels), 0)
+            yield ValueBlock(heads, index[part], labels, slice(span.start, span.start + labels), 0)
         return
-    chosen = set(positions)
     for head, settled in enumerate(small.done.cpu().tolist()):
         slots = sorted(range(n_labels), key=lambda i: not settled[positions[i]])
         n_settled = sum(settled[p] for p in positions)
         projected = [positions[i] for i in slots]
-        projected += [p for p in range(n_positions) if p not in chosen and not settled[p]]
+        projected += [p for p in order[n_labels:] if not settled[p]]
         for start in range(0, len(projected), rows):
             stop = min(start + rows, len(projected))
             labels = max(0, min(stop, n_labels) - start)
