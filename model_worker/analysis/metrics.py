@@ -59,8 +59,12 @@ def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 def rank_of(logits: Tensor, reference: Tensor) -> Tensor:
     """1-based rank [...] of `reference` [..., 1] among `logits` [..., V]: 1 + how many logits
-    exceed it (an int32 count: ~6× faster than the default int64 sum of booleans)."""
-    return (logits > reference).sum(-1, dtype=torch.int32).long() + 1
+    exceed it. The comparison writes 0.0/1.0 as fp32 and sums those: an fp32 sum of zeros and
+    ones is exact below 2²⁴ terms (any vocabulary) and vectorises, where a comparison into booleans
+    and their integer sum took ~5× longer on the CPU (7.4 vs 1.4 ms for 62 × 49,152 logits, one
+    thread; the largest item outside the products at 512 tokens)."""
+    hits = torch.gt(logits, reference, out=torch.empty_like(logits, dtype=torch.float32))
+    return hits.sum(-1).long() + 1
 
 
 def mean_reciprocal_rank(ranks: list[int]) -> float:

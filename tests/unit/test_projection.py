@@ -259,6 +259,19 @@ def test_rank_counts_the_logits_above_the_reference() -> None:
     assert rank_of(logits, reference).dtype == torch.long
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rank_is_an_exact_count_on_a_large_vocabulary(dtype: torch.dtype) -> None:
+    """The fp32 count of zeros and ones equals the integer count of the logits above the
+    reference, with ties, on a 200,000-token vocabulary, for fp32 and bf16 logits (whose own
+    dtype could not count past 256)."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randint(-40, 40, (4, 200_000), generator=generator).to(dtype) / 4
+    reference = logits[:, [7]]
+    expected = (logits > reference).to(torch.int64).sum(-1) + 1
+    assert rank_of(logits, reference).tolist() == expected.tolist()
+    assert expected.min() > 256  # past bf16's exact integers
+
+
 def test_a_summarys_top_lists_are_its_tensors_read_once() -> None:
     """The nested lists every top-token table is read from equal indexing the tensors."""
     logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(3))
