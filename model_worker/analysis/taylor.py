@@ -59,9 +59,10 @@ def small_writes(
     """The expansion's increases of K heads' writes a_p · x_p: U_h [V, d] per head, x [K, S, d]
     (so that x_p · U_hᵀ is the write's logits), rows [K, S] (a_p), base_logits [K, V] (no
     soft-cap). Only writes not at `labels` (whose logits are projected anyway) count: a head
-    takes the expansion where the second order could settle at least d / 4 of them (its sums
-    read U_h once: ~a dozen writes' products and log-softmaxes), and computes C where the second
-    order settles at least d more than the first (C and its centring cost ~40–70 writes' on a
+    takes the expansion where it settles at least d / 4 of them (its sums read U_h once: ~a
+    dozen writes' products and log-softmaxes), counting the second order's only where C is
+    computed, which is where the second order settles at least d more than the first (C and
+    its centring cost ~40–70 writes' on a
     CPU, d = 64)."""
     n_heads, n_positions, d = x.shape
     done = torch.zeros(n_heads, n_positions, dtype=torch.bool, device=x.device)
@@ -74,17 +75,18 @@ def small_writes(
     first_order = spread.square() / 8 <= tolerance
     second_order = spread.pow(3) / 24 <= tolerance
     free = ~projected
-    possible, more = torch.stack(
-        [(second_order & free).sum(-1), (second_order & ~first_order & free).sum(-1)]
-    ).tolist()  # per head: writes the expansion could settle, and how many only with C
+    first_count, more = torch.stack(
+        [(first_order & free).sum(-1), (second_order & ~first_order & free).sum(-1)]
+    ).tolist()  # per head: writes the first order settles, and how many more only with C
     for h, u in enumerate(unembeddings):
-        if possible[h] < d / 4:  # too few to repay the head's sums
-            continue
+        with_variance = more[h] >= d  # C repays itself
+        if first_count[h] + (more[h] if with_variance else 0) < d / 4:  # too few to repay
+            continue  # the head's sums
         xs, a = x[h], rows[h]
         p = torch.softmax(base_logits[h], -1)
         mean = p @ u  # U_hᵀ p: μ = x · mean
         first, settled = a * (xs @ (u[target] - mean)), first_order[h]
-        if more[h] >= d:
+        if with_variance:
             centred = (u - mean).mul_(p.sqrt()[:, None])
             variance = ((xs @ (centred.T @ centred)) * xs).sum(-1)
             first, settled = first - a.square() * variance / 2, second_order[h]

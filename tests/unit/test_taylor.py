@@ -57,15 +57,17 @@ def wide_head(seed: int, vocab: int = 49_152, d: int = 64) -> tuple[torch.Tensor
     return u, base
 
 
-@pytest.mark.parametrize("n_positions", [40, 400])
-def test_settled_increases_are_within_the_tolerance_of_float64(n_positions: int) -> None:
+@pytest.mark.parametrize(("n_positions", "lowest"), [(40, -9), (400, -7)])
+def test_settled_increases_are_within_the_tolerance_of_float64(
+    n_positions: int, lowest: int
+) -> None:
     """What the expansion settles is within TOLERANCE (plus fp32's rounding of its terms) of the
-    exact float64 increase; attention spanning 1e-7 … 0.5 leaves some writes unsettled; a zero
+    exact float64 increase; attention spanning 10^lowest … 0.5 leaves some writes unsettled; a zero
     write is settled at exactly 0. With 400 positions the second order is used (more settled)."""
     heads = [wide_head(1), wide_head(2)]
     generator = torch.Generator().manual_seed(3)
     x = torch.randn(2, n_positions, 64, generator=generator)
-    rows = 10 ** torch.empty(2, n_positions).uniform_(-7, -0.3, generator=generator)
+    rows = 10 ** torch.empty(2, n_positions).uniform_(lowest, -0.3, generator=generator)
     rows[:, 0] = 0.0
     base_logits = torch.stack([base for _, base in heads])
     target = 123
@@ -101,12 +103,36 @@ def test_settled_increases_are_within_the_tolerance_of_float64(n_positions: int)
         assert settled_count == first_order
 
 
+def test_a_head_counts_only_the_writes_it_would_settle() -> None:
+    """With too few positions for C (fewer than d more writes), the second order is never used,
+    so a head whose first order settles fewer than d / 4 writes skips the expansion even though
+    the second order could have settled more; one whose first order settles d / 4 takes it."""
+    u, base = wide_head(8)
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 40, 64, generator=generator)
+    scale = 2 * x.norm(dim=-1) * unembedding_radius(u)  # a · R = rows · scale
+    spread = torch.full((2, 40), 0.5)
+    spread[0, :10] = 5e-4  # first order (a·R ≤ 8.9e-4): 10 writes < d / 4
+    spread[0, 10:30] = 5e-3  # second order only (a·R ≤ 1.3e-2): 20 more
+    spread[1, :16] = 5e-4  # first order: d / 4
+    small = small_writes(
+        unembeddings=[u, u],
+        x=x,
+        rows=spread / scale,
+        base_logits=torch.stack([base, base]),
+        target=3,
+        labels=[],
+    )
+    assert small.done[0].sum() == 0
+    assert small.done[1].tolist() == [True] * 16 + [False] * 24
+
+
 def test_each_tolerance_bounds_what_it_settles() -> None:
     """A looser tolerance settles more writes, each within that tolerance of float64."""
     u, base = wide_head(4)
     generator = torch.Generator().manual_seed(5)
     x = torch.randn(1, 200, 64, generator=generator)
-    rows = 10 ** torch.empty(1, 200).uniform_(-6, -1, generator=generator)
+    rows = 10 ** torch.empty(1, 200).uniform_(-8, -1, generator=generator)
     exact = exact_increase(base, x[0].double() @ u.double().T, rows[0], 7)
     settled = []
     for tolerance in (1e-4, 1e-9):
