@@ -21,8 +21,10 @@ As on a GPU's host, torch computes on one thread (`--threads`): the tiny operato
 from more, and idle threads' hand-offs only add noise on a shared machine. As on a GPU, the
 products run on torch's public kernels only: the CPU's oneDNN candidates
 (`analysis.kernels`, `linear_routing`) are left out, so that neither the counts nor the times
-depend on a calibration. `--profile` also prints cProfile's functions of one analysis by own
-time.
+depend on a calibration; and the analysis takes a GPU's branches where the CPU has its own
+(`model_worker.device_branches`: no Taylor expansion of small writes, ranks in one comparison,
+several factored heads a block). `--profile` also prints cProfile's functions of one analysis
+by own time.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
 from model_worker.analysis import kernels
+from model_worker.device_branches import gpu_branches
 from model_worker.linear_routing import default_linear_layers
 from model_worker.loading import LoadedModel, freeze_loaded_objects, wrap_model
 from model_worker.run.analyze import analyze
@@ -178,7 +181,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     public_kernels_only()
     loaded = tiny_llama_1b(args.tokens)
-    with default_linear_layers(loaded.model):  # the model's layers on torch's own F.linear
+    with default_linear_layers(loaded.model), gpu_branches():  # the model's layers on F.linear
         return run(loaded, args)
 
 

@@ -31,6 +31,7 @@ from model_worker.analysis.metrics import (
 from model_worker.analysis.position_views import direct_value_logits, position_views_fixed
 from model_worker.analysis.projection import VocabProjector
 from model_worker.analysis.taylor import SmallWrites, small_writes
+from model_worker.device_branches import host_bound
 
 
 def head_values(
@@ -124,7 +125,7 @@ def settled_writes(
     is projected)."""
     if not isinstance(values, FactoredValues) or projector.softcap is not None:
         return None
-    if values.z.device.type != "cpu":
+    if host_bound(values.z.device):
         return None
     unembeddings = [u for u in values.unembeddings if u is not None]
     if len(unembeddings) != len(values.unembeddings):

@@ -19,6 +19,7 @@ from torch import Tensor
 from model_worker.analysis.kernels import unembed_matmul
 from model_worker.analysis.metrics import block_rows
 from model_worker.analysis.projection import VocabProjector
+from model_worker.device_branches import host_bound
 
 
 def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:
@@ -86,11 +87,15 @@ class FactoredValues:
         return out
 
     def block_rows(self) -> int | None:
-        """Rows per block of logits: one head's positions where every head has its U_h (each
-        block is then one product, kept as it comes), at most a default block's rows (a long
-        prompt's 1,022 positions made a 201 MB block on SmolLM2), else None (the default
-        blocks)."""
+        """Rows per block of logits: on the CPU, one head's positions where every head has its
+        U_h (each block is then one product, kept as it comes), at most a default block's rows
+        (a long prompt's 1,022 positions made a 201 MB block on SmolLM2), else None (the
+        default blocks). On a GPU always None: several heads a block, each head's product
+        copied in, so that every pass over a block (the increases' log-softmax, the label
+        tables' top-k and ranks) is one launch for all its heads, not one a head."""
         first = self.unembeddings[0] if self.unembeddings else None
+        if host_bound(self.z.device):
+            return None
         if first is None or any(u is None for u in self.unembeddings):
             return None
         return max(1, min(self.z.shape[1], block_rows(first.shape[0], self.z.device)))

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from model_worker.device_branches import host_bound
+
 #: Bytes of logits one projection block holds. On the CPU a block stays under glibc's largest
 #: mmap threshold (32 MiB) so that malloc recycles it; a larger one is mapped afresh and
 #: page-faulted in by every pass over it (logsumexp, ranks), which then cost as much as the
@@ -71,8 +73,8 @@ def rank_of(logits: Tensor, reference: Tensor) -> Tensor:
     logits, one thread; the largest item outside the products at 512 tokens). Rows go a few at
     a time through one scratch block of RANK_SCRATCH_BYTES. Elsewhere (a GPU, where each
     chunk would be two more launches) one comparison and one int32 sum."""
-    if logits.device.type != "cpu":
-        return (logits > reference).sum(-1, dtype=torch.int32).long() + 1
+    if host_bound(logits.device):
+        return rank_at_once(logits, reference)
     lead, vocab = logits.shape[:-1], logits.shape[-1]
     flat, flat_reference = logits.reshape(-1, vocab), reference.reshape(-1, 1)
     n = flat.shape[0]
@@ -84,6 +86,11 @@ def rank_of(logits: Tensor, reference: Tensor) -> Tensor:
         hits = torch.gt(flat[start:stop], flat_reference[start:stop], out=scratch[: stop - start])
         torch.sum(hits, -1, out=counts[start:stop])
     return counts.long().reshape(lead) + 1
+
+
+def rank_at_once(logits: Tensor, reference: Tensor) -> Tensor:
+    """`rank_of` as a GPU computes it: one comparison and one int32 sum over all rows."""
+    return (logits > reference).sum(-1, dtype=torch.int32).long() + 1
 
 
 def mean_reciprocal_rank(ranks: list[int]) -> float:
