@@ -16,7 +16,7 @@ def head_outputs(z: Tensor, w_o: Tensor) -> Tensor:
     """Each head's write into the residual: z [..., H*d_head], W_O [H, d_head, D] → [..., H, D].
 
     Their sum plus the output bias is the attention output. One `bmm` over the heads (the
-    einsum it replaces made 13 operator calls of its permutes and views, 4 here: a layer's
+    einsum it replaces made 13 operator calls of its permutes and views, 5 here: a layer's
     host time on a GPU).
     """
     n_heads, d_head, d_model = w_o.shape

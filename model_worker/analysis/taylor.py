@@ -62,8 +62,7 @@ def small_writes(
     takes the expansion where it settles at least d / 4 of them (its sums read U_h once: ~a
     dozen writes' products and log-softmaxes), counting the second order's only where C is
     computed, which is where the second order settles at least d more than the first (C and
-    its centring cost ~40–70 writes' on a
-    CPU, d = 64)."""
+    its centring cost ~40–70 writes' on a CPU, d = 64)."""
     n_heads, n_positions, d = x.shape
     done = torch.zeros(n_heads, n_positions, dtype=torch.bool, device=x.device)
     increase = x.new_zeros(n_heads, n_positions)
