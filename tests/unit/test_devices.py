@@ -173,6 +173,20 @@ def test_analyze_on_the_device_equals_the_cpus(model: LoadedModel, mode: str) ->
     agree(got, analyze(reference, EXAMPLE_PROMPT, **kwargs))  # type: ignore[arg-type]
 
 
+def test_recurring_heads_on_the_device_equal_the_cpus(model: LoadedModel) -> None:
+    """Heads detailed a third time project through their kept U_h (on a GPU several factored
+    heads share a block of logits: `device_branches`); the result equals the CPU's, whose
+    heads recur the same way."""
+    reference = tiny_family(model.name.removeprefix("tiny-"))
+    kwargs = {"top_k_heads": 3, "extra_heads": ["L0H0"]}
+    for loaded in (model, reference):
+        for _ in range(2):
+            analyze(loaded, EXAMPLE_PROMPT, **kwargs)  # type: ignore[arg-type]
+    assert model.head_unembeddings.nbytes > 0 and reference.head_unembeddings.nbytes > 0
+    got = analyze(model, EXAMPLE_PROMPT, **kwargs)  # type: ignore[arg-type]
+    agree(got, analyze(reference, EXAMPLE_PROMPT, **kwargs))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_experiment_runs_on_the_device(device: str, tmp_path: Path) -> None:
     """Each experiment end to end on the device (Llama, tiny dataset), metrics as on the CPU."""
