@@ -61,7 +61,8 @@ async def submit_all(base: str, texts: list[str]) -> tuple[list[str], float]:
         )
         submitted = time.perf_counter() - started
         bad = [a.status_code for a in answers if a.status_code not in (200, 202)]
-        assert not bad, f"refused submissions: {Counter(bad)}"
+        refused = [a.text[:300] for a in answers if a.status_code not in (200, 202)]
+        assert not bad, f"refused submissions: {Counter(bad)}; first: {refused[:1]}"
         return [answer.json()["id"] for answer in answers], submitted
 
 
@@ -96,6 +97,8 @@ def main() -> None:
             "ICL_MODEL": model,
             "ICL_QUEUE_CAP": str(args.total * 2),
             "ICL_CLIENT_QUEUED_JOBS": str(args.total * 2),  # one address plays every client
+            "ICL_CLIENT_CONNECTIONS": str(args.total + 8),  # every request at once, one address
+            "ICL_CLIENT_REQUESTS": str(args.total + 8),
             "ICL_DATA_DIR": str(folder / "data"),
             "ICL_RATE_LIMIT_PER_MINUTE": "0",
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
