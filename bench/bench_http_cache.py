@@ -123,6 +123,7 @@ def main() -> None:
             "ICL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
             # every client of the bench comes from 127.0.0.1: one client for the per-client cap
             "ICL_CLIENT_CONNECTIONS": str(args.clients + 8),
+            "ICL_CLIENT_REQUESTS": str(args.clients + 8),  # one address plays every client
             "ICL_DATA_DIR": str(Path(tmp) / "data"),
         }
         server = subprocess.Popen(
