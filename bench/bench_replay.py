@@ -17,7 +17,10 @@ a served worker keeps them): every call of `run_with_cache` in `model_worker.run
 every product through `model_worker.analysis.kernels.kernel_for` (the unembedding products,
 U_h built and used), with their inputs; replaying them runs those calls again, back to back.
 It also counts the writes whose increases the Taylor expansion settled without a product
-(`model_worker/analysis/taylor.py`; CPU, recurring heads).
+(`model_worker/analysis/taylor.py`; CPU, recurring heads). The expansion makes products of its
+own over the vocabulary (`taylor.centred_gram`, V · d² multiply-adds a head, in place of the
+writes' products): the replay runs them too, and the share is also printed without them (a
+third interleaved run, the replay without its Gram products).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from machine import cpu_model
 
 import model_worker.analysis.details as details_module
 import model_worker.analysis.kernels as kernels
+import model_worker.analysis.taylor as taylor
 import model_worker.run.analyze as analyze_module
 from model_worker.analysis.taylor import SmallWrites
 from model_worker.loading import LoadedModel
@@ -51,6 +55,7 @@ class Recorded:
     captures: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
     products: list[tuple[torch.Tensor, torch.Tensor, kernels.Kernel]] = field(default_factory=list)
     settled: list[tuple[int, int]] = field(default_factory=list)  # (settled, writes) per call
+    grams: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     def rows(self) -> int:
         """Rows multiplied in all: the products' left operands' rows."""
@@ -60,13 +65,17 @@ class Recorded:
         """The products' floating-point operations (2 · N · V · D each), in GFLOP."""
         return sum(2 * x.shape[0] * w.shape[0] * x.shape[1] for x, w, _ in self.products) / 1e9
 
+    def gram_gflop(self) -> float:
+        """The expansion's Gram products' floating-point operations (2 · V · d² each)."""
+        return sum(2 * u.shape[0] * u.shape[1] ** 2 for u, _, _ in self.grams) / 1e9
+
 
 @contextmanager
 def recording() -> Iterator[Recorded]:
     """Record every capture and vocabulary product the analyses run inside make."""
     found = Recorded()
     real_capture, real_kernel_for = analyze_module.run_with_cache, kernels.kernel_for
-    real_small_writes = details_module.small_writes
+    real_small_writes, real_gram = details_module.small_writes, taylor.centred_gram
 
     def capture(*args: Any, **kwargs: Any) -> Any:
         found.captures.append((args, kwargs))
@@ -82,23 +91,33 @@ def recording() -> Iterator[Recorded]:
         found.settled.append((int(small.done.sum()), small.done.numel()))
         return small
 
+    def centred_gram(u: torch.Tensor, mean: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        found.grams.append((u, mean, p))
+        return real_gram(u, mean, p)
+
     analyze_module.run_with_cache = capture  # type: ignore[assignment]
     kernels.kernel_for = kernel_for  # type: ignore[assignment]
     details_module.small_writes = small_writes
+    taylor.centred_gram = centred_gram
     try:
         yield found
     finally:
         analyze_module.run_with_cache = real_capture  # type: ignore[assignment]
         kernels.kernel_for = real_kernel_for  # type: ignore[assignment]
         details_module.small_writes = real_small_writes
+        taylor.centred_gram = real_gram
 
 
-def replay(recorded: Recorded) -> None:
-    """The recorded captures and products again, back to back (their results dropped)."""
+def replay(recorded: Recorded, grams: bool = True) -> None:
+    """The recorded captures and products again, back to back (their results dropped); with
+    `grams`, the Taylor expansion's Gram products too (`taylor.centred_gram`: products over the
+    vocabulary, V · d² multiply-adds each, in place of the writes' own products)."""
     for args, kwargs in recorded.captures:
         analyze_module.run_with_cache(*args, **kwargs)
     for x, w, kernel in recorded.products:
         kernel(x, w)
+    for u, mean, p in recorded.grams if grams else ():
+        taylor.centred_gram(u, mean, p)
 
 
 def recorded_analysis(loaded: LoadedModel, prompt: str, **options: Any) -> Recorded:
@@ -144,6 +163,7 @@ def outside_maths(
         {
             "analysis": lambda: analyze(loaded, prompt, top_k_heads=20),
             "replay": lambda: replay(recorded),
+            "products": lambda: replay(recorded, grams=False),
         },
         repeats,
         sync,
@@ -190,13 +210,18 @@ def details_stage(loaded: LoadedModel, prompt: str, repeats: int) -> None:
 
 def report(tokens: int, times: dict[str, float], recorded: Recorded, target: float) -> float:
     """Print one length's figures; returns the share of the analysis outside its maths."""
-    analysis, maths = times["analysis"], times["replay"]
+    analysis, maths, products = times["analysis"], times["replay"], times["products"]
     share = (analysis - maths) / analysis
     print(
         f"{tokens:>5} tokens  analysis {analysis * 1000:8.1f} ms   replay of its maths "
         f"{maths * 1000:8.1f} ms ({len(recorded.products)} products, {recorded.rows():,} rows, "
-        f"{recorded.gflop():.0f} GFLOP)   analysis / maths {analysis / maths:.3f}×   outside "
-        f"the maths {share * 100:5.1f}% (target ≤ {target * 100:.0f}%)"
+        f"{recorded.gflop():.0f} GFLOP; {len(recorded.grams)} Gram products, "
+        f"{recorded.gram_gflop():.1f} GFLOP)   analysis / maths {analysis / maths:.3f}×   "
+        f"outside the maths {share * 100:5.1f}% (target ≤ {target * 100:.0f}%)"
+    )
+    print(
+        f"      without the Gram products in the replay: maths {products * 1000:8.1f} ms, "
+        f"outside {(analysis - products) / analysis * 100:5.1f}%"
     )
     settled, writes = (
         (sum(pair) for pair in zip(*recorded.settled, strict=True)) if recorded.settled else (0, 0)

@@ -45,6 +45,14 @@ class SmallWrites:
     margin: Tensor | None
 
 
+def centred_gram(u: Tensor, mean: Tensor, p: Tensor) -> Tensor:
+    """C = (U_h − U_hᵀp)ᵀ diag(p) (U_h − U_hᵀp) [d, d] of U_h [V, d], `mean` = U_hᵀp [d] and
+    p [V]: the one product over the vocabulary (V · d² multiply-adds) that a head's second
+    order needs."""
+    centred = (u - mean).mul_(p.sqrt()[:, None])
+    return centred.T @ centred
+
+
 def small_writes(
     *,
     unembeddings: Sequence[Tensor],
@@ -86,8 +94,7 @@ def small_writes(
         mean = p @ u  # U_hᵀ p: μ = x · mean
         first, settled = a * (xs @ (u[target] - mean)), first_order[h]
         if with_variance:
-            centred = (u - mean).mul_(p.sqrt()[:, None])
-            variance = ((xs @ (centred.T @ centred)) * xs).sum(-1)
+            variance = ((xs @ centred_gram(u, mean, p)) * xs).sum(-1)
             first, settled = first - a.square() * variance / 2, second_order[h]
         done[h], increase[h] = settled, torch.where(settled, first, 0.0)
         if margin is not None and margin_ids is not None:
