@@ -27,7 +27,7 @@ from model_worker.analysis.flow import Flow, flow_of, layer_masses
 from model_worker.architectures import Adapter, HeadGeometry
 from model_worker.device_index import index_on
 from model_worker.device_memory import ensure_room, gather, to_device
-from model_worker.qk import LayerQk, recording
+from model_worker.qk import LayerQk, detached, recording
 
 #: Cached tensors with a position axis (axis 2 of [L, B, S, …]) that `Keep.positions` narrows.
 POSITIONAL = ("resid_pre", "normalized", "attn_out", "mlp_out", "attn_scale", "z")
@@ -140,8 +140,7 @@ class _Buffers:
         self._layers: dict[str, tuple[Tensor, ...]] = {}  # each buffer's per-layer views
 
     def put(self, key: str, layer: int, value: Tensor) -> None:
-        if value.requires_grad:  # (none does under the capture's inference mode)
-            value = value.detach()
+        value = detached(value)
         layers = self._layers.get(key)
         if layers is None:
             shape = (self.n_layers, *value.shape)

@@ -123,7 +123,7 @@ def _rotary_of_file(name: str) -> RotaryFunction | None:
     return RotaryFunction(apply, sin_first=names.index("sin") < names.index("cos"))
 
 
-def _detached(t: Tensor) -> Tensor:
+def detached(t: Tensor) -> Tensor:
     """`t` without its autograd history (itself where it has none: a capture's forward pass
     runs in inference mode)."""
     return t.detach() if t.requires_grad else t
@@ -143,11 +143,11 @@ def _record(
     record = _ACTIVE.get(module)
     if record is not None:
         rows = None if record.rows is None else index_on(record.rows, query.device)
-        kept = _detached(query) if rows is None else _detached(query)[:, :, rows]
-        record.query, record.key = kept.float(), _detached(key).float()
+        kept = detached(query) if rows is None else detached(query)[:, :, rows]
+        record.query, record.key = kept.float(), detached(key).float()
         record.mask = None
         if attention_mask is not None:
-            mask = _detached(attention_mask)
+            mask = detached(attention_mask)
             if record.rows is not None and mask.shape[-2] != 1:
                 mask = mask[:, :, index_on(record.rows, mask.device)]
             record.mask = mask

@@ -136,24 +136,15 @@ def score_split(
     )[0]
 
 
-def rotary_offset_queries(
-    *, query: Tensor, positions: list[int], w_k: Tensor, unrotate: Unrotate
+def offset_queries_of(
+    *, queries: Tensor, positions: list[int], w_k: Sequence[Tensor], unrotate: Unrotate
 ) -> Tensor:
-    """W_K^⊤ R_Δ q for each of `positions` (Δ = last − p): [P, D], from the analysed position's
-    query [d] after rotary and the head's W_K [D, d].
+    """W_K^⊤ R_Δ q for each of `positions` (Δ = last − p) and each of K heads of the same
+    rotary, from their analysed position's queries [K, d] after rotary and each head's W_K
+    [D, d] → [K, P, D]: one un-rotation for all, each head's own product.
 
     With q_last = R_last q the real (rotated) query, R_Δ q = R_{−p} q_last: the query un-rotated
     by the label position's angles, which a key at p scores against its unrotated key.
     """
-    return offset_queries_of(
-        queries=query[None], positions=positions, w_k=[w_k], unrotate=unrotate
-    )[0]
-
-
-def offset_queries_of(
-    *, queries: Tensor, positions: list[int], w_k: Sequence[Tensor], unrotate: Unrotate
-) -> Tensor:
-    """`rotary_offset_queries` of K heads of the same rotary at once: queries [K, d], each
-    head's W_K [D, d] → [K, P, D]; one un-rotation for all, each head's own product."""
     seen = unrotate(queries[:, None].expand(-1, len(positions), -1), positions)  # [K, P, d]
     return torch.stack([s @ w.to(s.device).T for s, w in zip(seen, w_k, strict=True)])

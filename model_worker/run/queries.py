@@ -3,10 +3,9 @@ and its real query reverse-projected into the residual space (rotary-aware per l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,6 +37,47 @@ def unrotate_by(record: LayerQk) -> Unrotate | None:
 
 
 @dataclass(frozen=True)
+class QkGroup:
+    """Heads whose layers recorded what a batched step needs alike (`grouped`'s `kind`): one
+    of their records, and their layers, each with its (index into the heads asked for, head)."""
+
+    record: LayerQk
+    layers: dict[int, list[tuple[int, int]]]
+
+    @property
+    def indices(self) -> list[int]:
+        """The group's heads' indices, in the order of its rows."""
+        return [i for members in self.layers.values() for i, _ in members]
+
+    def last_queries(self, run: PromptRun) -> Tensor:
+        """The recorded queries at the analysed position of the group's heads [G, d], a layer's
+        heads with one index."""
+        assert run.cache.qk is not None, "analyze captures with record_qk=True"
+        parts = []
+        for layer, members in self.layers.items():
+            recorded = run.cache.qk[layer]
+            assert recorded.query is not None
+            chosen = index_on([head for _, head in members], recorded.query.device)
+            parts.append(recorded.query[0, :, recorded.row(run.last)][chosen])
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def grouped(
+    run: PromptRun, heads: list[tuple[int, int]], kind: Callable[[LayerQk], Hashable]
+) -> list[QkGroup]:
+    """`heads` with recorded scores (`layer_qk`) grouped by `kind` of their layer's record, in
+    the order first met; heads without recorded scores are in no group."""
+    groups: dict[Hashable, QkGroup] = {}
+    for i, (layer, head) in enumerate(heads):
+        record = layer_qk(run, layer)
+        if record is None:
+            continue
+        group = groups.setdefault(kind(record), QkGroup(record, {}))
+        group.layers.setdefault(layer, []).append((i, head))
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
 class HeadScores:
     """The last position's scores of some heads, split: per group of heads recorded with the
     same rotary, scaling, soft-cap and mask kind, their indices (into the heads asked for) and
@@ -60,44 +100,34 @@ def head_scores(run: PromptRun, heads: list[tuple[int, int]]) -> HeadScores:
     un-rotation of their queries and one of their keys), each head's numbers as if alone."""
     last, g, records = run.last, run.loaded.geometry, run.cache.qk
     assert records is not None, "analyze captures with record_qk=True"
-    groups: dict[tuple[Any, ...], dict[int, list[tuple[int, int]]]] = {}
-    for i, (layer, head) in enumerate(heads):
-        record = layer_qk(run, layer)
-        if record is None:
-            continue
+
+    def kind(record: LayerQk) -> Hashable:
         rotary = None if record.rotary is None else tuple(map(id, record.rotary))
         masked = None if record.mask is None else record.mask.dtype
-        kind = (rotary, id(record.rotate), record.scaling, record.softcap, masked)
-        groups.setdefault(kind, {}).setdefault(layer, []).append((i, head))
+        return (rotary, id(record.rotate), record.scaling, record.softcap, masked)
+
     found = []
-    for layers in groups.values():
-        parts: list[list[Tensor]] = [[], [], []]  # queries, keys, masks: a layer's heads at once
-        for layer, members in layers.items():
-            recorded = records[layer]
-            query, key, mask = recorded.query, recorded.key, recorded.mask
-            assert query is not None and key is not None
-            device = query.device
-            chosen = index_on([head for _, head in members], device)
-            parts[0].append(query[0, :, recorded.row(last)][chosen])
+    for group in grouped(run, heads, kind):
+        keys, masks = [], []  # a layer's heads at once
+        for layer, members in group.layers.items():
+            key, mask = records[layer].key, records[layer].mask
+            assert key is not None
             kv = index_on([g.kv_head(head) for _, head in members], key.device)
-            parts[1].append(key[0, :, : last + 1][kv])
+            keys.append(key[0, :, : last + 1][kv])
             if mask is not None:
                 rows = [min(head, mask.shape[1] - 1) for _, head in members]
-                parts[2].append(
-                    mask[0, :, recorded.row(last), : last + 1][index_on(rows, mask.device)]
-                )
-        queries, keys, *masks = (
-            torch.cat(part) if len(part) > 1 else part[0] for part in parts if part
+                row = records[layer].row(last)
+                masks.append(mask[0, :, row, : last + 1][index_on(rows, mask.device)])
+        record = group.record  # the group's scaling, soft-cap and rotary
+        splits = score_splits(
+            queries=group.last_queries(run),
+            keys=torch.cat(keys) if len(keys) > 1 else keys[0],
+            scaling=record.scaling,
+            softcap=record.softcap,
+            masks=(torch.cat(masks) if len(masks) > 1 else masks[0]) if masks else None,
+            unrotate=unrotate_by(record),
         )
-        splits = score_splits(  # the group's scaling, soft-cap and rotary: its last layer's
-            queries=queries,
-            keys=keys,
-            scaling=recorded.scaling,
-            softcap=recorded.softcap,
-            masks=masks[0] if masks else None,
-            unrotate=unrotate_by(recorded),
-        )
-        found.append(([i for members in layers.values() for i, _ in members], splits))
+        found.append((group.indices, splits))
     return HeadScores(found)
 
 
@@ -130,35 +160,22 @@ def head_offset_queries(
     if not labels or not heads:
         return None
     kv = [g.kv_head(head) for _, head in heads] if kv_index is None else list(kv_index)
-    records = run.cache.qk
-    assert records is not None, "analyze captures with record_qk=True"
-    groups: dict[tuple[int, ...], dict[int, list[tuple[int, int]]]] = {}
-    for i, (layer, head) in enumerate(heads):
-        record = layer_qk(run, layer)
-        if record is None or record.query is None or record.rotary is None:
-            return None
-        kind = (*map(id, record.rotary), id(record.rotate))
-        groups.setdefault(kind, {}).setdefault(layer, []).append((i, head))
+    records = [layer_qk(run, layer) for layer, _ in heads]
+    if any(record is None or record.rotary is None for record in records):
+        return None
     found, order = [], []  # each group's vectors, and the heads they belong to
-    for layers in groups.values():
-        parts = []  # the queries of a layer's heads at once
-        for layer, members in layers.items():
-            query = records[layer].query
-            assert query is not None
-            chosen = index_on([head for _, head in members], query.device)
-            parts.append(query[0, :, records[layer].row(run.last)][chosen])
-        unrotate = unrotate_by(records[layer])
+    for group in grouped(run, heads, lambda r: (*map(id, r.rotary or ()), id(r.rotate))):
+        unrotate = unrotate_by(group.record)
         assert unrotate is not None
-        group = [i for members in layers.values() for i, _ in members]
         found.append(
             offset_queries_of(
-                queries=torch.cat(parts) if len(parts) > 1 else parts[0],
+                queries=group.last_queries(run),
                 positions=labels,
-                w_k=[w_k[heads[i][0]][kv[i]] for i in group],
+                w_k=[w_k[heads[i][0]][kv[i]] for i in group.indices],
                 unrotate=unrotate,
             )
         )
-        order += group
+        order += group.indices
     vectors = torch.cat(found) if len(found) > 1 else found[0]
     if order == list(range(len(heads))):
         return vectors
