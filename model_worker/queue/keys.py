@@ -127,6 +127,11 @@ def reap_lock_key(queue: str) -> str:
     return _key("reap", queue)
 
 
+def stranded_key(queue: str) -> str:
+    """When the reaper first saw each job stranded in a queue's intermediate list (a hash)."""
+    return _key("stranded", queue)
+
+
 def tokenizer_key(fingerprint: str) -> str:
     """A worker's tokenizer (tokenizers JSON), so the web tier can count prompt tokens."""
     return _key("tokenizer", fingerprint)

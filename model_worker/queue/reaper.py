@@ -2,20 +2,29 @@
 
 RQ would find them only after their job timeout; a missing heartbeat finds them in seconds. Both
 the workers (each heartbeat) and the web tier (when polled) run this; a lock makes it once.
+
+A worker killed after taking a job off the queue but before starting it leaves the job in RQ's
+intermediate list, where no registry records it: RQ fails such a job at its next maintenance
+(every 10 minutes); here it is queued again once it has stayed there STRANDED_AFTER_S.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
 
 from redis import Redis
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from model_worker.queue.keys import reap_lock_key, result_key
+from model_worker.queue.keys import reap_lock_key, result_key, stranded_key
 
 log = logging.getLogger(__name__)
+#: A live worker moves the job it took off the queue to the started registry within
+#: milliseconds; one seen in between for this long belongs to a worker that died there.
+STRANDED_AFTER_S = 10.0
 
 
 def rq_queue(name: str, connection: Redis) -> Queue:
@@ -33,12 +42,15 @@ def reap_abandoned(
     live_workers: set[str],
     why: str = "stopped (killed or crashed)",
     results: Redis | None = None,
+    stranded_after_s: float = STRANDED_AFTER_S,
 ) -> list[str]:
-    """Hand back the started jobs of `queue` whose worker has no live heartbeat; their ids.
+    """Hand back the started jobs of `queue` whose worker has no live heartbeat, and the jobs
+    stranded before they started; their ids.
 
-    RQ's own cleanup then re-enqueues a job that has a retry left, or fails it (saying the worker
-    `why`). A job whose result is already stored (in `results`, else the queue's Redis) is
-    done: it is dropped, never run again.
+    RQ's own cleanup then re-enqueues a started job that has a retry left, or fails it (saying
+    the worker `why`); a stranded job is queued again (see requeue_stranded). A job whose result
+    is already stored (in `results`, else the queue's Redis) is done: it is dropped, never run
+    again.
     """
     connection = queue.connection
     if not connection.set(reap_lock_key(queue.name), 1, nx=True, ex=2):
@@ -47,7 +59,7 @@ def reap_abandoned(
     reaped: list[str] = []
     try:
         for member in connection.zrange(registry.key, 0, -1):
-            entry = member.decode() if isinstance(member, bytes) else str(member)
+            entry = _text(member)
             job_id = registry.parse_job_id(entry)
             try:
                 job = fetch_job(job_id, connection)
@@ -71,6 +83,73 @@ def reap_abandoned(
             reaped.append(job_id)
         if reaped:
             registry.cleanup(timestamp=0)
+        reaped += requeue_stranded(queue, results or connection, stranded_after_s)
     finally:
         connection.delete(reap_lock_key(queue.name))
     return reaped
+
+
+def requeue_stranded(queue: Queue, results: Redis, after_s: float) -> list[str]:
+    """Queue again (at the front) the jobs that every reap for `after_s` seconds saw in `queue`'s
+    intermediate list; their ids. A live worker's job leaves that list, marked started, within
+    milliseconds of being taken; one killed in between leaves it there, still queued (and maybe
+    in the started registry, which RQ's cleanup then skips: it was never marked started). Each
+    first sighting is kept in a hash, and dropped as soon as a reap no longer sees the job."""
+    connection = queue.connection
+    waiting = dict.fromkeys(
+        _text(m) for m in connection.lrange(queue.intermediate_queue_key, 0, -1)
+    )
+    seen_key = stranded_key(queue.name)
+    seen = {_text(job_id): _seconds(at) for job_id, at in connection.hgetall(seen_key).items()}
+    if gone := [job_id for job_id in seen if job_id not in waiting]:
+        connection.hdel(seen_key, *gone)
+    now = time.time()
+    requeued: list[str] = []
+    for job_id in waiting:
+        first = seen.get(job_id)
+        if first is None or not now - first >= 0:  # new, or a bad record (NaN, in the future)
+            connection.hset(seen_key, job_id, now)
+            continue
+        if now - first < after_s:
+            continue
+        connection.hdel(seen_key, job_id)
+        connection.lrem(queue.intermediate_queue_key, 0, job_id)
+        if _requeue(queue, job_id, results):
+            requeued.append(job_id)
+    return requeued
+
+
+def _requeue(queue: Queue, job_id: str, results: Redis) -> bool:
+    """Queue `job_id` again, without its dead worker's entry in the started registry, if it
+    still waits to start; False when it is gone, finished (its result stored: dropped), was
+    started after all, or is already back on the queue."""
+    try:
+        job = fetch_job(job_id, queue.connection)
+        status = job.get_status()
+    except Exception as exc:  # gone meanwhile, or a malformed record: nothing to run
+        log.info("stranded job %s dropped: %s", job_id[:100], exc)
+        return False
+    if results.exists(result_key(job_id)):
+        job.delete()
+        return False
+    if status != JobStatus.QUEUED or job.get_position() is not None:
+        return False
+    registry = queue.started_job_registry
+    entries = [_text(member) for member in queue.connection.zrange(registry.key, 0, -1)]
+    if mine := [entry for entry in entries if registry.parse_job_id(entry) == job_id]:
+        queue.connection.zrem(registry.key, *mine)
+    queue.enqueue_job(job, at_front=True)
+    log.warning("job %s was taken off the queue by a worker that died: queued again", job_id)
+    return True
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _seconds(value: Any) -> float:
+    """A stored sighting time; NaN (read as a bad record) when it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

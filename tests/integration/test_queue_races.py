@@ -19,7 +19,14 @@ from app.routes.analyses import get_analysis
 from model_worker.contracts import AnalysisRequest
 from model_worker.jobs import store_parts
 from model_worker.loading import LoadedModel
-from model_worker.queue.keys import analysis_job_id, claim_key, result_key
+from model_worker.queue.keys import (
+    analysis_job_id,
+    claim_key,
+    queue_name,
+    result_key,
+    stranded_key,
+)
+from model_worker.queue.reaper import reap_abandoned, rq_queue
 from model_worker.queue.result_parts import result_parts
 from model_worker.queue.states import JobStatus
 from model_worker.run.analyze import analyze
@@ -29,6 +36,7 @@ from tests.integration.redis_support import signed_as_worker
 pytestmark = pytest.mark.redis
 
 REQUEST = AnalysisRequest(prompt="cat : foo dog : bar cat :")
+OTHER = AnalysisRequest(prompt="dog : bar cat : foo dog :")
 
 
 def test_a_claim_whose_reply_was_lost_still_enqueues(
@@ -158,3 +166,65 @@ def test_an_unsigned_result_of_an_older_version_is_discarded_and_recomputed(
     assert not backend._redis.exists(result_key(job_id))
     state = backend._status(job_id)
     assert state is not None and state.status == JobStatus.QUEUED
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_job_taken_off_the_queue_by_a_worker_that_died_is_queued_again(
+    backend: RedisBackend, registered: bool
+) -> None:
+    """A worker SIGKILLed after RQ's BLMOVE (queue -> intermediate list) but before it marked
+    the job started left it queued with no position, never run, while its client polled until
+    it gave up (seen once in CI, test_faults); killed after RQ registered the execution, the
+    job was in the started registry too, where RQ's cleanup skips a job never marked started.
+    The reaper queues it again, at the front, once every reap has seen it there for the grace
+    period, and drops the dead execution's entry."""
+    queue = rq_queue(queue_name(MODEL), backend._redis)
+    live = {"fake-worker"}
+    first, other = backend._submit(REQUEST).id, backend._submit(OTHER).id
+    backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")  # the kill
+    registry = queue.started_job_registry
+    if registered:
+        backend._redis.zadd(registry.key, {f"{first}:dead-execution": time.time() + 60})
+    assert backend._status(first).position_in_queue is None  # type: ignore[union-attr]
+
+    assert reap_abandoned(queue, live, stranded_after_s=0.3) == []  # first sighting
+    assert reap_abandoned(queue, live, stranded_after_s=0.3) == []  # too soon to tell
+    time.sleep(0.35)
+    assert reap_abandoned(queue, live, stranded_after_s=0.3) == [first]
+    assert queue.get_job_ids() == [first, other]
+    assert backend._redis.llen(queue.intermediate_queue_key) == 0
+    assert not backend._redis.exists(stranded_key(queue.name))
+    assert backend._redis.zcard(registry.key) == 0
+    state = backend._status(first)
+    assert state is not None and state.status == JobStatus.QUEUED and state.position_in_queue == 0
+
+
+def test_a_job_passing_through_the_intermediate_list_is_left_to_its_worker(
+    backend: RedisBackend,
+) -> None:
+    """A sighting counts only while every reap sees the job in the intermediate list: a live
+    worker that moved it on (started) clears it, so a later stay starts afresh; a job whose result is stored is
+    dropped, not run again; a malformed sighting is replaced, never an error."""
+    queue = rq_queue(queue_name(MODEL), backend._redis)
+    live = {"fake-worker"}
+    job_id = backend._submit(REQUEST).id
+    backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
+    assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
+    started = f"{job_id}:execution"  # the worker starts it: out of the list, into the registry
+    backend._redis.lrem(queue.intermediate_queue_key, 0, job_id)
+    backend._redis.zadd(queue.started_job_registry.key, {started: time.time() + 60})
+    assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
+    assert not backend._redis.exists(stranded_key(queue.name))
+
+    time.sleep(0.25)  # a second stay, after the first sighting's grace: a fresh sighting
+    backend._redis.zrem(queue.started_job_registry.key, started)
+    backend._redis.rpush(queue.intermediate_queue_key, job_id)
+    assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
+    backend._redis.hset(stranded_key(queue.name), job_id, "not a time")
+    assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
+
+    backend._redis.set(result_key(job_id), "stored")  # it finished before its worker died
+    time.sleep(0.25)
+    assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
+    assert not backend._redis.exists(f"rq:job:{job_id}")
+    assert backend._redis.llen(queue.intermediate_queue_key) == 0

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from redis import Redis
 
 from app.main import create_app
+from model_worker.queue.keys import queue_name
+from model_worker.queue.reaper import STRANDED_AFTER_S, rq_queue
 from tests.integration.redis_support import (
     private_db,
     redis_with_workers,
@@ -87,6 +90,36 @@ def test_killed_worker_job_is_retried_once_then_failed(tmp_path: Path) -> None:
         failed = final_state(client, second["id"])
         assert failed["status"] == "failed"
         assert "stopped" in failed["error"] and "retry" in failed["error"]
+
+
+def test_a_job_its_worker_took_but_never_started_is_run_by_another(tmp_path: Path) -> None:
+    """A worker SIGKILLed after Redis handed it a job (RQ's BLMOVE into the intermediate list)
+    but before it started the job left the job queued in that list until RQ's maintenance failed
+    it 10 minutes later, its client polling meanwhile (a hang seen once in CI, test_faults).
+    Stopping the worker (SIGSTOP) while it waits on the queue holds that window open."""
+    model = save_tiny_model(tmp_path / "tiny-llama")
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with (
+        private_db() as url,
+        serving_workers(model, url, tmp_path / "first", stop_with=signal.SIGKILL) as (frozen,),
+        TestClient(create_app(web_settings(model, url))) as client,
+    ):
+        connection = Redis.from_url(url)
+        frozen.send_signal(signal.SIGSTOP)
+        job = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
+        queue = rq_queue(queue_name(str(model)), connection)
+        wait_for(
+            lambda: connection.lrange(queue.intermediate_queue_key, 0, -1) == [job["id"].encode()],
+            10,
+            "Redis to hand the job to the stopped worker",
+        )
+        frozen.send_signal(signal.SIGKILL)
+        frozen.wait()
+        with serving_workers(model, url, tmp_path / "second"):
+            state = final_state(client, job["id"], timeout=STRANDED_AFTER_S + 60)
+        assert state["status"] == "done", state
+        connection.close()
 
 
 def test_redis_restart_gives_503_then_recovers(tmp_path: Path) -> None:
