@@ -106,6 +106,15 @@ def test_a_job_its_worker_took_but_never_started_is_run_by_another(tmp_path: Pat
         TestClient(create_app(web_settings(model, url))) as client,
     ):
         connection = Redis.from_url(url)
+        db = connection.connection_pool.connection_kwargs.get("db", 0)
+        wait_for(  # stopped any earlier (or between two of RQ's waits) it would take nothing
+            lambda: any(
+                client["cmd"] == "blmove" and int(client["db"]) == db
+                for client in connection.client_list()
+            ),
+            30,
+            "the worker to wait on the queue",
+        )
         frozen.send_signal(signal.SIGSTOP)
         job = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
         queue = rq_queue(queue_name(str(model)), connection)
