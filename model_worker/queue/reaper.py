@@ -113,9 +113,10 @@ def requeue_stranded(queue: Queue, results: Redis, after_s: float) -> list[str]:
         if now - first < after_s:
             continue
         connection.hdel(seen_key, job_id)
-        connection.lrem(queue.intermediate_queue_key, 0, job_id)
         if _requeue(queue, job_id, results):
             requeued.append(job_id)
+        # only then out of the list: a reaper killed in between leaves the job to the next one
+        connection.lrem(queue.intermediate_queue_key, 1, job_id)
     return requeued
 
 

@@ -203,8 +203,9 @@ def test_a_job_passing_through_the_intermediate_list_is_left_to_its_worker(
     backend: RedisBackend,
 ) -> None:
     """A sighting counts only while every reap sees the job in the intermediate list: a live
-    worker that moved it on (started) clears it, so a later stay starts afresh; a job whose result is stored is
-    dropped, not run again; a malformed sighting is replaced, never an error."""
+    worker that moved it on (started) clears it, so a later stay starts afresh; a job whose
+    result is stored is dropped, not run again; a malformed sighting is replaced, never an
+    error."""
     queue = rq_queue(queue_name(MODEL), backend._redis)
     live = {"fake-worker"}
     job_id = backend._submit(REQUEST).id
@@ -227,4 +228,17 @@ def test_a_job_passing_through_the_intermediate_list_is_left_to_its_worker(
     time.sleep(0.25)
     assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
     assert not backend._redis.exists(f"rq:job:{job_id}")
+    assert backend._redis.llen(queue.intermediate_queue_key) == 0
+
+
+def test_a_reaper_cut_off_after_queueing_a_job_again_leaves_no_twin(backend: RedisBackend) -> None:
+    """The reaper queues a stranded job again, then takes it out of the intermediate list; one
+    killed in between left it in both. The next reaper only takes it out of the list."""
+    queue = rq_queue(queue_name(MODEL), backend._redis)
+    job_id = backend._submit(REQUEST).id
+    backend._redis.rpush(queue.intermediate_queue_key, job_id)
+    assert reap_abandoned(queue, {"fake-worker"}, stranded_after_s=0.2) == []
+    time.sleep(0.25)
+    assert reap_abandoned(queue, {"fake-worker"}, stranded_after_s=0.2) == []
+    assert queue.get_job_ids() == [job_id]
     assert backend._redis.llen(queue.intermediate_queue_key) == 0
