@@ -3,9 +3,9 @@
 RQ would find them only after their job timeout; a missing heartbeat finds them in seconds. Both
 the workers (each heartbeat) and the web tier (when polled) run this; a lock makes it once.
 
-A worker killed after taking a job off the queue but before starting it leaves the job in RQ's
-intermediate list, where no registry records it: RQ fails such a job at its next maintenance
-(every 10 minutes); here it is queued again once it has stayed there STRANDED_AFTER_S.
+A worker killed after taking a job off the queue but before marking it started leaves the job
+queued in RQ's intermediate list, which only RQ's maintenance (every 10 minutes) looks at, to
+fail it; here it is queued again once it has stayed there STRANDED_AFTER_S.
 """
 
 from __future__ import annotations
