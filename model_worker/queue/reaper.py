@@ -63,7 +63,9 @@ def reap_abandoned(
             job_id = registry.parse_job_id(entry)
             try:
                 job = fetch_job(job_id, connection)
-                status = job.get_status()
+                # status and worker from one read: refreshing the status alone could pair a
+                # live worker's "started", written since, with the worker read before it (none)
+                status = job.get_status(refresh=False)
             except Exception as exc:  # gone meanwhile, or a malformed record: not ours to judge
                 log.info("reaper skipped job %s: %s", job_id[:100], exc)
                 continue

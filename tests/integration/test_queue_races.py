@@ -19,6 +19,7 @@ from app.routes.analyses import get_analysis
 from model_worker.contracts import AnalysisRequest
 from model_worker.jobs import store_parts
 from model_worker.loading import LoadedModel
+from model_worker.queue import reaper as reaper_module
 from model_worker.queue.keys import (
     analysis_job_id,
     claim_key,
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.redis
 
 REQUEST = AnalysisRequest(prompt="cat : foo dog : bar cat :")
 OTHER = AnalysisRequest(prompt="dog : bar cat : foo dog :")
+LIVE = "fake-worker"  # the heartbeat of tests/integration/conftest.py's backend
 
 
 def test_a_claim_whose_reply_was_lost_still_enqueues(
@@ -179,7 +181,7 @@ def test_a_job_taken_off_the_queue_by_a_worker_that_died_is_queued_again(
     The reaper queues it again, at the front, once every reap has seen it there for the grace
     period, and drops the dead execution's entry."""
     queue = rq_queue(queue_name(MODEL), backend._redis)
-    live = {"fake-worker"}
+    live = {LIVE}
     first, other = backend._submit(REQUEST).id, backend._submit(OTHER).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")  # the kill
     registry = queue.started_job_registry
@@ -207,7 +209,7 @@ def test_a_job_passing_through_the_intermediate_list_is_left_to_its_worker(
     result is stored is dropped, not run again; a malformed sighting is replaced, never an
     error."""
     queue = rq_queue(queue_name(MODEL), backend._redis)
-    live = {"fake-worker"}
+    live = {LIVE}
     job_id = backend._submit(REQUEST).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
     assert reap_abandoned(queue, live, stranded_after_s=0.2) == []
@@ -237,8 +239,37 @@ def test_a_reaper_cut_off_after_queueing_a_job_again_leaves_no_twin(backend: Red
     queue = rq_queue(queue_name(MODEL), backend._redis)
     job_id = backend._submit(REQUEST).id
     backend._redis.rpush(queue.intermediate_queue_key, job_id)
-    assert reap_abandoned(queue, {"fake-worker"}, stranded_after_s=0.2) == []
+    assert reap_abandoned(queue, {LIVE}, stranded_after_s=0.2) == []
     time.sleep(0.25)
-    assert reap_abandoned(queue, {"fake-worker"}, stranded_after_s=0.2) == []
+    assert reap_abandoned(queue, {LIVE}, stranded_after_s=0.2) == []
     assert queue.get_job_ids() == [job_id]
     assert backend._redis.llen(queue.intermediate_queue_key) == 0
+
+
+def test_a_job_its_live_worker_is_starting_is_never_reaped(
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RQ registers an execution, then marks the job started with its worker's name. A reaper
+    reading the job in between, then its status alone, paired "started" with no worker and
+    handed the running job back: run twice, its retry spent, or failed "the worker … stopped"
+    while it ran (seen in a worker's log: "abandoned by dead worker None")."""
+    queue = rq_queue(queue_name(MODEL), backend._redis)
+    job_id = backend._submit(REQUEST).id
+    backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
+    registry = queue.started_job_registry
+    backend._redis.zadd(registry.key, {f"{job_id}:live-execution": time.time() + 60})
+    real_fetch = reaper_module.fetch_job
+
+    def read_just_before_it_starts(asked: str, connection: Any) -> Any:
+        job = real_fetch(asked, connection)  # queued, no worker yet
+        connection.hset(f"rq:job:{asked}", mapping={"status": "started", "worker_name": LIVE})
+        connection.lrem(queue.intermediate_queue_key, 1, asked)  # the worker's second write
+        return job
+
+    monkeypatch.setattr(reaper_module, "fetch_job", read_just_before_it_starts)
+    assert reap_abandoned(queue, {LIVE}) == []
+    monkeypatch.setattr(reaper_module, "fetch_job", real_fetch)
+    assert queue.get_job_ids() == []  # not queued again beside the running one
+    assert backend._redis.zcard(registry.key) == 1
+    state = backend._status(job_id)
+    assert state is not None and state.status == JobStatus.RUNNING
