@@ -30,6 +30,7 @@ from model_worker.errors import UserInputError
 from model_worker.loading import LoadedModel, load_model
 from model_worker.queue.keys import COMPUTED_KEY, heads_stage_key, result_key
 from model_worker.queue.reaper import rq_queue
+from model_worker.queue.redis_values import as_bytes, as_text
 from model_worker.queue.result_parts import (
     CORE,
     DETAILS_MESSAGE,
@@ -290,16 +291,8 @@ def _computed(connection: Redis, job_id: str, signer: ResultSigner, digest: str)
         raw = connection.hgetall(result_key(job_id))
     except RedisError:
         return False
-    signed = {_text(name): _data(value) for name, value in raw.items()}
+    signed = {as_text(name): as_bytes(value) for name, value in raw.items()}
     return bool(signed) and signer.verify(job_id, digest, signed) is not None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _data(value: bytes | str) -> bytes:
-    return value if isinstance(value, bytes) else value.encode()
 
 
 def _current() -> tuple[Job, Redis]:

@@ -58,6 +58,7 @@ from model_worker.queue.keys import (
     result_key,
 )
 from model_worker.queue.reaper import fetch_job, reap_abandoned, rq_queue
+from model_worker.queue.redis_values import as_bytes, as_text
 from model_worker.queue.result_parts import Parts, result_json
 from model_worker.queue.signing import request_digest, result_signer
 from model_worker.queue.states import JobState, JobStatus, ModelInfo, done_body
@@ -81,17 +82,9 @@ SWEEP_BATCH = 200
 log = logging.getLogger(__name__)
 
 
-def _bytes(value: bytes | str) -> bytes:
-    return value if isinstance(value, bytes) else value.encode()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _byte_keys(parts: dict[Any, Any]) -> Parts:
     """A Redis hash's fields (bytes) as parts (str names)."""
-    return {_text(name): _bytes(value) for name, value in parts.items()}
+    return {as_text(name): as_bytes(value) for name, value in parts.items()}
 
 
 def _last_line(text: str | None) -> str:
@@ -307,7 +300,7 @@ class RedisBackend(PartsReader):
         """How many of `client`'s jobs are queued or running, by kind (True: experiments);
         forgets the rest."""
         key = client_jobs_key(client)
-        ids = [_text(member) for member in self._redis.zrange(key, 0, -1)]
+        ids = [as_text(member) for member in self._redis.zrange(key, 0, -1)]
         if not ids:
             return {True: 0, False: 0}
         with self._redis.pipeline(transaction=False) as pipe:
@@ -319,7 +312,7 @@ class RedisBackend(PartsReader):
         ended = [  # a stored result ends a job before RQ's own bookkeeping does
             job_id
             for job_id, status, done in zip(ids, replies[::2], replies[1::2], strict=True)
-            if done or _text(status) not in waiting
+            if done or as_text(status) not in waiting
         ]
         if ended:
             self._redis.zrem(key, *ended)
@@ -336,7 +329,7 @@ class RedisBackend(PartsReader):
         if self._redis.set(key, token, nx=True, ex=CLAIM_TTL_S):
             return True
         held = self._redis.get(key)
-        return held is not None and _bytes(held) == token.encode()
+        return held is not None and as_bytes(held) == token.encode()
 
     def _twin(self, job_id: str) -> JobState:
         """A twin request is enqueuing `job_id` right now: answered at once, never a wait. Its
@@ -406,7 +399,7 @@ class RedisBackend(PartsReader):
             raise self._unreachable(exc) from exc
         if stored is None:
             return None
-        return await self._call(self._verified_stage, job_id, _bytes(stored))
+        return await self._call(self._verified_stage, job_id, as_bytes(stored))
 
     def _verified_stage(self, job_id: str, stored: bytes) -> bytes | None:
         digest = self._digest(job_id)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from redis import Redis
 
 from model_worker.queue.keys import LAST_BEATS_KEY, WORKERS_KEY, worker_key
+from model_worker.queue.redis_values import as_text
 
 log = logging.getLogger(__name__)
 #: A worker silent for this many heartbeat periods is taken for dead.
@@ -61,7 +62,7 @@ def remove_beat(connection: Redis, name: str) -> None:
 def live_beats(connection: Redis) -> list[WorkerBeat]:
     """The heartbeats of the workers alive now (expired ones are dropped)."""
     connection.zremrangebyscore(WORKERS_KEY, "-inf", time.time())
-    names = [_text(name) for name in connection.zrange(WORKERS_KEY, 0, -1)]
+    names = [as_text(name) for name in connection.zrange(WORKERS_KEY, 0, -1)]
     if not names:
         return []
     raws = connection.mget([worker_key(name) for name in names])
@@ -83,7 +84,3 @@ def _parsed(name: str, raw: Any) -> WorkerBeat | None:
     except (ValidationError, ValueError, TypeError) as exc:
         log.warning("skipped the malformed heartbeat of worker %r: %s", name[:100], exc)
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

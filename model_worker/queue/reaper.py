@@ -20,6 +20,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from model_worker.queue.keys import reap_lock_key, result_key, stranded_key
+from model_worker.queue.redis_values import as_text
 
 log = logging.getLogger(__name__)
 #: A live worker moves the job it took off the queue to the started registry within
@@ -59,7 +60,7 @@ def reap_abandoned(
     reaped: list[str] = []
     try:
         for member in connection.zrange(registry.key, 0, -1):
-            entry = _text(member)
+            entry = as_text(member)
             job_id = registry.parse_job_id(entry)
             try:
                 job = fetch_job(job_id, connection)
@@ -99,10 +100,10 @@ def requeue_stranded(queue: Queue, results: Redis, after_s: float) -> list[str]:
     first sighting is kept in a hash, and dropped as soon as a reap no longer sees the job."""
     connection = queue.connection
     waiting = dict.fromkeys(
-        _text(m) for m in connection.lrange(queue.intermediate_queue_key, 0, -1)
+        as_text(m) for m in connection.lrange(queue.intermediate_queue_key, 0, -1)
     )
     seen_key = stranded_key(queue.name)
-    seen = {_text(job_id): _seconds(at) for job_id, at in connection.hgetall(seen_key).items()}
+    seen = {as_text(job_id): _seconds(at) for job_id, at in connection.hgetall(seen_key).items()}
     if gone := [job_id for job_id in seen if job_id not in waiting]:
         connection.hdel(seen_key, *gone)
     now = time.time()
@@ -128,7 +129,7 @@ def _requeue(queue: Queue, job_id: str, results: Redis) -> bool:
     started after all, or is already back on the queue."""
     try:
         job = fetch_job(job_id, queue.connection)
-        status = job.get_status()
+        status = job.get_status(refresh=False)  # as fetched a moment ago
     except Exception as exc:  # gone meanwhile, or a malformed record: nothing to run
         log.info("stranded job %s dropped: %s", job_id[:100], exc)
         return False
@@ -138,16 +139,12 @@ def _requeue(queue: Queue, job_id: str, results: Redis) -> bool:
     if status != JobStatus.QUEUED or job.get_position() is not None:
         return False
     registry = queue.started_job_registry
-    entries = [_text(member) for member in queue.connection.zrange(registry.key, 0, -1)]
+    entries = [as_text(member) for member in queue.connection.zrange(registry.key, 0, -1)]
     if mine := [entry for entry in entries if registry.parse_job_id(entry) == job_id]:
         queue.connection.zrem(registry.key, *mine)
     queue.enqueue_job(job, at_front=True)
     log.warning("job %s was taken off the queue by a worker that died: queued again", job_id)
     return True
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _seconds(value: Any) -> float:
