@@ -12,10 +12,11 @@ from pydantic import AfterValidator
 
 from app.queue.interface import Backend
 from app.security.clients import client_of
-from model_worker.contracts import AnalysisCore, AnalysisSummary, parse_head_name
-from model_worker.queue.keys import JOB_ID_PATTERN, is_experiment
-from model_worker.queue.states import JobState, JobStatus
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisCore, AnalysisSummary
+from model_worker.contracts.common import parse_head_name
+from model_worker.service.queue.keys import JOB_ID_PATTERN, is_experiment
+from model_worker.service.queue.states import JobState, JobStatus
 
 
 async def get_backend(request: Request) -> Backend:

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from app.deps import job_state
 from app.queue.interface import Backend, BackendError
 from app.security.client_slots import ClientSlots
-from model_worker.queue.result_parts import DETAILS_MESSAGE
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.service.queue.result_parts import DETAILS_MESSAGE
+from model_worker.service.queue.states import JobState, JobStatus
 
 #: How often a wait with no news checks that its client is still there (it reads nothing).
 REREAD_S = 1.0

@@ -30,8 +30,8 @@ from app.routes import (
 )
 from app.security.client_slots import ClientSlots
 from app.security.responses import error_response
-from model_worker.log_safety import redact
-from model_worker.settings import Settings, get_settings
+from model_worker.common.log_safety import redact
+from model_worker.common.settings import Settings, get_settings
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 #: Seconds between two passes of the backend's upkeep (durable store, lost jobs).

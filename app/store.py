@@ -3,9 +3,9 @@
 Redis is the queue and the hand-over from the workers (results expire after `ICL_RESULT_TTL_S`;
 a restart without persistence loses everything); this store is the source of truth for finished
 results (the web tier reads it first, and keeps a worker's result only once its signature holds,
-model_worker.queue.signing), and keeps what a permalink needs: the request of
+model_worker.service.queue.signing), and keeps what a permalink needs: the request of
 each accepted job (so a lost job is enqueued again, an evicted result recomputed on demand), its
-failure reason, and the finished result's parts (model_worker.queue.result_parts). SQLite in
+failure reason, and the finished result's parts (model_worker.service.queue.result_parts). SQLite in
 `ICL_DATA_DIR` by default (stdlib sqlite3); PostgreSQL (psycopg 3) when `ICL_DATABASE_URL` is
 set, for several web replicas. Plain SQL both understand; calls are blocking (the backends run
 them in a thread).
@@ -28,10 +28,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchRequest
-from model_worker.queue.result_parts import Parts, size
-from model_worker.settings import Settings
+from model_worker.service.queue.result_parts import Parts, size
 
 log = logging.getLogger(__name__)
 SQLITE_FILE = "results.sqlite3"

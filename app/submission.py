@@ -10,7 +10,7 @@ from fastapi import Response, status
 from pydantic import BaseModel, ValidationError
 
 from app.queue.interface import Backend
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.service.queue.states import JobState, JobStatus
 
 
 class AnalysisForm(BaseModel):

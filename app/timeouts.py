@@ -34,7 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.security.client_slots import ClientSlots
 from app.security.clients import client_key
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 #: Slowest reading a response may go on at while the server's buffer for it is full (bytes/s).
 MIN_SEND_RATE = 1024

@@ -26,12 +26,12 @@ from collections.abc import Callable
 import torch
 from machine import ISA_ENV, apply_isa, cpu_model
 
-from model_worker.allocator import keep_freed_memory
 from model_worker.analysis.kernels import kernel_for, kernels
-from model_worker.linear_routing import default_linear_layers
-from model_worker.loading import LoadedModel, load_model
+from model_worker.model.linear_routing import default_linear_layers
+from model_worker.model.loading import LoadedModel, load_model
+from model_worker.resources.allocator import keep_freed_memory
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
-from model_worker.unembedding_cache import HeadUnembeddings
 
 
 def prompt_of(loaded: LoadedModel, tokens: int) -> str:
@@ -127,7 +127,7 @@ def interleaved(
 
 def page_faults(run: Callable[[], object], repeats: int = 5) -> tuple[int, float]:
     """Median minor page faults and mean system milliseconds of `run` (memory freed by one
-    call and faulted in again by the next shows here; model_worker/allocator.py)."""
+    call and faulted in again by the next shows here; model_worker/resources/allocator.py)."""
     faults, system = [], []
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_SELF)

@@ -39,11 +39,11 @@ from fastapi import FastAPI
 from playwright.sync_api import Page, sync_playwright
 
 from app.main import create_app
-from model_worker.contracts import AnalysisRequest
-from model_worker.in_process import InProcessEngine
-from model_worker.jobs import load_served_model, run_analysis
-from model_worker.loading import LoadedModel, load_model
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.model.loading import LoadedModel, load_model
+from model_worker.service.in_process import InProcessEngine
+from model_worker.service.jobs import load_served_model, run_analysis
 from tests.browser.live import launch, serve
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -189,7 +189,7 @@ def web_app(
     if args.redis:
         from redis import Redis
 
-        from model_worker.queue.heartbeats import live_beats
+        from model_worker.service.queue.heartbeats import live_beats
         from tests.integration.redis_support import private_db, start_worker, stop, wait_for
 
         url = stack.enter_context(private_db())

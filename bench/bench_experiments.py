@@ -29,7 +29,7 @@ from model_worker.experiments.batching import prepare, run_prompts
 from model_worker.experiments.data import prompts
 from model_worker.experiments.evidence import adequacy, by_arrangement, position_effect
 from model_worker.experiments.heads import head_table
-from model_worker.loading import LoadedModel, load_model
+from model_worker.model.loading import LoadedModel, load_model
 from model_worker.run.analyze import analyze
 
 

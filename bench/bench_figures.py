@@ -29,8 +29,8 @@ from app.main import create_app
 from app.views.figure_kit.export import draw
 from app.views.figures.registry import FIGURES
 from icl_heads.serving import embedded_backend
+from model_worker.common.settings import Settings
 from model_worker.run.analyze import analyze
-from model_worker.settings import Settings
 from tests.browser.figure_prompts import prompt, tiny_words
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -47,7 +47,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from model_worker.loading import LoadedModel, freeze_loaded_objects, load_model, wrap_model
+from model_worker.model.loading import LoadedModel, freeze_loaded_objects, load_model, wrap_model
 from model_worker.run.analyze import analyze
 
 LENGTHS = (64, 512)

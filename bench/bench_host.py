@@ -22,7 +22,8 @@ from more, and idle threads' hand-offs only add noise on a shared machine. As on
 products run on torch's public kernels only: the CPU's oneDNN candidates
 (`analysis.kernels`, `linear_routing`) are left out, so that neither the counts nor the times
 depend on a calibration; and the analysis takes a GPU's branches where the CPU has its own
-(`model_worker.device_branches`: no Taylor expansion of small writes, ranks in one comparison,
+(`model_worker.resources.device_branches`: no Taylor expansion of small writes, ranks in one
+comparison,
 several factored heads a block). `--profile` also prints cProfile's functions of one analysis
 by own time.
 """
@@ -47,9 +48,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
 from model_worker.analysis import kernels
-from model_worker.device_branches import gpu_branches
-from model_worker.linear_routing import default_linear_layers
-from model_worker.loading import LoadedModel, freeze_loaded_objects, wrap_model
+from model_worker.model.linear_routing import default_linear_layers
+from model_worker.model.loading import LoadedModel, freeze_loaded_objects, wrap_model
+from model_worker.resources.device_branches import gpu_branches
 from model_worker.run.analyze import analyze
 
 TOKENIZER = str(Path(__file__).parent / "tokenizer")

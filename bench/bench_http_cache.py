@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from model_worker.contracts import AnalysisRequest  # noqa: E402
-from model_worker.queue.keys import analysis_job_id  # noqa: E402
-from model_worker.queue.result_parts import result_parts  # noqa: E402
-from model_worker.settings import Settings  # noqa: E402
+from model_worker.common.settings import Settings  # noqa: E402
+from model_worker.contracts.analysis import AnalysisRequest  # noqa: E402
+from model_worker.service.queue.keys import analysis_job_id  # noqa: E402
+from model_worker.service.queue.result_parts import result_parts  # noqa: E402
 from tests.integration.redis_support import OwnRedis, free_port, wait_for  # noqa: E402
 from tests.tiny_models import EXAMPLE_PROMPT  # noqa: E402
 
@@ -37,8 +37,8 @@ def cached_result(data_dir: Path, tiny: bool) -> tuple[str, int]:
     """Analyse one prompt in this process and keep it in the web tier's durable store (what
     finished results are served from; no worker runs here); (id, bytes)."""
     from app.store import open_store
-    from model_worker.jobs import run_analysis
-    from model_worker.loading import load_model
+    from model_worker.model.loading import load_model
+    from model_worker.service.jobs import run_analysis
     from tests.tiny_models import tiny_llama
 
     loaded = tiny_llama() if tiny else load_model(device="cpu")

@@ -34,8 +34,8 @@ def one_case(tokens: int, full: bool, top_k_heads: int) -> dict[str, float]:
     from bench_analysis import prompt_of
 
     import model_worker.run.analyze as analyze_module
-    from model_worker.capture import KEEP_ALL
-    from model_worker.loading import load_model
+    from model_worker.model.capture import KEEP_ALL
+    from model_worker.model.loading import load_model
 
     loaded = load_model(device="cpu", dtype="float32")
     after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

@@ -23,11 +23,11 @@ from machine import cpu_model
 from app.views.atlas_panels import AtlasPanel
 from app.views.figures.atlas import matrix_figure
 from app.views.patching_panels import PatchHeadPanel, PatchingPanel
-from model_worker.contracts import ExperimentResult
+from model_worker.common.settings import Settings
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.contracts.patching import DIRECTIONS, PatchRequest
-from model_worker.in_process import InProcessEngine
-from model_worker.loading import load_model
-from model_worker.settings import Settings
+from model_worker.model.loading import load_model
+from model_worker.service.in_process import InProcessEngine
 
 SCORES = ("in_context", "label_share", "induction", "previous_token", "function_vector")
 SCORES += ("saliency", "sink")

@@ -21,10 +21,10 @@ import torch
 from bench_analysis import prompt_of
 from machine import cpu_model
 
-from model_worker.contracts import ExperimentRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchRequest
 from model_worker.experiments.job import run_experiment
-from model_worker.loading import load_model
+from model_worker.model.loading import load_model
 from model_worker.patching.engine import Patch, attribution, record, run_patched
 from model_worker.patching.run import make_pair
 

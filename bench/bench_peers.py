@@ -51,12 +51,12 @@ from model_worker.analysis.contributions import (  # noqa: E402
 )
 from model_worker.analysis.details import head_values  # noqa: E402
 from model_worker.analysis.position_views import position_views_fixed  # noqa: E402
-from model_worker.capture import run_with_cache  # noqa: E402
-from model_worker.loading import LoadedModel  # noqa: E402
+from model_worker.model.capture import run_with_cache  # noqa: E402
+from model_worker.model.loading import LoadedModel  # noqa: E402
+from model_worker.resources.unembedding_cache import HeadUnembeddings  # noqa: E402
 from model_worker.run.analyze import analyze
 from model_worker.run.factored import factored_values
 from model_worker.run.state import final_projector  # noqa: E402
-from model_worker.unembedding_cache import HeadUnembeddings  # noqa: E402
 
 TOP_K = 20
 BLOCK_ROWS = 160

@@ -26,8 +26,8 @@ from bench_analysis import prompt_of
 from bench_gpu import SHAPES, random_like
 from machine import cpu_model
 
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
-from model_worker.unembedding_cache import HeadUnembeddings
 
 TARGET = 0.7
 

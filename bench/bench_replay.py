@@ -43,7 +43,7 @@ import model_worker.analysis.kernels as kernels
 import model_worker.analysis.taylor as taylor
 import model_worker.run.analyze as analyze_module
 from model_worker.analysis.taylor import SmallWrites
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 
 
@@ -235,7 +235,7 @@ def report(tokens: int, times: dict[str, float], recorded: Recorded, target: flo
 def main() -> int:
     from bench_analysis import prompt_of
 
-    from model_worker.loading import load_model
+    from model_worker.model.loading import load_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[62, 512])

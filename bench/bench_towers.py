@@ -28,10 +28,10 @@ from machine import cpu_model
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from model_worker.analysis.icl import detect_structure
-from model_worker.capture import RunCache, run_with_cache
-from model_worker.loading import LoadedModel, load_model, wrap_model
-from model_worker.prompting import encode_prompt
-from model_worker.towers import decompose, default_position, towers
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.loading import LoadedModel, load_model, wrap_model
+from model_worker.model.prompting import encode_prompt
+from model_worker.towers.run import decompose, default_position, towers
 
 
 def median_s(run: Callable[[], object], repeats: int) -> float:

@@ -26,8 +26,8 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from model_worker.queue.heartbeats import live_beats  # noqa: E402
-from model_worker.queue.keys import COMPUTED_KEY  # noqa: E402
+from model_worker.service.queue.heartbeats import live_beats  # noqa: E402
+from model_worker.service.queue.keys import COMPUTED_KEY  # noqa: E402
 from tests.integration.redis_support import (  # noqa: E402
     OwnRedis,
     free_port,

@@ -18,16 +18,16 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 
 from app.queue.embedded import EmbeddedBackend
-from model_worker.contracts import AnalysisResult
-from model_worker.queue.keys import heads_stage_key, result_key
-from model_worker.queue.result_parts import (
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.service.queue.keys import heads_stage_key, result_key
+from model_worker.service.queue.result_parts import (
     CORE,
     DETAILS_MESSAGE,
     Parts,
     analysis_parts,
     result_parts,
 )
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.service.queue.states import JobState, JobStatus
 
 #: Injected before the page's own scripts (a DevTools init script: CSP does not apply).
 PAGE_PROBE = """

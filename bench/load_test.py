@@ -52,8 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import cpu_model  # noqa: E402
-from model_worker.queue.heartbeats import WorkerBeat, write_beat  # noqa: E402
-from model_worker.queue.keys import queue_name  # noqa: E402
+from model_worker.service.queue.heartbeats import WorkerBeat, write_beat  # noqa: E402
+from model_worker.service.queue.keys import queue_name  # noqa: E402
 from tests.integration.redis_support import (  # noqa: E402
     OwnRedis,
     free_port,

@@ -7,7 +7,7 @@ The model is a random Llama of SmolLM2-135M's shape as the pages see it (30 laye
 heads on 3 K/V heads: a 270-cell heatmap, 20 detailed heads) with a small hidden size and the
 tests' word tokenizer, so that the model's compute stays small and alike for both commits: the
 comparison is of the web and browser path (HTML, scripts, figures). Built from the TREE's own
-`tests/tiny_models.py` and `model_worker.loading.wrap_model`.
+`tests/tiny_models.py` and `model_worker.model.loading.wrap_model`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def main() -> None:
 
     from app.main import create_app
     from icl_heads.serving import embedded_backend
-    from model_worker.loading import LoadedModel, wrap_model
-    from model_worker.settings import Settings
+    from model_worker.common.settings import Settings
+    from model_worker.model.loading import LoadedModel, wrap_model
     from tests.tiny_models import WORDS, word_tokenizer
 
     def smol_shaped() -> LoadedModel:

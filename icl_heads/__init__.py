@@ -61,34 +61,26 @@ if TYPE_CHECKING:
     from icl_heads.results import (
         Head as Head,
     )
-    from model_worker.contracts import (
-        AnalysisRequest as AnalysisRequest,
-    )
-    from model_worker.contracts import (
-        ExperimentRequest as ExperimentRequest,
-    )
-    from model_worker.contracts import (
-        HeadDetail as HeadDetail,
-    )
-    from model_worker.contracts import (
-        HeadSummary as HeadSummary,
-    )
+    from model_worker.contracts.analysis import AnalysisRequest as AnalysisRequest
+    from model_worker.contracts.analysis import HeadDetail as HeadDetail
+    from model_worker.contracts.analysis import HeadSummary as HeadSummary
+    from model_worker.contracts.experiments import ExperimentRequest as ExperimentRequest
     from model_worker.contracts.patching import PatchingResult as PatchingResult
     from model_worker.contracts.patching import PatchRequest as PatchRequest
     from model_worker.contracts.towers import Towers as Towers
-    from model_worker.loading import LoadedModel as LoadedModel
-    from model_worker.towers import towers as towers
+    from model_worker.model.loading import LoadedModel as LoadedModel
+    from model_worker.towers.run import towers as towers
 
 #: Public name → the module that defines it.
 _EXPORTS = {
     "load_model": "icl_heads.local",
-    "LoadedModel": "model_worker.loading",
+    "LoadedModel": "model_worker.model.loading",
     "analyze": "icl_heads.local",
     "run_experiment": "icl_heads.local",
     "patch": "icl_heads.patching",
     "PatchRequest": "model_worker.contracts.patching",
     "PatchingResult": "model_worker.contracts.patching",
-    "towers": "model_worker.towers",
+    "towers": "model_worker.towers.run",
     "Towers": "model_worker.contracts.towers",
     "AnalysisRequest": "model_worker.contracts",
     "AnalysisResult": "icl_heads.results",

@@ -21,9 +21,10 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from icl_heads.results import AnalysisResult, ExperimentResult
-from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchingResult, PatchRequest
-from model_worker.queue.states import JobState, JobStatus, ModelInfo
+from model_worker.service.queue.states import JobState, JobStatus, ModelInfo
 
 R = TypeVar("R", AnalysisResult, ExperimentResult, PatchingResult)
 RETRIED = (429, 503)

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from icl_heads.results import AnalysisResult, ExperimentResult
-from model_worker import contracts, loading
+from model_worker.contracts import analysis as contracts
 from model_worker.experiments import job as engine_experiments
+from model_worker.model import loading
 from model_worker.run import analyze as engine_analyze
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.contracts.patching import PatchingResult, PatchRequest
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from model_worker.patching.run import patch as engine_patch
 
 

@@ -21,7 +21,8 @@ from app.views.figures.experiments import experiment_figure
 from app.views.figures.registry import FIGURES
 from app.views.frames import TableFormat
 from app.views.notebook import analysis_html, experiment_html, head_html
-from model_worker import contracts
+from model_worker.contracts import analysis as contracts
+from model_worker.contracts import experiments as experiment_contracts
 
 if TYPE_CHECKING:
     import altair as alt
@@ -157,11 +158,11 @@ class Head(contracts.Head):
         return frames.positions_frame(self.analysis, self.name)
 
 
-class ExperimentResult(contracts.ExperimentResult):
+class ExperimentResult(experiment_contracts.ExperimentResult):
     """An experiment in a notebook: metrics, figures and report; its tables as DataFrames."""
 
     @classmethod
-    def of(cls, result: contracts.ExperimentResult) -> ExperimentResult:
+    def of(cls, result: experiment_contracts.ExperimentResult) -> ExperimentResult:
         """`result` with the notebook's display (its fields shared, not copied)."""
         if isinstance(result, cls):
             return result

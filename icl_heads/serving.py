@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from app.queue.embedded import EmbeddedBackend
 from app.store import ResultStore
-from model_worker.in_process import InProcessEngine
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.service.in_process import InProcessEngine
 
 if TYPE_CHECKING:
-    from model_worker.loading import LoadedModel
+    from model_worker.model.loading import LoadedModel
 
 
 def embedded_backend(

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.main import create_app  # noqa: E402
 from icl_heads.serving import embedded_backend  # noqa: E402
-from model_worker.settings import Settings  # noqa: E402
+from model_worker.common.settings import Settings  # noqa: E402
 from tests.browser.figure_prompts import prompt, tiny_words  # noqa: E402
 from tests.browser.live import launch, serve  # noqa: E402
 

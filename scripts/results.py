@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model_worker.experiments.results_doc import render, store  # noqa: E402
+from icl_heads.results_doc import render, store  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 DOCUMENT = ROOT / "docs" / "results.md"
@@ -40,10 +40,10 @@ def cpu_model() -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    from model_worker.contracts import ExperimentRequest
+    from model_worker.contracts.experiments import ExperimentRequest
     from model_worker.experiments.job import run_experiment
     from model_worker.experiments.seeds import combine_seeds, parse_seeds
-    from model_worker.loading import load_model
+    from model_worker.model.loading import load_model
 
     loaded = load_model(args.model)
     for entry in args.names:

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.model.loading import LoadedModel
 from tests.tiny_models import tiny_llama
 
 

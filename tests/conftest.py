@@ -9,7 +9,7 @@ import pytest
 from hypothesis import settings
 
 import model_worker.analysis.kernels as kernels
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from tests.tiny_models import tiny_gpt2, tiny_llama
 
 # The durable store of apps built outside a test (module fixtures) is a throwaway folder too.
@@ -35,7 +35,7 @@ def tiny_model(request: pytest.FixtureRequest) -> LoadedModel:
 @pytest.fixture(scope="session")
 def smollm2() -> LoadedModel:
     """The real default model (SmolLM2-135M-Instruct from its GGUF), loaded once per session."""
-    from model_worker.loading import load_model
+    from model_worker.model.loading import load_model
 
     return load_model(device="cpu", dtype="float32")
 

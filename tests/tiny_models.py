@@ -24,8 +24,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from model_worker.adapters import REGISTRY
-from model_worker.loading import LoadedModel, wrap_model
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.loading import LoadedModel, wrap_model
 
 #: Config keys of dropout probabilities across families (all zero in the tiny models).
 DROPOUTS = (

@@ -37,18 +37,20 @@ from app.store import (
     StoreError,
     open_store,
 )
-from model_worker.budget import BudgetError, check_experiment
-from model_worker.contracts import AnalysisRequest, AnalysisResult, ExperimentRequest
+from model_worker.checks.budget import BudgetError, check_experiment
+from model_worker.common.errors import UserInputError
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchRequest
-from model_worker.errors import UserInputError
-from model_worker.queue.keys import (
+from model_worker.service.queue.keys import (
     analysis_job_id,
     experiment_job_id,
     is_experiment,
     job_kind,
     patching_job_id,
 )
-from model_worker.queue.result_parts import (
+from model_worker.service.queue.result_parts import (
     CORE,
     DETAILS_MESSAGE,
     Parts,
@@ -56,11 +58,10 @@ from model_worker.queue.result_parts import (
     result_parts,
     size,
 )
-from model_worker.queue.states import JobState, JobStatus, ModelInfo
-from model_worker.settings import Settings
+from model_worker.service.queue.states import JobState, JobStatus, ModelInfo
 
 if TYPE_CHECKING:
-    from model_worker.loading import LoadedModel
+    from model_worker.model.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 MAX_JOBS = 2_000

@@ -8,7 +8,7 @@ from __future__ import annotations
 from redis import Redis
 from rq import Queue
 
-from model_worker.queue.keys import ahead_key
+from model_worker.service.queue.keys import ahead_key
 
 #: KEYS: the queue's list, the set of jobs placed ahead; ARGV: the job id. Moves the job from
 #: the tail to just behind the last job placed ahead; forgets ahead-jobs no longer queued.

@@ -8,17 +8,16 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.job_news import News, polled
-from model_worker.contracts import (
+from model_worker.contracts.analysis import (
     AnalysisRequest,
     AnalysisResult,
     AnalysisSummary,
-    ExperimentRequest,
-    ExperimentResult,
     HeadDetail,
 )
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
 from model_worker.contracts.patching import PatchingResult, PatchRequest
-from model_worker.queue.keys import is_analysis, is_experiment, is_patching
-from model_worker.queue.result_parts import (
+from model_worker.service.queue.keys import is_analysis, is_experiment, is_patching
+from model_worker.service.queue.result_parts import (
     BODY,
     SUMMARY_PARTS,
     Parts,
@@ -27,15 +26,15 @@ from model_worker.queue.result_parts import (
     result_json,
     summary,
 )
-from model_worker.queue.states import JobState, ModelInfo, done_body
+from model_worker.service.queue.states import JobState, ModelInfo, done_body
 
 if TYPE_CHECKING:
-    from model_worker.loading import LoadedModel
+    from model_worker.model.loading import LoadedModel
 
 
 class InProcessEngine(Protocol):
     """The engine as the embedded backend runs it in its worker thread (implemented by
-    `model_worker.in_process`, handed over by the library layer: the web tier imports no
+    `model_worker.service.in_process`, handed over by the library layer: the web tier imports no
     torch)."""
 
     def load(self) -> LoadedModel: ...
@@ -85,7 +84,7 @@ class BackendError(Exception):
 
 class PartsReader:
     """The reads of finished results, over a backend's `read_parts`
-    (model_worker.queue.result_parts)."""
+    (model_worker.service.queue.result_parts)."""
 
     async def read_parts(self, job_id: str, names: Sequence[str] | None = None) -> Parts | None:
         """The finished result's parts (all, or those of `names` it has); None if not done."""

@@ -25,7 +25,7 @@ from rq import Queue
 from rq.job import Job
 
 from app.job_news import News
-from model_worker.queue.keys import heads_stage_key, result_key
+from model_worker.service.queue.keys import heads_stage_key, result_key
 
 #: Seconds between two reads of the marks of the jobs waited on.
 TICK_S = 0.05

@@ -11,9 +11,9 @@ from redis import Redis
 from tokenizers import Tokenizer
 
 from app.queue.interface import BackendError
-from model_worker.pair_check import Encode
-from model_worker.queue.heartbeats import WorkerBeat
-from model_worker.queue.keys import tokenizer_key
+from model_worker.checks.patch_pairs import Encode
+from model_worker.service.queue.heartbeats import WorkerBeat
+from model_worker.service.queue.keys import tokenizer_key
 
 
 class PromptLimit:
@@ -45,7 +45,7 @@ class PromptLimit:
         return n_tokens
 
     def encoder(self, connection: Redis, beats: list[WorkerBeat]) -> Encode | None:
-        """The workers' tokenizer as `model_worker.pair_check` uses it (ids and character
+        """The workers' tokenizer as `model_worker.checks.patch_pairs` uses it (ids and character
         offsets), refusing a text over the limit (422); None when no tokenizer is published."""
         tokenizer = self._tokenizer(connection, min(beat.fingerprint for beat in beats))
         if tokenizer is None:

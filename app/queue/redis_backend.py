@@ -2,7 +2,7 @@
 
 The web tier never loads a model: it reads the workers' heartbeats to know which models are live
 and with which weights, hashes each request into a job id, and serves finished results from
-Redis (a hash of parts, model_worker.queue.result_parts). Redis calls run with short
+Redis (a hash of parts, model_worker.service.queue.result_parts). Redis calls run with short
 timeouts, so an unreachable Redis answers 503 at once. Redis is the queue and the hot cache;
 the durable store (app.store) keeps each accepted request and, once seen done, the result: a
 result that expired or was lost is read from the store, a job Redis lost is enqueued again
@@ -38,14 +38,16 @@ from app.queue.interface import BackendError, PartsReader, client_limit
 from app.queue.job_watch import JobWatch
 from app.queue.prompt_limit import PromptLimit
 from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
-from model_worker.budget import BudgetError, check_analysis, check_experiment
-from model_worker.contracts import AnalysisRequest, ExperimentRequest
+from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
+from model_worker.checks.patch_pairs import check_heads, check_pair
+from model_worker.common.errors import UserInputError
+from model_worker.common.log_safety import redact
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchRequest
-from model_worker.errors import UserInputError
-from model_worker.log_safety import redact
-from model_worker.pair_check import check_heads, check_pair
-from model_worker.queue.heartbeats import WorkerBeat, last_beat, live_beats
-from model_worker.queue.keys import (
+from model_worker.service.queue.heartbeats import WorkerBeat, last_beat, live_beats
+from model_worker.service.queue.keys import (
     analysis_job_id,
     claim_key,
     client_jobs_key,
@@ -57,17 +59,16 @@ from model_worker.queue.keys import (
     queue_name,
     result_key,
 )
-from model_worker.queue.reaper import fetch_job, reap_abandoned, rq_queue
-from model_worker.queue.redis_values import as_bytes, as_text
-from model_worker.queue.result_parts import Parts, result_json
-from model_worker.queue.signing import request_digest, result_signer
-from model_worker.queue.states import JobState, JobStatus, ModelInfo, done_body
-from model_worker.settings import Settings
+from model_worker.service.queue.reaper import fetch_job, reap_abandoned, rq_queue
+from model_worker.service.queue.redis_values import as_bytes, as_text
+from model_worker.service.queue.result_parts import Parts, result_json
+from model_worker.service.queue.signing import request_digest, result_signer
+from model_worker.service.queue.states import JobState, JobStatus, ModelInfo, done_body
 
 T = TypeVar("T")
-ANALYSIS_FUNC = "model_worker.jobs.analysis_job"
-EXPERIMENT_FUNC = "model_worker.jobs.experiment_job"
-PATCHING_FUNC = "model_worker.jobs.patching_job"
+ANALYSIS_FUNC = "model_worker.service.jobs.analysis_job"
+EXPERIMENT_FUNC = "model_worker.service.jobs.experiment_job"
+PATCHING_FUNC = "model_worker.service.jobs.patching_job"
 FAILED_TTL_S = 24 * 3600
 CLAIM_TTL_S = 10
 QUEUED = {RqStatus.QUEUED, RqStatus.DEFERRED, RqStatus.SCHEDULED}
@@ -391,7 +392,8 @@ class RedisBackend(PartsReader):
         return self._watch.subscribe(job_id)
 
     async def read_heads_stage(self, job_id: str) -> bytes | None:
-        """The per-head stage the worker published (model_worker.jobs.heads_publisher), if its
+        """The per-head stage the worker published (model_worker.service.jobs.heads_publisher), if
+        its
         signature holds (a forged or stale one is ignored, with a log line)."""
         try:
             stored = await self._aresults.get(heads_stage_key(job_id))

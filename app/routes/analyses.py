@@ -6,8 +6,8 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.deps import BackendDep, ClientDep, JobId, job_state
 from app.submission import submit_responses, submitted
-from model_worker.contracts import AnalysisRequest
-from model_worker.queue.states import JobState, JobStatus, ModelInfo
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.service.queue.states import JobState, JobStatus, ModelInfo
 
 router = APIRouter(prefix="/api", tags=["analyses"])
 

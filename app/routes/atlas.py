@@ -16,8 +16,9 @@ from app.queue.interface import Backend
 from app.templating import render, url_path
 from app.views.atlas_panels import AtlasHeadPanel, AtlasPanel, NotAnAtlas, Order
 from app.views.figure_kit.export import Format
-from model_worker.contracts import ExperimentResult, parse_head_name
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.contracts.common import parse_head_name
+from model_worker.contracts.experiments import ExperimentResult
+from model_worker.service.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["experiments"])
 SortQuery = Annotated[

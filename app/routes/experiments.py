@@ -17,11 +17,11 @@ from app.templating import render, url_path
 from app.views.figure_kit.export import FORMATS, Format
 from app.views.figures.experiments import experiment_figure
 from app.views.panels import ExperimentPanel
-from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from model_worker.common.export_text import csv_text
+from model_worker.contracts.experiments import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from model_worker.contracts.report import markdown_text
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
-from model_worker.export_text import csv_text
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.service.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["experiments"])
 

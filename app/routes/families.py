@@ -1,6 +1,6 @@
 """GET /api/families: the supported model families and what was verified for each.
 
-Read from the torch-free registry (model_worker.adapters), the one source of truth the engine
+Read from the torch-free registry (model_worker.model.adapters), the one source of truth the engine
 and `icl-heads models` use too.
 """
 
@@ -12,8 +12,8 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
 from app.security.openapi import ERROR_REF
-from model_worker.adapters import catalog, spec_for
-from model_worker.errors import UnsupportedModelError
+from model_worker.common.errors import UnsupportedModelError
+from model_worker.model.adapters import catalog, spec_for
 
 router = APIRouter(tags=["models"])
 

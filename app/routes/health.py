@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 
 from app.deps import BackendDep
 from app.queue.interface import BackendError
-from model_worker.log_safety import redact
+from model_worker.common.log_safety import redact
 
 router = APIRouter(tags=["health"])
 

@@ -27,8 +27,8 @@ from app.security.responses import NOT_IN_HISTORY
 from app.submission import AnalysisForm, CompareForm, form_problem
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render, url_path
 from app.views.panels import AnalysisView, Comparison
-from model_worker.contracts import AnalysisRequest
-from model_worker.queue.states import JobStatus
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.service.queue.states import JobStatus
 
 router = APIRouter(tags=["pages"])
 #: How long the permalink of a running analysis (or one next in the queue) waits for its

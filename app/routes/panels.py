@@ -28,8 +28,13 @@ from app.job_wait import long_poll_slot, next_state
 from app.queue.interface import Backend
 from app.templating import render, url_path
 from app.views.panels import ANALYSIS_PANELS, AnalysisView, HeadPanel, HeadPending, Panel
-from model_worker.contracts import AnalysisCore, AnalysisRequest, AnalysisSummary, HeadDetail
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.contracts.analysis import (
+    AnalysisCore,
+    AnalysisRequest,
+    AnalysisSummary,
+    HeadDetail,
+)
+from model_worker.service.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["panels"])
 #: ask for the head's score decomposed into the two towers (docs/towers.md)

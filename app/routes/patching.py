@@ -27,11 +27,11 @@ from app.templating import render, url_path
 from app.views.figure_kit.export import Format
 from app.views.patching_panels import PatchHeadPanel, PatchingPanel, direction_of
 from app.views.recent import Recent
-from model_worker.contracts import parse_head_name
+from model_worker.common.export_text import csv_text
+from model_worker.contracts.common import parse_head_name
 from model_worker.contracts.patching import PatchingResult, PatchRequest
-from model_worker.export_text import csv_text
-from model_worker.queue.keys import is_patching
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.service.queue.keys import is_patching
+from model_worker.service.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["patching"])
 #: The pages built lately, by (job, direction): a job's result never changes.

@@ -5,7 +5,7 @@ headers, 500 page), refusals sent late (every 429, ICL_REFUSAL_DELAY_S), Host ch
 limit, same-origin check, authentication (sessions, login guessing limits, named users),
 requests in flight and rate limit (per named user, else per address), JSON bodies (no lone
 surrogates, bounded nesting), HTML-only answers to htmx. It also makes every log line of the
-process safe (model_worker.log_safety).
+process safe (model_worker.common.log_safety).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
 from app.security.refusal_delay import RefusalDelayMiddleware
 from app.security.sessions import session_store
-from model_worker.log_safety import install_log_hygiene
-from model_worker.settings import Settings
+from model_worker.common.log_safety import install_log_hygiene
+from model_worker.common.settings import Settings
 
 
 def install(app: FastAPI, settings: Settings) -> None:

@@ -21,7 +21,7 @@ from app.security.login_limit import LoginLimiter, too_many_failures
 from app.security.responses import error_response, wants_json
 from app.security.sessions import SessionStore, SessionsUnavailable
 from app.security.users import Account, Accounts
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 COOKIE_NAME = "icl_session"
 PUBLIC_PATHS = frozenset({"/login", "/logout", "/healthz", "/favicon.ico"})

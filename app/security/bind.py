@@ -7,7 +7,7 @@ import ipaddress
 import sys
 
 from app.security.users import UsersError, configured_users
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 MIN_TOKEN_LENGTH = 16
@@ -82,7 +82,7 @@ def bind_refusal(host: str, settings: Settings, insecure: bool = False) -> str |
 
 def unsigned_results_refusal(host: str, settings: Settings) -> str | None:
     """Why a public server in Redis mode is refused without ICL_RESULT_KEYS (anyone able to
-    write to Redis could then plant results: model_worker.queue.signing), or None."""
+    write to Redis could then plant results: model_worker.service.queue.signing), or None."""
     if not settings.redis_url or (
         settings.result_keys and settings.result_keys.get_secret_value().strip()
     ):

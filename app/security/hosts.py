@@ -11,7 +11,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.security.responses import error_response
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 

@@ -15,9 +15,9 @@ from typing import Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from model_worker.log_safety import redact
-from model_worker.queue.keys import session_key
-from model_worker.settings import Settings
+from model_worker.common.log_safety import redact
+from model_worker.common.settings import Settings
+from model_worker.service.queue.keys import session_key
 
 #: Most sessions an embedded server keeps (the oldest go first).
 MAX_MEMORY_SESSIONS = 10_000

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 #: A user's name: it goes into keys and logs, so letters, digits and `._-` only.
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -18,7 +18,7 @@ from app.views.figures.atlas import (
     scores_of,
 )
 from app.views.recent import Recent
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 
 Order = Literal["asc", "desc"]
 #: the matrices drawn lately, by job (its result never changes)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from model_worker.contracts import AnalysisCore
+from model_worker.contracts.analysis import AnalysisCore
 
 
 def _words(result: AnalysisCore) -> list[str]:

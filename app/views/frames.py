@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from model_worker.export_names import file_stems
-from model_worker.export_text import csv_text
+from model_worker.common.export_names import file_stems
+from model_worker.common.export_text import csv_text
 
 if TYPE_CHECKING:
     from pandas import DataFrame
 
-    from model_worker.contracts import AnalysisResult, ExperimentResult
+    from model_worker.contracts.analysis import AnalysisResult
+    from model_worker.contracts.experiments import ExperimentResult
 
 #: The formats `save_tables` writes.
 TableFormat = Literal["csv", "parquet"]
@@ -73,7 +74,7 @@ def experiment_frames(result: ExperimentResult) -> dict[str, DataFrame]:
 def save_tables(result: ExperimentResult, folder: Path, format: TableFormat = "csv") -> list[Path]:
     """Write `folder/<table>.<format>` for every table (parquet needs pyarrow); the paths.
     File names come from a fixed vocabulary, never from the result's keys
-    (model_worker.export_names)."""
+    (model_worker.common.export_names)."""
     if format not in ("csv", "parquet"):
         raise ValueError(f"format must be csv or parquet, not {format!r}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,7 @@ def save_tables(result: ExperimentResult, folder: Path, format: TableFormat = "c
     stems = file_stems(result.tables, "table")
     for name, frame in experiment_frames(result).items():
         path = folder / f"{stems[name]}.{format}"
-        if format == "csv":  # the one CSV writer of every export (model_worker.export_text)
+        if format == "csv":  # the one CSV writer of every export (model_worker.common.export_text)
             path.write_bytes(csv_text(result.tables[name]).encode())
         else:
             frame.to_parquet(path, index=False)

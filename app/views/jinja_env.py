@@ -13,7 +13,7 @@ from app.views.figure_kit.preview import heatmap_preview
 from app.views.figure_kit.text import fixed, signed, visible
 from app.views.figure_kit.themes import auto_dark, figure_theme
 from app.views.figures.registry import download_formats
-from model_worker.contracts import NORM_MODES, RANKINGS
+from model_worker.contracts.common import NORM_MODES, RANKINGS
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 

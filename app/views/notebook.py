@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from app.views.jinja_env import render_text
 
 if TYPE_CHECKING:
-    from model_worker.contracts import AnalysisResult, ExperimentResult, Head
+    from model_worker.contracts.analysis import AnalysisResult, Head
+    from model_worker.contracts.experiments import ExperimentResult
 
 
 def analysis_html(result: AnalysisResult) -> str:

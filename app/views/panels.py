@@ -26,23 +26,23 @@ from app.views.figures.analysis import (
 )
 from app.views.figures.experiments import experiment_figure
 from app.views.figures.towers import towers_figures
-from model_worker.contracts import (
+from model_worker.contracts.analysis import (
     AnalysisCore,
     AnalysisResult,
     AnalysisSummary,
-    ExperimentResult,
     HeadDetail,
     HeadSummary,
     LabelInfo,
     LabelMrr,
     LayerFlow,
     LayerIncrease,
-    ResultWarning,
     Target,
     TokenInfo,
 )
-from model_worker.queue.result_parts import detail_mrr
-from model_worker.queue.states import JobState, JobStatus
+from model_worker.contracts.caveats import ResultWarning
+from model_worker.contracts.experiments import ExperimentResult
+from model_worker.service.queue.result_parts import detail_mrr
+from model_worker.service.queue.states import JobState, JobStatus
 
 Analysis = AnalysisSummary | AnalysisResult
 

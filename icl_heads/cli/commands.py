@@ -17,8 +17,8 @@ from icl_heads.cli.common import (
     quietly,
     user_errors,
 )
-from model_worker.contracts import NormMode, RankBy
-from model_worker.settings import get_settings
+from model_worker.common.settings import get_settings
+from model_worker.contracts.common import NormMode, RankBy
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -60,7 +60,7 @@ def analyze(
     server: cli_remote.ServerOption = None,
 ) -> None:
     """Locate the in-context heads of one prompt and project them into the vocabulary."""
-    from model_worker.early_checks import check_analysis_arguments, check_model_source
+    from model_worker.checks.arguments import check_analysis_arguments, check_model_source
 
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     with user_errors():  # bad arguments: exit 2 at once, before torch or a model loads
@@ -70,8 +70,8 @@ def analyze(
         if server is None:
             check_model_source(model)
     settings = get_settings()  # a bad ICL_* variable is refused before torch too
-    from model_worker.loading import load_model
-    from model_worker.report import print_result
+    from icl_heads.cli.tables import print_result
+    from model_worker.model.loading import load_model
     from model_worker.run.analyze import analyze as run_analysis
 
     with user_errors():
@@ -103,7 +103,7 @@ def models(
     """List the supported model families (model_type) and what was verified for each."""
     import json
 
-    from model_worker.adapters import catalog
+    from model_worker.model.adapters import catalog
 
     families = catalog()
     if as_json:

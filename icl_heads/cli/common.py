@@ -16,9 +16,9 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from typer.core import TyperGroup
 
-from model_worker.defaults import DType
-from model_worker.errors import UserInputError
-from model_worker.settings import Settings, get_settings
+from model_worker.common.defaults import DType
+from model_worker.common.errors import UserInputError
+from model_worker.common.settings import Settings, get_settings
 
 T = TypeVar("T")
 

@@ -14,19 +14,19 @@ import typer
 
 from icl_heads.cli import remote as cli_remote
 from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
-from model_worker.contracts import (
+from model_worker.common.errors import UserInputError
+from model_worker.common.export_names import file_stems
+from model_worker.common.export_text import csv_text
+from model_worker.common.settings import get_settings
+from model_worker.contracts.common import RankBy
+from model_worker.contracts.evidence import Design
+from model_worker.contracts.experiments import (
     EXPERIMENT_NAMES,
     ExperimentName,
     ExperimentRequest,
     ExperimentResult,
-    RankBy,
 )
-from model_worker.contracts.evidence import Design
 from model_worker.contracts.report import markdown_text, plain_text
-from model_worker.errors import UserInputError
-from model_worker.export_names import file_stems
-from model_worker.export_text import csv_text
-from model_worker.settings import get_settings
 
 
 def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
@@ -106,7 +106,7 @@ def experiment(
 
     from model_worker.experiments.job import run_experiment
     from model_worker.experiments.seeds import combine_seeds, parse_seeds
-    from model_worker.loading import load_model
+    from model_worker.model.loading import load_model
 
     settings = get_settings()
     cache_dir = settings.cache_dir
@@ -144,7 +144,7 @@ def experiment(
                 correct_only=correct_only,
             )
             return emit(remote, out, as_json)
-        from model_worker.early_checks import check_model_source
+        from model_worker.checks.arguments import check_model_source
         from model_worker.experiments.data import inline_dataset, resolve_dataset
 
         request = inline_dataset(request)  # a local file travels as text, like an upload

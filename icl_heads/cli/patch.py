@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal
 import typer
 
 from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
+from model_worker.common.errors import UserInputError
+from model_worker.common.export_text import csv_text
+from model_worker.common.settings import get_settings
 from model_worker.contracts.patching import (
     CORRUPTIONS,
     DIRECTIONS,
@@ -21,9 +24,6 @@ from model_worker.contracts.patching import (
     PatchingResult,
     PatchRequest,
 )
-from model_worker.errors import UserInputError
-from model_worker.export_text import csv_text
-from model_worker.settings import get_settings
 
 DirectionChoice = Annotated[
     Literal["both", "denoising", "noising"],
@@ -139,8 +139,8 @@ def patch(
                 "directions": list(DIRECTIONS) if direction == "both" else [direction],
             }
         )
-        from model_worker.early_checks import check_model_source
-        from model_worker.loading import load_model
+        from model_worker.checks.arguments import check_model_source
+        from model_worker.model.loading import load_model
         from model_worker.patching.run import patch as run_patch
 
         check_model_source(model)

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from model_worker.contracts import AnalysisResult, ExperimentResult
-from model_worker.errors import UserInputError
+from model_worker.common.errors import UserInputError
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.experiments import ExperimentResult
 
 ServerOption = Annotated[
     str | None,

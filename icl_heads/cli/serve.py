@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from icl_heads.cli.common import settings_with
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def serve(
         web_app = create_app(settings)
     else:
         from icl_heads.serving import embedded_backend
-        from model_worker.threads import set_threads
+        from model_worker.resources.threads import set_threads
 
         set_threads(threads, workers_per_host)  # before the engine's thread loads the model
         web_app = create_app(settings, embedded_backend(settings))

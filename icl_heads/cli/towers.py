@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
-from model_worker.contracts import parse_head_name
-from model_worker.errors import UserInputError
-from model_worker.settings import get_settings
+from model_worker.common.errors import UserInputError
+from model_worker.common.settings import get_settings
+from model_worker.contracts.common import parse_head_name
 
 if TYPE_CHECKING:
     from model_worker.contracts.towers import Towers
@@ -80,8 +80,8 @@ def towers(
     settings = get_settings()
     with user_errors():
         _checked(head, position, versus)
-        from model_worker.loading import load_model
-        from model_worker.towers import towers as decompose
+        from model_worker.model.loading import load_model
+        from model_worker.towers.run import towers as decompose
 
         loaded = quietly(
             lambda: load_model(model, device=device, dtype=dtype, cache_dir=settings.cache_dir)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from icl_heads.cli.common import quietly, settings_with, user_errors
-from model_worker.defaults import DType
+from model_worker.common.defaults import DType
 
 
 def worker(
@@ -55,11 +55,11 @@ def worker(
     """Load a model once, then serve its analysis and experiment jobs from Redis."""
     from redis.exceptions import RedisError
 
-    from model_worker.errors import UserInputError
-    from model_worker.jobs import load_served_model
-    from model_worker.log_safety import install_log_hygiene, redact
-    from model_worker.service import ModelWorker, redis_for_worker
-    from model_worker.threads import lower_priority, set_threads
+    from model_worker.common.errors import UserInputError
+    from model_worker.common.log_safety import install_log_hygiene, redact
+    from model_worker.resources.threads import lower_priority, set_threads
+    from model_worker.service.jobs import load_served_model
+    from model_worker.service.worker import ModelWorker, redis_for_worker
 
     settings = settings_with(model=model, device=device, dtype=dtype, redis_url=redis_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from model_worker.analysis.metrics import block_rows
 from model_worker.analysis.projection import VocabProjector
-from model_worker.device_memory import room_for
+from model_worker.resources.device_memory import room_for
 
 
 def head_outputs(z: Tensor, w_o: Tensor) -> Tensor:

@@ -31,7 +31,7 @@ from model_worker.analysis.metrics import (
 from model_worker.analysis.position_views import direct_value_logits, position_views_fixed
 from model_worker.analysis.projection import VocabProjector
 from model_worker.analysis.taylor import SmallWrites, small_writes
-from model_worker.device_branches import host_bound
+from model_worker.resources.device_branches import host_bound
 
 
 def head_values(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model_worker.device_index import index_on
+from model_worker.resources.device_index import index_on
 
 FLOWS = ("demo_to_label", "label_to_last", "other")
 
@@ -67,7 +67,8 @@ def demonstration_sources(
     labels: tuple[int, ...], n: int, device: torch.device
 ) -> tuple[Tensor, Tensor, Tensor]:
     """On `device`, made once per prompt (every layer of a capture reads them; no stream sync
-    a layer, see model_worker.device_index): the label positions [P], which sources each label
+    a layer, see model_worker.resources.device_index): the label positions [P], which sources each
+    label
     reads from its demonstration [P, n] (bool: from the token after the previous label up to
     the label, excluded), and the distinct label positions, sorted."""
     positions = index_on(labels, device)

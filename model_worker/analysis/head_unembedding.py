@@ -19,7 +19,7 @@ from torch import Tensor
 from model_worker.analysis.kernels import unembed_matmul
 from model_worker.analysis.metrics import block_rows
 from model_worker.analysis.projection import VocabProjector
-from model_worker.device_branches import host_bound
+from model_worker.resources.device_branches import host_bound
 
 
 def head_unembedding(projector: VocabProjector, w_o_head: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from model_worker.errors import LabelError
+from model_worker.common.errors import LabelError
 
 #: Matched on the reversed prompt: anchored at its start, so it cannot backtrack quadratically.
 _TRAILING_SEPARATOR_REVERSED = re.compile(r"\s*([^\w\s]+)")

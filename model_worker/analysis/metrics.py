@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model_worker.device_branches import host_bound
+from model_worker.resources.device_branches import host_bound
 
 #: Bytes of logits one projection block holds. On the CPU a block stays under glibc's largest
 #: mmap threshold (32 MiB) so that malloc recycles it; a larger one is mapped afresh and

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from model_worker.analysis.icl import IclStructure, demonstration_texts
-from model_worker.errors import UserInputError
+from model_worker.common.errors import UserInputError
 
 
 class PairError(UserInputError):

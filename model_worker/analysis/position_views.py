@@ -19,7 +19,7 @@ from model_worker.analysis.contributions import (
 from model_worker.analysis.metrics import VocabSummary, block_rows, summarize_logits
 from model_worker.analysis.projection import VocabProjector
 from model_worker.analysis.taylor import SmallWrites
-from model_worker.device_index import index_on
+from model_worker.resources.device_index import index_on
 
 #: bs of chosen values: heads (a slice) at positions (a slice, or an index tensor of them) →
 #: their logits [b, m, V], scratch.

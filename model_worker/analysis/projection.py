@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.kernels import unembed_matmul
-from model_worker.contracts import NormKind, NormMode
+from model_worker.contracts.common import NormKind, NormMode
 
 
 @dataclass(frozen=True)

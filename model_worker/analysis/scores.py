@@ -1,6 +1,6 @@
 """Pre-softmax attention scores of the analysed position, and their content/position split.
 
-Pure maths on recorded queries and keys (model_worker.qk): the score of query q to key k is
+Pure maths on recorded queries and keys (model_worker.model.qk): the score of query q to key k is
 `softcap(q·k · scaling) + mask`, exactly as eager attention computes it, so a softmax over a
 row of scores is that row of the attention pattern. The *content* score uses the query and keys
 without their rotary rotation (same scaling, soft-cap and mask); the *position* score is the

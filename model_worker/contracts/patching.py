@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from model_worker.contracts import Fp32, HeadName
+from model_worker.contracts.common import Fp32, HeadName
 
 #: How the corrupted prompt is made: the demonstrations' two labels exchanged; the query input
 #: replaced by the input of a demonstration with the other label; or a prompt the user gives.

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import statistics
 
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, run_prompts, vocab_accuracy
 from model_worker.experiments.context import Context, Row
@@ -33,7 +34,7 @@ from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note, zeroing
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.interventions import Head
+from model_worker.model.interventions import Head
 
 DRAWS = 5
 

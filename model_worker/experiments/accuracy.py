@@ -13,7 +13,7 @@ false measures how much the model answers from position.
 
 from __future__ import annotations
 
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
 from model_worker.experiments.batching import vocab_accuracy as vocab_acc

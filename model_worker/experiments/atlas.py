@@ -41,8 +41,8 @@ from model_worker.analysis.atlas import (
     spearman,
     top_k,
 )
-from model_worker.capture import run_with_cache
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.experiments import atlas_prompts, stats
 from model_worker.experiments.batching import Batch, PromptRun, run_prompts
@@ -52,6 +52,7 @@ from model_worker.experiments.figure_data import bar_chart, scatter
 from model_worker.experiments.locate import n_located, zeroing
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
+from model_worker.model.capture import run_with_cache
 from model_worker.patching.engine import (
     Activations,
     Patch,

@@ -20,12 +20,12 @@ from model_worker.analysis.contributions import positions_z
 from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.metrics import block_rows, logsumexp_
 from model_worker.analysis.projection import unembed_matmul
-from model_worker.capture import RunCache, run_with_cache
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.datasets import IclPrompt
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.progress import ProgressFn, no_progress
-from model_worker.loading import LoadedModel
-from model_worker.prompting import LabelReading, encode_prompt, read_labels, target_id
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import LabelReading, encode_prompt, read_labels, target_id
 from model_worker.run.state import final_projector
 
 IncreaseMode = Literal["none", "correct", "all"]

@@ -38,8 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model_worker.capture import RunCache
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import (
     Batch,
@@ -57,8 +56,9 @@ from model_worker.experiments.locate import Location, locate_for, location_note
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.experiments.values import Values
-from model_worker.interventions import Head, add_to_final_residual, positionless_heads
-from model_worker.loading import LoadedModel
+from model_worker.model.capture import RunCache
+from model_worker.model.interventions import Head, add_to_final_residual, positionless_heads
+from model_worker.model.loading import LoadedModel
 
 A_CS = (paper.A_C, 0.3, 1.0)
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model_worker.contracts import ExperimentRequest, ExperimentResult, FigureData
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
+from model_worker.contracts.figures import FigureData
 from model_worker.contracts.report import blocks_of
 from model_worker.datasets import Dataset, IclPrompt, Variant
 from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
 from model_worker.experiments.data import prompts
 from model_worker.experiments.evidence import Evidence, contract_fields
 from model_worker.experiments.progress import ProgressFn
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 
 Row = dict[str, float | int | str | None]
 

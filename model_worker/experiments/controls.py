@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 
 from model_worker.analysis.baseline import random_heads
-from model_worker.interventions import Head
+from model_worker.model.interventions import Head
 
 DRAWS = 5
 

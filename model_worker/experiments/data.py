@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from model_worker.contracts import ExperimentRequest
+from model_worker.common.errors import UserInputError
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.datasets import (
     BUILTIN_DATASETS,
     Dataset,
@@ -19,7 +20,6 @@ from model_worker.datasets import (
     orders,  # noqa: F401 (experiments and tests import it from here)
 )
 from model_worker.datasets.prompts import one_line
-from model_worker.errors import UserInputError
 
 #: Prompts used to locate the in-context heads: a set disjoint in seed from the evaluation set.
 LOCATION_PROMPTS = 64

@@ -25,8 +25,7 @@ from torch import Tensor
 
 from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.analysis.flow_sink import COLUMNS, sinkless_flow
-from model_worker.capture import RunCache
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, PromptRun, make_batches
 from model_worker.experiments.context import Context, Row
@@ -35,6 +34,7 @@ from model_worker.experiments.figure_data import line_chart
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
 from model_worker.experiments.saliency import saliency
+from model_worker.model.capture import RunCache
 
 #: legend name of each column: the flows as on the dashboard, then the two shares
 SERIES = {

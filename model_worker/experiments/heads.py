@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.common.export_text import markdown_text
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import Dataset, Design, load_builtin
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
@@ -30,8 +32,7 @@ from model_worker.experiments.figure_data import bar_chart, heatmap
 from model_worker.experiments.locate import ranked
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.export_text import markdown_text
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 
 TOP = 20
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from model_worker.checks import sample_warnings
-from model_worker.contracts import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from model_worker.checks.result_warnings import sample_warnings
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.contracts.experiments import EXPERIMENTS, ExperimentRequest, ExperimentResult
 from model_worker.contracts.report import Note
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
 from model_worker.experiments.progress import Heartbeat, ProgressFn, no_progress
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 
 DEFAULT_BATCH_SIZE = 16
 

@@ -16,15 +16,15 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.heads import layer_increase_table
-from model_worker.capture import RunCache
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, Extra, accuracy
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.evidence import Evidence, adequacy, interval_columns
 from model_worker.experiments.figure_data import line_chart
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.loading import LoadedModel
+from model_worker.model.capture import RunCache
+from model_worker.model.loading import LoadedModel
 from model_worker.run.state import final_projector
 
 PAPER = 'GPT2-large, one prompt: "almost all the improvements are caused by deep attention layers"'

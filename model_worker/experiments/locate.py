@@ -33,16 +33,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model_worker.contracts import RankBy, head_name
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.contracts.common import RankBy, head_name
 from model_worker.datasets import LABELS, IclPrompt
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import location_prompts
 from model_worker.experiments.progress import ProgressFn, Stages, no_progress
-from model_worker.interventions import Head, zero_heads
-from model_worker.loading import LoadedModel
+from model_worker.model.interventions import Head, zero_heads
+from model_worker.model.loading import LoadedModel
 
 
 def n_located(n_layers: int, n_heads: int) -> int:

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from model_worker.capture import RunCache
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Batch, Extra, PromptRun, run_prompts
@@ -36,7 +36,8 @@ from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.interventions import Head
+from model_worker.model.capture import RunCache
+from model_worker.model.interventions import Head
 
 PAPER = (
     "hypothesis: the query/key matrices compute a similarity between the input and each "

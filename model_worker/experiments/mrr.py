@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.metrics import mean_reciprocal_rank, rank_of
-from model_worker.capture import RunCache
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import Batch, Extra
 from model_worker.experiments.context import Context, Row
@@ -36,8 +36,9 @@ from model_worker.experiments.locate import evaluated, locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
 from model_worker.experiments.values import Values
-from model_worker.interventions import Head
-from model_worker.loading import LoadedModel
+from model_worker.model.capture import RunCache
+from model_worker.model.interventions import Head
+from model_worker.model.loading import LoadedModel
 from model_worker.run.state import final_projector
 
 

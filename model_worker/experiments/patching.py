@@ -20,9 +20,10 @@ import torch
 from numpy.typing import NDArray
 
 from model_worker.analysis.patching import pearson
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.common.errors import PromptError, UserInputError
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.contracts.patching import PatchRequest
-from model_worker.errors import PromptError, UserInputError
 from model_worker.experiments import stats
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.evidence import Evidence, adequacy_of

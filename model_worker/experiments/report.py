@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from model_worker.common.export_text import markdown_text
 from model_worker.experiments.context import Context, Row
-from model_worker.export_text import markdown_text
 
 
 def fmt(value: float | int | str | None, digits: int = 3) -> str:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from model_worker.experiments.batching import Batch
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 
 
 def saliency(loaded: LoadedModel, batch: Batch) -> Tensor:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model_worker.contracts import ExperimentResult
 from model_worker.contracts.evidence import SpreadOut, VerdictOut
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments.stats import seed_spread
 
 COMBINED_RULE = (

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from model_worker.analysis.qk_attribution import Attribution
-from model_worker.capture import run_with_cache
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Prepared
 from model_worker.experiments.context import Context, Row
@@ -39,8 +39,9 @@ from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
-from model_worker.interventions import Head
-from model_worker.towers import decompose
+from model_worker.model.capture import run_with_cache
+from model_worker.model.interventions import Head
+from model_worker.towers.run import decompose
 
 #: the parts of Δ by key-side token slot (they sum to Δ), then the position axis
 GROUPS = ("label", "input", "other")

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.contributions import value_outputs
-from model_worker.capture import RunCache
-from model_worker.loading import LoadedModel
+from model_worker.model.capture import RunCache
+from model_worker.model.loading import LoadedModel
 
 
 class Values:

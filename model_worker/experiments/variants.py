@@ -39,7 +39,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from model_worker.contracts import ExperimentResult, head_name
+from model_worker.contracts.common import head_name
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import Variant
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, run_prompts
@@ -54,7 +55,7 @@ from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, pct, table
-from model_worker.interventions import Head
+from model_worker.model.interventions import Head
 
 TOP = 20
 #: the matched control of the imbalanced prompts: a false demonstration dropped instead

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from model_worker.errors import UserInputError
-from model_worker.linear_routing import default_linear_layers
-from model_worker.loading import LoadedModel
+from model_worker.common.errors import UserInputError
+from model_worker.model.linear_routing import default_linear_layers
+from model_worker.model.loading import LoadedModel
 from model_worker.patching.hooks import Site, hooked
 
 #: The sites a patch can write (`pattern` is read only).

@@ -10,7 +10,7 @@ query head's key can change without touching the other heads of its group), and 
 [B, H, S, S] (read only). `edit(site, layer, tensor)` returns a replacement or None.
 
 q/k/v pass through a registered `transformers.AttentionInterface` function that then calls
-the family's own eager attention (the same mechanism as model_worker.qk): the modules and
+the family's own eager attention (the same mechanism as model_worker.model.qk): the modules and
 their weights are never modified.
 """
 
@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from model_worker.loading import LoadedModel
-from model_worker.qk import _family_eager
+from model_worker.model.loading import LoadedModel
+from model_worker.model.qk import _family_eager
 
 Site = Literal["resid_pre", "z", "attn_out", "mlp_out", "q", "k", "v", "pattern"]
 SITES: tuple[Site, ...] = ("resid_pre", "z", "attn_out", "mlp_out", "q", "k", "v", "pattern")

@@ -25,8 +25,10 @@ from model_worker.analysis.patching import (
     top_indices,
     two_labels,
 )
-from model_worker.capture import run_with_cache
-from model_worker.contracts import head_name
+from model_worker.checks.patch_pairs import corrupted_text
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.common.errors import LabelError
+from model_worker.contracts.common import head_name
 from model_worker.contracts.patching import (
     Direction,
     DirectionResult,
@@ -38,10 +40,9 @@ from model_worker.contracts.patching import (
     PatchRequest,
     QkvPatch,
 )
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
-from model_worker.errors import LabelError
-from model_worker.loading import LoadedModel
-from model_worker.pair_check import corrupted_text
+from model_worker.model.capture import run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import Encoded, encode_prompt, parse_head_names, target_id
 from model_worker.patching.engine import (
     Activations,
     Attribution,
@@ -50,7 +51,6 @@ from model_worker.patching.engine import (
     record,
     run_patched,
 )
-from model_worker.prompting import Encoded, encode_prompt, parse_head_names, target_id
 from model_worker.run.state import final_projector
 
 #: `progress(fraction, message)`: how far a patching job is (0 to 1) and what it does now.

@@ -19,13 +19,15 @@ from model_worker.analysis.heads import (
     label_split,
 )
 from model_worker.analysis.icl import demonstration_texts, detect_structure, label_words
-from model_worker.capture import KEEP_ALL, Keep, run_with_cache
-from model_worker.checks import analysis_warnings
-from model_worker.contracts import AnalysisResult, NormMode, RankBy, ResultWarning
-from model_worker.defaults import DEFAULT_MAX_PROMPT_TOKENS
-from model_worker.gc_pause import without_gc
-from model_worker.loading import LoadedModel
-from model_worker.prompting import encode_prompt, parse_head_names, read_labels, target_id
+from model_worker.checks.result_warnings import analysis_warnings
+from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.caveats import ResultWarning
+from model_worker.contracts.common import NormMode, RankBy
+from model_worker.model.capture import KEEP_ALL, Keep, run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import encode_prompt, parse_head_names, read_labels, target_id
+from model_worker.resources.gc_pause import without_gc
 from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
 from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
@@ -57,7 +59,7 @@ def analyze(
     table need), then the details of the top and extra heads. `on_heads`, if given, receives
     the first stage's result (`head_details` empty) before the details are computed.
     `towers`: heads (detailed too) whose score is decomposed into the two towers (docs/towers.md),
-    at `towers_position` and minus `towers_versus` (defaults: see `model_worker.towers`).
+    at `towers_position` and minus `towers_versus` (defaults: see `model_worker.towers.run`).
     `label_keys`: heads (detailed too) whose label-key tables (`HeadDetail.keys`) are computed,
     or "all" for every detailed head's; the others' `keys` are None (on demand: ~44% of the
     details' products at 512 tokens, read only when a head's tables are opened).

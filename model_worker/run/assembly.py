@@ -15,7 +15,7 @@ from model_worker.analysis.flow import FLOWS, information_flow
 from model_worker.analysis.heads import LabelSplit, layer_increase_table
 from model_worker.analysis.metrics import mean_reciprocal_rank
 from model_worker.analysis.scores import ScoreSplit
-from model_worker.contracts import (
+from model_worker.contracts.analysis import (
     AnalysisResult,
     HeadDetail,
     HeadSummary,
@@ -23,14 +23,11 @@ from model_worker.contracts import (
     LabelMrr,
     LayerFlow,
     LayerIncrease,
-    NormMode,
-    RankBy,
-    ResultWarning,
     Target,
     TokenInfo,
-    TopTokens,
-    head_name,
 )
+from model_worker.contracts.caveats import ResultWarning
+from model_worker.contracts.common import NormMode, RankBy, TopTokens, head_name
 from model_worker.run.queries import offset_labels
 from model_worker.run.state import PromptRun
 

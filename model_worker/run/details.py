@@ -14,15 +14,16 @@ from model_worker.analysis.details import HeadViews, head_values, head_views
 from model_worker.analysis.head_unembedding import FactoredValues
 from model_worker.analysis.metrics import on_host
 from model_worker.analysis.scores import ScoreSplit, ScoreSplits
-from model_worker.contracts import HeadDetail, head_name
-from model_worker.device_index import index_on
-from model_worker.device_memory import ensure_room, room_for
-from model_worker.loading import LoadedModel
+from model_worker.contracts.analysis import HeadDetail
+from model_worker.contracts.common import head_name
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.device_index import index_on
+from model_worker.resources.device_memory import ensure_room, room_for
 from model_worker.run.assembly import head_detail
 from model_worker.run.factored import factored_values
 from model_worker.run.queries import HeadScores, head_offset_queries, head_scores, real_queries
 from model_worker.run.state import PromptRun
-from model_worker.towers import detail_towers
+from model_worker.towers.run import detail_towers
 
 #: Share of the device's free memory the recurring heads' U_h may grow to, beyond the configured
 #: budget, so that one analysis's heads (K + a baseline per detailed layer) all stay kept.

@@ -11,11 +11,11 @@ from torch import Tensor
 
 from model_worker.analysis.head_unembedding import FactoredValues, head_unembedding
 from model_worker.analysis.projection import VocabProjector
-from model_worker.architectures import HeadGeometry
-from model_worker.device_index import index_on
-from model_worker.loading import LoadedModel
+from model_worker.model.architectures import HeadGeometry
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.device_index import index_on
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.state import final_projector
-from model_worker.unembedding_cache import HeadUnembeddings
 
 #: A recurring head's U_h is built where it pays for itself within this many more prompts: it
 #: costs d_head rows of the unembedding once and saves n (1 − d_head / D) a prompt (n: the

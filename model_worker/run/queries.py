@@ -17,9 +17,9 @@ from model_worker.analysis.scores import (
     offset_queries_of,
     score_splits,
 )
-from model_worker.device_index import index_on
-from model_worker.device_memory import gather, to_device
-from model_worker.qk import LayerQk, rotate
+from model_worker.model.qk import LayerQk, rotate
+from model_worker.resources.device_index import index_on
+from model_worker.resources.device_memory import gather, to_device
 from model_worker.run.state import PromptRun
 
 

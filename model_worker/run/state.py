@@ -12,11 +12,11 @@ from torch import Tensor
 from model_worker.analysis.icl import IclStructure
 from model_worker.analysis.metrics import VocabSummary
 from model_worker.analysis.projection import FinalNorm, VocabProjector
-from model_worker.capture import RunCache
-from model_worker.contracts import NormMode, TopTokens
-from model_worker.device_memory import to_device
-from model_worker.loading import LoadedModel
-from model_worker.prompting import Encoded
+from model_worker.contracts.common import NormMode, TopTokens
+from model_worker.model.capture import RunCache
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import Encoded
+from model_worker.resources.device_memory import to_device
 
 
 def final_projector(loaded: LoadedModel, x_final: Tensor, mode: NormMode) -> VocabProjector:

@@ -10,7 +10,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.browser.live import launch, serve
 from tests.tiny_models import tiny_llama
 

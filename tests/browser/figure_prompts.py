@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from model_worker.datasets.builtin import read_word_list
 from model_worker.datasets.prompts import format_prompt
-from model_worker.loading import LoadedModel, wrap_model
+from model_worker.model.loading import LoadedModel, wrap_model
 
 #: words outside the datasets that the figures must show as themselves
 EXTRA = ("😀", "猫", "café")

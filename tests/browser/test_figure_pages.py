@@ -18,11 +18,11 @@ from app.main import create_app
 from app.store import open_store
 from app.views.figure_kit.themes import config
 from icl_heads.serving import embedded_backend
-from model_worker.contracts import ExperimentResult
+from model_worker.common.settings import Settings
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.contracts.figures import FigureData, FigureSeries
 from model_worker.datasets.prompts import format_prompt
-from model_worker.queue.result_parts import BODY, experiment_parts
-from model_worker.settings import Settings
+from model_worker.service.queue.result_parts import BODY, experiment_parts
 from tests.browser.figure_prompts import EXTRA, prompt, tiny_words
 from tests.browser.live import serve
 

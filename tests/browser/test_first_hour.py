@@ -13,8 +13,8 @@ from playwright.sync_api import Page, expect
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.model.loading import LoadedModel
 from tests.browser.live import serve
 from tests.unit.test_label_reading import DIGITS, spaced_model
 

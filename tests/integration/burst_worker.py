@@ -1,5 +1,6 @@
-"""An RQ worker in the test process: the real worker code (model_worker.service and
-model_worker.rq_worker, with tests.integration.worker_entry's hooks) run in burst mode against
+"""An RQ worker in the test process: the real worker code (model_worker.service.worker and
+model_worker.service.rq_worker, with tests.integration.worker_entry's hooks) run in burst mode
+against
 the real Redis, when the test says. Jobs stay queued until `drain()`, so each step is
 deterministic and no process starts; subprocess workers remain for SIGKILL and fault tests."""
 
@@ -16,10 +17,10 @@ from typing import TypeVar
 import pytest
 from redis import Redis
 
-from model_worker import jobs
-from model_worker.loading import load_model
-from model_worker.service import ModelWorker
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.model.loading import load_model
+from model_worker.service import jobs
+from model_worker.service.worker import ModelWorker
 from tests.integration.worker_entry import fake_experiment_module, hooked_run_analysis
 
 T = TypeVar("T")

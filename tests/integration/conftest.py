@@ -13,9 +13,9 @@ from redis import Redis
 
 from app.queue.redis_backend import RedisBackend
 from app.store import ResultStore, open_store
-from model_worker.queue.heartbeats import WorkerBeat, write_beat
-from model_worker.queue.keys import queue_name
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.service.queue.heartbeats import WorkerBeat, write_beat
+from model_worker.service.queue.keys import queue_name
 from tests.integration.db_support import fresh_postgres
 from tests.integration.redis_support import private_db, web_settings
 

@@ -21,10 +21,10 @@ from typing import Any
 from pydantic import BaseModel
 from redis import Redis
 
-from model_worker.queue.heartbeats import WorkerBeat, live_beats
-from model_worker.queue.result_parts import Parts
-from model_worker.queue.signing import request_digest, result_signer
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.service.queue.heartbeats import WorkerBeat, live_beats
+from model_worker.service.queue.result_parts import Parts
+from model_worker.service.queue.signing import request_digest, result_signer
 
 SHARED = "redis://127.0.0.1:6379"
 CLAIM = "icl-test:claim"
@@ -169,7 +169,7 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 
 def signed_as_worker(settings: Settings, job_id: str, request: BaseModel, parts: Parts) -> Parts:
     """`parts` signed as a worker sharing `settings`' result keys signs the result of `job_id`
-    for `request` (model_worker.queue.signing)."""
+    for `request` (model_worker.service.queue.signing)."""
     return result_signer(settings).signed(job_id, request_digest(request), parts)
 
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from model_worker.contracts import ExperimentRequest
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.experiments import ExperimentRequest
 from tests.app_clients import embedded_client
 from tests.integration.worker_entry import FAKE_STEPS, install_fake_experiment
 from tests.tiny_models import EXAMPLE_PROMPT

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from app.main import create_app
 from icl_heads.cli.serve import uvicorn_options
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.app_clients import embedded_client
 from tests.browser.live import free_port
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama

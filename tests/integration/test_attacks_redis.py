@@ -26,8 +26,8 @@ from rq.serializers import JSONSerializer
 from rq.webhook import Webhook
 
 from app.main import create_app
-from model_worker.queue.keys import queue_name
-from model_worker.queue.reaper import rq_queue
+from model_worker.service.queue.keys import queue_name
+from model_worker.service.queue.reaper import rq_queue
 from tests.integration.redis_support import (
     OwnRedis,
     redis_with_workers,
@@ -107,13 +107,13 @@ def test_the_worker_runs_only_the_projects_job_functions(server: Server) -> None
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     hook = f"http://127.0.0.1:{httpd.server_address[1]}/hook"
     good = json.dumps({"prompt": EXAMPLE_PROMPT})
-    analysis = "model_worker.jobs.analysis_job"
+    analysis = "model_worker.service.jobs.analysis_job"
     attacks = {
         "a shell command": queue.enqueue("os.system", f"touch {sentinel}-system"),
         "a subprocess": queue.enqueue("subprocess.check_call", ["touch", f"{sentinel}-sub"]),
         "code": queue.enqueue("builtins.exec", f"open('{sentinel}-exec', 'w')"),
         "a method by class": queue.enqueue("pathlib.Path.touch", f"{sentinel}-path"),
-        "another project function": queue.enqueue("model_worker.jobs.serve_model", None),
+        "another project function": queue.enqueue("model_worker.service.jobs.serve_model", None),
         "our job, other arguments": queue.enqueue(analysis, good, 60, "extra"),
         "our job, keyword arguments": queue.enqueue(analysis, request_json=good, result_ttl_s=60),
         "our job, a failure callback": queue.enqueue(
@@ -159,7 +159,7 @@ def test_the_worker_runs_only_the_projects_job_functions(server: Server) -> None
 
 def test_a_job_with_undecodable_data_is_refused_and_the_worker_survives(server: Server) -> None:
     queue = server.queue()
-    job = queue.create_job("model_worker.jobs.analysis_job", args=("{}", 60))
+    job = queue.create_job("model_worker.service.jobs.analysis_job", args=("{}", 60))
     job.set_status(JobStatus.QUEUED, pipeline=None)
     job.save()
     server.connection.hset(job.key, "data", b"\x00garbage, not JSON")

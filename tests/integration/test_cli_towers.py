@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from icl_heads.cli import app
-from model_worker.capture import run_with_cache
-from model_worker.errors import UserInputError
+from model_worker.common.errors import UserInputError
+from model_worker.model.capture import run_with_cache
 from model_worker.run.analyze import analyze
-from model_worker.towers import detail_towers, towers
+from model_worker.towers.run import detail_towers, towers
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 runner = CliRunner()

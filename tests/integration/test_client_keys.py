@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.queue.redis_backend import RedisBackend
 from app.security.clients import client_key
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.app_clients import embedded_client
 
 pytestmark = pytest.mark.redis

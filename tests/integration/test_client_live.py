@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from icl_heads.client import CACHE, AuthError, Client, InvalidRequest, NotFound, ServerUnavailable
-from model_worker.contracts import AnalysisResult, ExperimentResult
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.experiments import ExperimentResult
 from tests.integration.redis_support import (
     ROOT,
     OwnRedis,

@@ -150,7 +150,7 @@ for name in ("torch", "transformers", "accelerate", "safetensors", "gguf"):
     sys.modules[name] = None  # importing any of them now fails
 from fastapi.testclient import TestClient
 from app.main import create_app
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from icl_heads.cli import app as cli
 settings = Settings(redis_url=sys.argv[1], write_rate_limit_per_minute=0)
 with TestClient(create_app(settings)) as client:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.main import create_app
-from model_worker.queue.keys import COMPUTED_KEY, result_key
+from model_worker.service.queue.keys import COMPUTED_KEY, result_key
 from tests.integration.db_support import fresh_postgres
 from tests.integration.redis_support import (
     OwnRedis,

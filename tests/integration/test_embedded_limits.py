@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.queue.embedded import EmbeddedBackend
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.integration.test_api_embedded import wait_done
 from tests.integration.worker_entry import install_fake_experiment
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama

@@ -13,9 +13,9 @@ import pytest
 from app.queue import embedded as embedded_module
 from app.queue.interface import BackendError
 from icl_heads.serving import embedded_backend
-from model_worker.contracts import AnalysisRequest
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.model.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 

@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 from app.main import create_app
 from icl_heads.cli import app as cli
 from icl_heads.serving import embedded_backend
-from model_worker.contracts import EXPERIMENTS, NORM_MODES, RANKINGS, AnalysisRequest, RankBy
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.common import NORM_MODES, RANKINGS, RankBy
+from model_worker.contracts.experiments import EXPERIMENTS
 from tests.tiny_models import tiny_gpt2
 
 NAMES = set(EXPERIMENTS)

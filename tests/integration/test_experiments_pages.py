@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 import app.routes.experiments as experiment_routes
 from app.views.panels import ExperimentPanel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.app_clients import embedded_client, rendered_contexts
 from tests.tiny_models import tiny_gpt2
 

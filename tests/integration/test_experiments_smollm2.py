@@ -7,7 +7,7 @@ import pytest
 from model_worker.datasets import load_builtin
 from model_worker.experiments.data import location_prompts
 from model_worker.experiments.locate import locate_heads
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from app.main import create_app
 from icl_heads.cli import app
 from icl_heads.serving import embedded_backend
-from model_worker.adapters import DECLARED_FAMILY_KEY, REGISTRY, spec_for
-from model_worker.errors import UnsupportedModelError
-from model_worker.settings import Settings
+from model_worker.common.errors import UnsupportedModelError
+from model_worker.common.settings import Settings
+from model_worker.model.adapters import DECLARED_FAMILY_KEY, REGISTRY, spec_for
 from tests.integration.test_cli_analyze import _error
 from tests.tiny_models import tiny_family, tiny_llama
 

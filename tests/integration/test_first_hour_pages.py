@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.model.loading import LoadedModel
 from tests.integration.test_pages import analyse, soup
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.tiny_models import tiny_llama
 
 TOKEN = "fuzz-token-0123456789abcdef"

@@ -15,9 +15,9 @@ from app.main import create_app
 from app.queue.embedded import EmbeddedBackend
 from app.security.body_limit import BodyLimitMiddleware
 from app.security.guard import CSP, GuardMiddleware
-from model_worker.contracts import AnalysisRequest
-from model_worker.in_process import InProcessEngine
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.service.in_process import InProcessEngine
 from tests.app_clients import embedded_client
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

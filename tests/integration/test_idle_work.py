@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.queue.embedded import EmbeddedBackend
 from icl_heads.serving import embedded_backend
-from model_worker import jobs
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.service import jobs
 from tests.integration.redis_support import (
     private_db,
     save_tiny_model,

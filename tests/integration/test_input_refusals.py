@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.app_clients import embedded_client
 from tests.tiny_models import EXAMPLE_PROMPT
 

@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 import icl_heads.local as local
 from icl_heads.cli import app as cli
-from model_worker.contracts import AnalysisRequest
-from model_worker.loading import LoadedModel
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
-from model_worker.settings import Settings
 from tests.app_clients import embedded_client
 from tests.integration.test_pages import analyse, soup
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
@@ -137,7 +137,7 @@ def test_the_api_refuses_label_keys_of_heads_the_model_lacks(client: TestClient)
 
 
 def test_heads_named_for_their_label_keys_count_in_the_budget() -> None:
-    from model_worker.budget import analysis_cost
+    from model_worker.checks.budget import analysis_cost
 
     plain = AnalysisRequest(prompt="x", top_k_heads=2)
     named = AnalysisRequest(prompt="x", top_k_heads=2, label_keys=["L0H1", "L1H0"])

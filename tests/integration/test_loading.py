@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from model_worker.loading import LoadedModel, load_model, wrap_model
+from model_worker.model.loading import LoadedModel, load_model, wrap_model
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

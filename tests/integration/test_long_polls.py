@@ -17,9 +17,9 @@ from app.job_wait import next_state
 from app.main import create_app
 from app.queue.redis_backend import RedisBackend
 from icl_heads.serving import embedded_backend
-from model_worker.queue.keys import queue_name
-from model_worker.queue.states import JobState, JobStatus
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.service.queue.keys import queue_name
+from model_worker.service.queue.states import JobState, JobStatus
 from tests.integration.conftest import MODEL
 from tests.tiny_models import tiny_llama
 
@@ -38,7 +38,7 @@ def count_reads(backend: Any, method: str) -> list[float]:
 
 
 def submit(backend: RedisBackend, prompt: str, client: str) -> JobState:
-    from model_worker.contracts import AnalysisRequest
+    from model_worker.contracts.analysis import AnalysisRequest
 
     return asyncio.run(backend.submit(AnalysisRequest(prompt=prompt), client))
 

@@ -20,7 +20,7 @@ from app.main import create_app
 from app.queue.redis_backend import RedisBackend
 from app.security.bind import bind_refusal
 from app.security.users import UsersError, configured_users
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.integration.conftest import MODEL
 
 SHARED = "shared-token-0123456789abcdefXYZ"

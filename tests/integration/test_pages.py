@@ -21,7 +21,7 @@ from app.views.figure_kit.text import signed
 from app.views.figures.registry import figure_entry
 from app.views.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.app_clients import rendered_contexts
 from tests.stages import held_head_details
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.model.loading import LoadedModel
 
 pytestmark = pytest.mark.slow
 DEMOS = ["love : bar", "eight : foo", "hate : bar", "two : foo", "happy : bar", "six : foo"]
@@ -24,7 +24,7 @@ def model(request: pytest.FixtureRequest) -> LoadedModel:
     try:
         loaded: LoadedModel = request.getfixturevalue("smollm2")
     except pytest.FixtureLookupError:
-        from model_worker.loading import load_model
+        from model_worker.model.loading import load_model
 
         loaded = load_model(device="cpu", dtype="float32")
     return loaded

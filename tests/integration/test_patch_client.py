@@ -11,8 +11,8 @@ import pytest
 from app.main import create_app
 from icl_heads.client import Client, InvalidRequest
 from icl_heads.serving import embedded_backend
+from model_worker.common.settings import Settings
 from model_worker.contracts.patching import PatchingResult
-from model_worker.settings import Settings
 from tests.browser.live import serve
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

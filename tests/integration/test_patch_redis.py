@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.main import create_app
-from model_worker.queue.keys import COMPUTED_KEY, result_key
+from model_worker.service.queue.keys import COMPUTED_KEY, result_key
 from tests.integration.burst_worker import BurstWorker, burst_worker
 from tests.integration.redis_support import private_db, save_tiny_model, web_settings
 from tests.tiny_models import EXAMPLE_PROMPT

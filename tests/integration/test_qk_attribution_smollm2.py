@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from model_worker.contracts.towers import Towers
-from model_worker.loading import LoadedModel
-from model_worker.towers import towers
+from model_worker.model.loading import LoadedModel
+from model_worker.towers.run import towers
 from tests.tiny_models import EXAMPLE_PROMPT
 
 pytestmark = pytest.mark.slow

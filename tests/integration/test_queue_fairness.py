@@ -7,11 +7,12 @@ import pytest
 
 from app.queue.interface import BackendError
 from app.queue.redis_backend import RedisBackend
-from model_worker.contracts import AnalysisRequest, ExperimentRequest
-from model_worker.loading import LoadedModel
-from model_worker.queue.keys import queue_name, result_key, tokenizer_key
-from model_worker.queue.reaper import rq_queue
-from model_worker.queue.states import JobStatus
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.model.loading import LoadedModel
+from model_worker.service.queue.keys import queue_name, result_key, tokenizer_key
+from model_worker.service.queue.reaper import rq_queue
+from model_worker.service.queue.states import JobStatus
 from tests.integration.conftest import MODEL
 
 pytestmark = pytest.mark.redis

@@ -16,21 +16,21 @@ from app.queue import redis_backend as backend_module
 from app.queue.interface import BackendError
 from app.queue.redis_backend import RedisBackend
 from app.routes.analyses import get_analysis
-from model_worker.contracts import AnalysisRequest
-from model_worker.jobs import store_parts
-from model_worker.loading import LoadedModel
-from model_worker.queue import reaper as reaper_module
-from model_worker.queue.keys import (
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.model.loading import LoadedModel
+from model_worker.run.analyze import analyze
+from model_worker.service.jobs import store_parts
+from model_worker.service.queue import reaper as reaper_module
+from model_worker.service.queue.keys import (
     analysis_job_id,
     claim_key,
     queue_name,
     result_key,
     stranded_key,
 )
-from model_worker.queue.reaper import reap_abandoned, rq_queue
-from model_worker.queue.result_parts import result_parts
-from model_worker.queue.states import JobStatus
-from model_worker.run.analyze import analyze
+from model_worker.service.queue.reaper import reap_abandoned, rq_queue
+from model_worker.service.queue.result_parts import result_parts
+from model_worker.service.queue.states import JobStatus
 from tests.integration.conftest import MODEL
 from tests.integration.redis_support import signed_as_worker
 

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.main import create_app
-from model_worker.queue.keys import queue_name
-from model_worker.queue.reaper import STRANDED_AFTER_S, rq_queue
+from model_worker.service.queue.keys import queue_name
+from model_worker.service.queue.reaper import STRANDED_AFTER_S, rq_queue
 from tests.integration.redis_support import (
     private_db,
     redis_with_workers,

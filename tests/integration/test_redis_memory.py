@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.main import create_app
-from model_worker import jobs
+from model_worker.service import jobs
 from tests.integration.burst_worker import burst_worker
 from tests.integration.redis_support import (
     ROOT,

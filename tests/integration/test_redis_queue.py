@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.main import create_app
-from model_worker.contracts import ExperimentRequest
-from model_worker.queue.keys import COMPUTED_KEY, result_key
+from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.service.queue.keys import COMPUTED_KEY, result_key
 from tests.integration.burst_worker import BurstWorker, burst_worker
 from tests.integration.redis_support import private_db, save_tiny_model, wait_for, web_settings
 from tests.integration.worker_entry import FAKE_STEPS

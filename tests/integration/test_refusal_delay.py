@@ -18,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 from app.main import create_app
 from app.security.refusal_delay import RefusalDelayMiddleware
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.tiny_models import tiny_llama
 
 

@@ -17,9 +17,9 @@ from app.main import create_app
 from app.store import open_store
 from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
 from icl_heads.serving import embedded_backend
-from model_worker.queue.result_parts import analysis_parts
+from model_worker.common.settings import Settings
 from model_worker.run.analyze import analyze
-from model_worker.settings import Settings
+from model_worker.service.queue.result_parts import analysis_parts
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 STORED = "a-" + "0" * 31 + "3"

@@ -16,11 +16,12 @@ from pydantic import SecretStr
 
 from app.main import create_app
 from app.queue.redis_backend import RedisBackend
-from model_worker.contracts import AnalysisRequest
-from model_worker.jobs import store_parts
-from model_worker.loading import LoadedModel
-from model_worker.queue.heartbeats import remove_beat
-from model_worker.queue.keys import (
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.model.loading import LoadedModel
+from model_worker.run.analyze import analyze
+from model_worker.service.jobs import store_parts
+from model_worker.service.queue.heartbeats import remove_beat
+from model_worker.service.queue.keys import (
     LAST_BEATS_KEY,
     WORKERS_KEY,
     heads_stage_key,
@@ -28,10 +29,9 @@ from model_worker.queue.keys import (
     result_key,
     worker_key,
 )
-from model_worker.queue.result_parts import CORE, result_parts
-from model_worker.queue.signing import ResultSigner, request_digest, result_signer
-from model_worker.queue.states import JobStatus
-from model_worker.run.analyze import analyze
+from model_worker.service.queue.result_parts import CORE, result_parts
+from model_worker.service.queue.signing import ResultSigner, request_digest, result_signer
+from model_worker.service.queue.states import JobStatus
 from tests.integration.burst_worker import burst_worker
 from tests.integration.conftest import MODEL
 from tests.integration.redis_support import (
@@ -216,7 +216,7 @@ def test_a_model_never_seen_is_still_refused_at_once(backend: RedisBackend) -> N
 
 
 def test_settings_accept_rotating_keys() -> None:
-    from model_worker.settings import Settings
+    from model_worker.common.settings import Settings
 
     assert Settings(result_keys=SecretStr("a" * 16 + "," + "b" * 16)).result_keys is not None
 
@@ -274,7 +274,7 @@ def test_a_malformed_record_of_another_job_never_costs_a_good_one_its_record(
     which the reaper skipped); it guards the reaper's per-job skip of malformed records."""
     from rq.job import JobStatus as RqStatus
 
-    from model_worker.queue.reaper import fetch_job, rq_queue
+    from model_worker.service.queue.reaper import fetch_job, rq_queue
 
     good = backend._submit(REQUEST).id
     bad = backend._submit(AnalysisRequest(prompt="dog : foo cat : bar dog :")).id

@@ -15,7 +15,7 @@ import uvicorn
 from app.main import create_app
 from app.timeouts import server_config
 from icl_heads.serving import embedded_backend
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 from tests.integration.redis_support import free_port, wait_for
 from tests.tiny_models import tiny_llama
 

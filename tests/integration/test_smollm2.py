@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from model_worker.contracts import AnalysisResult
-from model_worker.loading import LoadedModel
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 

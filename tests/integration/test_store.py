@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.store import DONE, FAILED, PENDING, ResultStore, StoreError, open_store
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 
 def test_a_request_is_kept_until_its_result_and_then_the_result(store: ResultStore) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from app import store as store_module
 from app.store import SQLITE_FILE, ResultStore, open_store
-from model_worker.contracts import ExperimentRequest
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.experiments import ExperimentRequest
 
 DATASET = "text,label\n" + "".join(f"sentence number {i},{'ab'[i % 2]}\n" for i in range(20_000))
 PART = b"x" * 10_000

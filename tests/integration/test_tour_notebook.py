@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 
 from icl_heads.local import analyze
 from icl_heads.results import AnalysisResult
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_worker.contracts import ExperimentRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.report import plain_text
 from model_worker.experiments.job import run_experiment
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 

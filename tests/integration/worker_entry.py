@@ -17,14 +17,10 @@ import time
 import types
 from collections.abc import Callable
 
-from model_worker.contracts import (
-    AnalysisRequest,
-    AnalysisResult,
-    ExperimentRequest,
-    ExperimentResult,
-)
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
+from model_worker.model.loading import LoadedModel
 
 FAKE_STEPS = 5
 RunAnalysis = Callable[..., AnalysisResult]
@@ -65,10 +61,11 @@ def fake_experiment_module() -> types.ModuleType:
 
 
 def hooked_run_analysis(delay_s: float) -> RunAnalysis:
-    """`model_worker.jobs.run_analysis` with the hooks above (`delay_s`: TEST_JOB_DELAY_S)."""
+    """`model_worker.service.jobs.run_analysis` with the hooks above (`delay_s`:
+    TEST_JOB_DELAY_S)."""
     import torch
 
-    from model_worker import jobs
+    from model_worker.service import jobs
 
     real = jobs.run_analysis
 
@@ -100,7 +97,7 @@ def install_fake_experiment() -> None:
 
 
 def _install_hooks() -> None:
-    from model_worker import jobs
+    from model_worker.service import jobs
 
     jobs.run_analysis = hooked_run_analysis(float(os.environ.get("TEST_JOB_DELAY_S", "0")))
     install_fake_experiment()

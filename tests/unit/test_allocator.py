@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from model_worker import allocator
+from model_worker.resources import allocator
 
 #: Blocks of 1 MB, 200 MB in all, allocated and freed together, as an analysis's blocks of
 #: logits are; prints the minor page faults of the last five rounds.
 ROUNDS = """
 import resource, sys, torch
-from model_worker.allocator import keep_freed_memory
+from model_worker.resources.allocator import keep_freed_memory
 assert keep_freed_memory()
 def round_():
     blocks = [torch.ones(250_000) for _ in range(200)]

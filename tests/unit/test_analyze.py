@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from model_worker.analysis.contributions import head_outputs, logprob_increase
-from model_worker.capture import run_with_cache
-from model_worker.contracts import AnalysisResult
-from model_worker.errors import LabelError, PromptError
-from model_worker.loading import LoadedModel
+from model_worker.common.errors import LabelError, PromptError
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.model.capture import run_with_cache
+from model_worker.model.loading import LoadedModel
 from model_worker.run import analyze as analyze_module
 from model_worker.run.analyze import analyze
 from model_worker.run.state import final_projector
@@ -154,7 +154,7 @@ def test_bad_input_is_one_clear_error(
 def test_warm_up_analyses_and_never_raises(
     tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from model_worker import jobs
+    from model_worker.service import jobs
 
     calls: list[str] = []
     real = jobs.analyze
@@ -164,7 +164,7 @@ def test_warm_up_analyses_and_never_raises(
         return real(loaded, prompt)
 
     monkeypatch.setattr(jobs, "analyze", counted)
-    with caplog.at_level("INFO", logger="model_worker.jobs"):
+    with caplog.at_level("INFO", logger="model_worker.service.jobs"):
         jobs.warm_up(tiny_model)
     assert calls == [jobs.WARM_UP_PROMPT] * 2 and "warmed up" in caplog.text
 
@@ -172,7 +172,7 @@ def test_warm_up_analyses_and_never_raises(
         raise RuntimeError("no room for 60 tokens")
 
     monkeypatch.setattr(jobs, "analyze", broken)
-    with caplog.at_level("WARNING", logger="model_worker.jobs"):
+    with caplog.at_level("WARNING", logger="model_worker.service.jobs"):
         jobs.warm_up(tiny_model)  # logs, does not raise
     assert "warm-up analysis skipped: no room for 60 tokens" in caplog.text
 

@@ -13,7 +13,7 @@ from altair.vegalite.v6.schema import load_schema
 from app.views.atlas_panels import AtlasHeadPanel, AtlasPanel, NotAnAtlas
 from app.views.figures.atlas import BY_PROMPT, CORRELATIONS, matrix_figure, scores_of
 from app.views.figures.registry import FIGURES
-from model_worker.contracts import ExperimentRequest, ExperimentResult
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
 from model_worker.experiments.job import run_experiment
 from tests.tiny_models import tiny_llama
 

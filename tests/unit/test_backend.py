@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from app.queue.redis_backend import RedisBackend
-from model_worker.queue.heartbeats import WorkerBeat
-from model_worker.queue.states import JobState, JobStatus, done_body
+from model_worker.service.queue.heartbeats import WorkerBeat
+from model_worker.service.queue.states import JobState, JobStatus, done_body
 
 
 def test_done_body_is_a_valid_job_state() -> None:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_worker.adapters import REGISTRY
 from model_worker.analysis.flow import demonstration_sources, flow_masks
 from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.scores import score_splits
-from model_worker.capture import run_with_cache
-from model_worker.linear_routing import default_linear_layers
-from model_worker.loading import LoadedModel
-from model_worker.prompting import encode_prompt
-from model_worker.qk import rotate
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.capture import run_with_cache
+from model_worker.model.linear_routing import default_linear_layers
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import encode_prompt
+from model_worker.model.qk import rotate
 from model_worker.run.queries import head_offset_queries, head_scores, offset_labels
 from model_worker.run.state import PromptRun, final_projector
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family

@@ -11,8 +11,8 @@ import grimp
 import pytest
 import torch
 
-from model_worker.loading import load_model
-from model_worker.prompting import encode_prompt
+from model_worker.model.loading import load_model
+from model_worker.model.prompting import encode_prompt
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 
@@ -25,8 +25,28 @@ def test_the_contracts_are_layers_without_exemptions() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
     layers = [c for c in contracts if c["type"] == "layers"]
-    assert [c["layers"] for c in layers] == [["icl_heads", "app", "model_worker"]]
+    assert [c["layers"] for c in layers if "containers" not in c] == [
+        ["icl_heads", "app", "model_worker"]
+    ]
     assert not [c["name"] for c in contracts if c.get("ignore_imports")]
+
+
+def test_the_engines_rooms_are_layers_with_the_service_above_the_methods() -> None:
+    """Inside model_worker/ the rooms are layers: the service calls the methods, the methods
+    use the model and resources, never the service; every room of the engine is named once."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (rooms,) = [c for c in config["tool"]["importlinter"]["contracts"] if c.get("containers")]
+    assert rooms["containers"] == ["model_worker"]
+    named = [name.strip() for layer in rooms["layers"] for name in layer.split("|")]
+    assert named[0] == "service"
+    methods = ["experiments", "patching", "run", "towers"]
+    assert all(named.index(m) < named.index("model") for m in methods)
+    on_disk = sorted(
+        p.name for p in (ROOT / "model_worker").iterdir() if (p / "__init__.py").is_file()
+    )
+    assert sorted(named) == on_disk
+    loose = sorted(p.name for p in (ROOT / "model_worker").glob("*.py") if p.stem != "__init__")
+    assert loose == [], f"modules outside a room: {loose}"
 
 
 def test_the_engine_never_imports_the_web_tier() -> None:
@@ -73,7 +93,7 @@ def test_notebook_calls_ignore_icl_variables_and_dotenv(
 ) -> None:
     """load_model, encode_prompt and analyze behave the same with ICL_* variables set and a
     `.env` in the current folder: only the CLI, the worker and the web app read settings."""
-    from model_worker.settings import get_settings
+    from model_worker.common.settings import get_settings
 
     folder = tmp_path / "model"
     built = tiny_gpt2()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from model_worker.budget import BudgetError, analysis_cost, check_analysis, check_experiment
-from model_worker.contracts import AnalysisRequest, ExperimentRequest
-from model_worker.errors import UserInputError
-from model_worker.jobs import run_analysis
-from model_worker.loading import LoadedModel
-from model_worker.settings import Settings
+from model_worker.checks.budget import BudgetError, analysis_cost, check_analysis, check_experiment
+from model_worker.common.errors import UserInputError
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.model.loading import LoadedModel
+from model_worker.service.jobs import run_analysis
 from tests.tiny_models import EXAMPLE_PROMPT
 
 

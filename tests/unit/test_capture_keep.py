@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import model_worker.run.analyze as analyze_module
-from model_worker.adapters import REGISTRY
 from model_worker.analysis.flow import FLOWS, information_flow
-from model_worker.capture import KEEP_ALL, POSITIONAL, Keep, analysis_device, run_with_cache
-from model_worker.loading import LoadedModel
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.capture import KEEP_ALL, POSITIONAL, Keep, analysis_device, run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
-from model_worker.unembedding_cache import HeadUnembeddings
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 
 LABELS = (2, 5, 8, 11)  # the example prompt's label positions

@@ -1,4 +1,5 @@
-"""A GPU's branches of an analysis taken on the CPU (`model_worker.device_branches`): no Taylor
+"""A GPU's branches of an analysis taken on the CPU (`model_worker.resources.device_branches`): no
+Taylor
 expansion, several factored heads a block of logits, ranks in one comparison. They answer as
 the CPU's own branches do, so the path a GPU runs is tested where there is no GPU."""
 
@@ -11,10 +12,10 @@ import torch
 
 from model_worker.analysis import details as details_module
 from model_worker.analysis.metrics import rank_at_once, rank_of
-from model_worker.device_branches import gpu_branches, host_bound
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.device_branches import gpu_branches, host_bound
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
-from model_worker.unembedding_cache import HeadUnembeddings
 from tests.tiny_models import EXAMPLE_PROMPT
 from tests.unit.test_head_unembeddings import agree
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_worker.device_memory import _host_available, available_bytes, room_for
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.device_memory import _host_available, available_bytes, room_for
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
-from model_worker.unembedding_cache import HeadUnembeddings
 from tests.tiny_models import EXAMPLE_PROMPT, WORDS, tiny_llama
 
 
@@ -153,8 +153,8 @@ def close_results(got: object, expected: object) -> bool:
 def test_room_is_checked_with_headroom_in_one_sentence() -> None:
     """ensure_room: fine with the headroom left, one sentence (a PromptError: CLI exit 2,
     HTTP 4xx) without it, nothing checked where the free memory is unknown."""
-    from model_worker.device_memory import HEADROOM_FLOOR, DeviceMemoryError, ensure_room
-    from model_worker.errors import PromptError
+    from model_worker.common.errors import PromptError
+    from model_worker.resources.device_memory import HEADROOM_FLOOR, DeviceMemoryError, ensure_room
 
     cpu = torch.device("cpu")
     free = 4 * 2**30
@@ -172,8 +172,8 @@ def test_the_capture_estimate_covers_what_it_keeps(monkeypatch: pytest.MonkeyPat
     """capture_bytes ≥ the bytes a capture really keeps (narrowed and whole), within its
     logits and one layer's attention transient; a capture that does not fit is refused before
     the forward pass, in one sentence, through analyze()."""
-    import model_worker.device_memory as device_memory
-    from model_worker.capture import KEEP_ALL, Keep, RunCache, capture_bytes, run_with_cache
+    import model_worker.resources.device_memory as device_memory
+    from model_worker.model.capture import KEEP_ALL, Keep, RunCache, capture_bytes, run_with_cache
 
     loaded = tiny_llama()
     g = loaded.geometry

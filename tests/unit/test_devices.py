@@ -17,13 +17,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from model_worker.adapters import REGISTRY
 from model_worker.analysis.contributions import head_outputs
-from model_worker.capture import RunCache, run_with_cache
-from model_worker.contracts import EXPERIMENT_NAMES, AnalysisResult, ExperimentRequest
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.experiments.job import run_experiment
-from model_worker.interventions import zero_heads
-from model_worker.loading import LoadedModel
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.interventions import zero_heads
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from model_worker.run.state import final_projector
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family

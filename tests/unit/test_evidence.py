@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from icl_heads.results_doc import render, store
 from model_worker.analysis.flow_sink import COLUMNS, sinkless_flow
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import build_prompts
 from model_worker.experiments import stats
 from model_worker.experiments.batching import make_batches, prepare
 from model_worker.experiments.controls import pool_draws, same_layer_draws
 from model_worker.experiments.job import run_experiment
-from model_worker.experiments.results_doc import render, store
 from model_worker.experiments.saliency import saliency
 from model_worker.experiments.seeds import combine_seeds, parse_seeds
 from tests.tiny_models import tiny_gpt2

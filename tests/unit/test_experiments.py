@@ -8,18 +8,18 @@ import pytest
 import torch
 
 from model_worker.analysis.baseline import random_heads
-from model_worker.contracts import EXPERIMENT_NAMES, ExperimentRequest
+from model_worker.common.errors import PromptError
+from model_worker.common.export_names import NAMES
+from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.contracts.report import plain_text
 from model_worker.datasets import Dataset, Example, build_prompts
-from model_worker.errors import PromptError
 from model_worker.experiments import mrr
 from model_worker.experiments.batching import make_batches, prepare, run_prompts
 from model_worker.experiments.bias import minority
 from model_worker.experiments.data import ExperimentInputError, arrange, orders
 from model_worker.experiments.job import run_experiment
 from model_worker.experiments.locate import Location, locate_heads, location_note, n_located
-from model_worker.export_names import NAMES
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 

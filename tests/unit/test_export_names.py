@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.views.frames import save_tables
-from model_worker.contracts import ExperimentResult
-from model_worker.export_names import NAMES, file_stems
+from model_worker.common.export_names import NAMES, file_stems
+from model_worker.contracts.experiments import ExperimentResult
 
 HOSTILE = ["../escaped", "../../home/.bashrc", "/tmp/absolute", "sub/dir", "..", "a\\b", "CON"]
 ROWS = [{"head": "L0H0", "value": 1.0}]

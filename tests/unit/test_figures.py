@@ -26,9 +26,10 @@ from app.views.figures.analysis import heatmap_figure
 from app.views.figures.experiments import experiment_figure
 from app.views.figures.positions import EXPORT_ROW
 from app.views.figures.registry import FIGURES, UnknownFigure, figure_entry, names
-from model_worker.contracts import AnalysisResult, ExperimentResult
+from model_worker.common.export_text import FORMULA_START
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments.figure_data import bar_chart, heatmap, line_chart, scatter
-from model_worker.export_text import FORMULA_START
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
 

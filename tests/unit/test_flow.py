@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from model_worker.analysis.flow import FLOWS, flow_masks, information_flow
-from model_worker.capture import run_with_cache
-from model_worker.loading import LoadedModel
+from model_worker.model.capture import run_with_cache
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from model_worker.gc_pause import gc_paused, without_gc
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.gc_pause import gc_paused, without_gc
 from model_worker.run import analyze as analyze_module
 from model_worker.run.analyze import analyze
 

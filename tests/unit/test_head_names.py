@@ -8,11 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from model_worker.contracts import AnalysisRequest, head_name, model_head, parse_head_name
-from model_worker.errors import LabelError
-from model_worker.jobs import failure_message, run_analysis
-from model_worker.prompting import parse_head_names
-from model_worker.settings import Settings
+from model_worker.common.errors import LabelError
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.common import head_name, model_head, parse_head_name
+from model_worker.model.prompting import parse_head_names
+from model_worker.service.jobs import failure_message, run_analysis
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 

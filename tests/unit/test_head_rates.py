@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_worker.contracts import ExperimentRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.experiments import context, stats
 from model_worker.experiments.evidence import adequacy_of
 from model_worker.experiments.job import run_experiment

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import torch
 
-from model_worker import jobs
-from model_worker.contracts import AnalysisResult
-from model_worker.jobs import build_seen_heads, load_served_model
-from model_worker.loading import LoadedModel
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run import details as details_module
 from model_worker.run.analyze import analyze
-from model_worker.settings import Settings
-from model_worker.unembedding_cache import HeadUnembeddings
+from model_worker.service import jobs
+from model_worker.service.jobs import build_seen_heads, load_served_model
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 ATOL = 1e-4

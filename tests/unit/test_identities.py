@@ -21,8 +21,8 @@ from model_worker.analysis.position_views import (
     position_views_fixed,
 )
 from model_worker.analysis.projection import FinalNorm, VocabProjector
-from model_worker.capture import RunCache, run_with_cache
-from model_worker.loading import LoadedModel
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.loading import LoadedModel
 from model_worker.run.state import final_projector
 from tests.tiny_models import EXAMPLE_PROMPT
 

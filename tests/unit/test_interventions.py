@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from model_worker.capture import RunCache, run_with_cache
-from model_worker.interventions import (
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.interventions import (
     add_to_final_residual,
     positionless_heads,
     zero_heads,
 )
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
 
 

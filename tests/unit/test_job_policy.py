@@ -1,4 +1,5 @@
-"""The worker's job allow-list (model_worker/job_policy.py) against what the web tier enqueues."""
+"""The worker's job allow-list (model_worker/service/job_policy.py) against what the web tier
+enqueues."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from rq import Callback, Queue
 from rq.serializers import JSONSerializer
 
 from app.queue.redis_backend import ANALYSIS_FUNC, EXPERIMENT_FUNC, PATCHING_FUNC
-from model_worker.job_policy import ALLOWED_JOBS, refusal
+from model_worker.service.job_policy import ALLOWED_JOBS, refusal
 
 
 class FakeRedis:
@@ -28,7 +29,7 @@ def test_the_web_tiers_jobs_are_the_allowed_ones() -> None:
 def test_anything_else_is_refused_with_a_reason() -> None:
     cases = {
         "os.system": job("os.system", "id"),
-        "not one of": job("model_worker.jobs.serve_model", None),
+        "not one of": job("model_worker.service.jobs.serve_model", None),
         "arguments": job(ANALYSIS_FUNC, "{}", "60"),
         "callback": job(ANALYSIS_FUNC, "{}", 60, on_failure=Callback("os.system")),
     }

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from model_worker.contracts import AnalysisRequest, ExperimentRequest
-from model_worker.queue.keys import (
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.service.queue.keys import (
     analysis_job_id,
     experiment_job_id,
     is_experiment,

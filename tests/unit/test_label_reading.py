@@ -15,9 +15,9 @@ from tokenizers.pre_tokenizers import Sequence, Split
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from model_worker.analysis.icl import common_prefix_length, label_words
-from model_worker.errors import LabelError
-from model_worker.loading import LoadedModel, wrap_model
-from model_worker.prompting import encode_prompt, read_labels, target_id
+from model_worker.common.errors import LabelError
+from model_worker.model.loading import LoadedModel, wrap_model
+from model_worker.model.prompting import encode_prompt, read_labels, target_id
 
 VOCAB = ["[PAD]", "[UNK]", " ", ":", "love", "hate", "like", "good", "bad", "0", "1"]
 VOCAB += ["pos", "itive", "h", "neg", "ative"]

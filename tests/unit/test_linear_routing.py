@@ -9,9 +9,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from model_worker import linear_routing
 from model_worker.analysis.kernels import KernelChoice, kernels
-from model_worker.linear_routing import ROUTED, default_linear_layers, route_linear_layers
+from model_worker.model import linear_routing
+from model_worker.model.linear_routing import ROUTED, default_linear_layers, route_linear_layers
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 
 needs_onednn = pytest.mark.skipif(

@@ -13,17 +13,17 @@ from app.job_news import JobNews, News, polled
 from app.job_wait import drawable_state, next_state
 from app.queue.embedded import EmbeddedBackend
 from icl_heads.serving import embedded_backend
-from model_worker.in_process import InProcessEngine
-from model_worker.queue.result_parts import (
+from model_worker.common.settings import Settings
+from model_worker.run.analyze import analyze
+from model_worker.service.in_process import InProcessEngine
+from model_worker.service.queue.result_parts import (
     DETAILS_MESSAGE,
     SUMMARY_PARTS,
     Parts,
     analysis_parts,
     head_part,
 )
-from model_worker.queue.states import JobState, JobStatus
-from model_worker.run.analyze import analyze
-from model_worker.settings import Settings
+from model_worker.service.queue.states import JobState, JobStatus
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 
@@ -183,8 +183,8 @@ def test_the_per_head_stage_is_read_only_by_what_draws_it(tmp_path: Path) -> Non
     and the API body carries it as the result with `head_details` empty."""
     import json
 
-    from model_worker.contracts import AnalysisResult
-    from model_worker.queue.result_parts import CORE, DETAILS_MESSAGE
+    from model_worker.contracts.analysis import AnalysisResult
+    from model_worker.service.queue.result_parts import CORE, DETAILS_MESSAGE
 
     loaded = tiny_llama()
     whole = analyze(loaded, EXAMPLE_PROMPT, top_k_heads=3)

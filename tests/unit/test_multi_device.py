@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-import model_worker.capture as capture_module
-from model_worker.capture import Keep, run_with_cache
-from model_worker.device_memory import gather
-from model_worker.loading import LoadedModel
+import model_worker.model.capture as capture_module
+from model_worker.model.capture import Keep, run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.resources.device_memory import gather
+from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
-from model_worker.unembedding_cache import HeadUnembeddings
 from tests.device_stub import DeviceMismatch, placed, virtual
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2, tiny_llama
 

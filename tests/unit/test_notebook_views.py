@@ -53,7 +53,7 @@ def test_facade_and_client_import_without_torch() -> None:
 
 def test_facade_reexports_the_library() -> None:
     from model_worker.experiments.job import run_experiment as library_run
-    from model_worker.loading import load_model
+    from model_worker.model.loading import load_model
     from model_worker.run.analyze import analyze as library_analyze
 
     assert icl_heads.analyze.__wrapped__ is library_analyze  # type: ignore[attr-defined]

@@ -11,9 +11,10 @@ import typer
 from typer.testing import CliRunner
 
 from icl_heads.cli import patch as patch_cli
-from model_worker import early_checks, loading
+from model_worker.checks import arguments as early_checks
 from model_worker.contracts.patching import PatchingResult
-from model_worker.loading import LoadedModel
+from model_worker.model import loading
+from model_worker.model.loading import LoadedModel
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 runner = CliRunner()

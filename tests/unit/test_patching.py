@@ -14,7 +14,6 @@ import torch
 from pydantic import ValidationError
 from torch import Tensor, nn
 
-from model_worker.adapters import REGISTRY
 from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.patching import (
     PairError,
@@ -26,10 +25,11 @@ from model_worker.analysis.patching import (
     swap_labels,
     top_indices,
 )
+from model_worker.common.errors import UserInputError
 from model_worker.contracts.patching import PatchRequest
-from model_worker.errors import UserInputError
-from model_worker.linear_routing import default_linear_layers
-from model_worker.loading import LoadedModel
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.linear_routing import default_linear_layers
+from model_worker.model.loading import LoadedModel
 from model_worker.patching.engine import (
     Activations,
     Patch,

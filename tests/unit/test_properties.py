@@ -14,9 +14,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from model_worker.analysis.icl import detect_separator, detect_structure, token_at
-from model_worker.errors import LabelError, PromptError, UserInputError
-from model_worker.loading import LoadedModel
-from model_worker.prompting import encode_prompt, parse_head_names, target_id
+from model_worker.common.errors import LabelError, PromptError, UserInputError
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import encode_prompt, parse_head_names, target_id
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama, word_tokenizer
 
 PROPERTY_SETTINGS = settings(

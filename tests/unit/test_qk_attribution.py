@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from model_worker.adapters import REGISTRY
 from model_worker.analysis.contributions import head_outputs
 from model_worker.analysis.scores import score_split
-from model_worker.capture import RunCache, run_with_cache
-from model_worker.loading import LoadedModel
-from model_worker.qk import LayerQk, rotate
-from model_worker.towers import TowersError, decompose, layer_record, model_score
+from model_worker.model.adapters import REGISTRY
+from model_worker.model.capture import RunCache, run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.model.qk import LayerQk, rotate
+from model_worker.towers.run import TowersError, decompose, layer_record, model_score
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 
 FAMILIES = sorted(REGISTRY)
@@ -274,7 +274,7 @@ def test_layernorm_qk_norms(name: str) -> None:
     leave off (`qk_layernorm` is not taken from the config's keyword arguments): switched on."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from model_worker.loading import wrap_model
+    from model_worker.model.loading import wrap_model
     from tests.tiny_models import WORDS, randomize_norms_and_biases, word_tokenizer
 
     spec = REGISTRY[name]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from model_worker.analysis.icl import detect_structure
-from model_worker.capture import run_with_cache
-from model_worker.loading import LoadedModel
-from model_worker.prompting import encode_prompt
+from model_worker.model.capture import run_with_cache
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import encode_prompt
 from model_worker.run.analyze import analyze
 from model_worker.run.queries import offset_queries
 from model_worker.run.state import PromptRun, final_projector

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model_worker.log_safety import SafeLogRecord, install_log_hygiene, neutralise, redact
+from model_worker.common.log_safety import SafeLogRecord, install_log_hygiene, neutralise, redact
 
 SECRET = "s3cr3t-Pa55"
 URL_FORMS = [

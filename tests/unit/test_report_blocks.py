@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.views.jinja_env import ENV
-from model_worker.contracts import RESULT_SCHEMA_VERSION, ExperimentResult
+from model_worker.contracts.common import RESULT_SCHEMA_VERSION
 from model_worker.contracts.evidence import AdequacyOut, IntervalOut, VerdictOut
+from model_worker.contracts.experiments import ExperimentResult
 from model_worker.contracts.report import (
     Heading,
     Items,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
-from model_worker.contracts import AnalysisResult, ExperimentResult
-from model_worker.loading import LoadedModel
-from model_worker.queue.result_parts import (
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.experiments import ExperimentResult
+from model_worker.model.loading import LoadedModel
+from model_worker.run.analyze import analyze
+from model_worker.service.queue.result_parts import (
     CORE,
     MRR,
     SUMMARY_PARTS,
@@ -17,7 +19,6 @@ from model_worker.queue.result_parts import (
     size,
     summary,
 )
-from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT
 
 

@@ -10,17 +10,20 @@ import json
 
 import pytest
 
-import model_worker.queue.keys
-from model_worker.contracts import RESULT_SCHEMA_VERSION, AnalysisRequest, HeadDetail
-from model_worker.queue.keys import analysis_job_id
+import model_worker.service.queue.keys
+from model_worker.contracts.analysis import AnalysisRequest, HeadDetail
+from model_worker.contracts.common import RESULT_SCHEMA_VERSION
 from model_worker.run.analyze import analyze
+from model_worker.service.queue.keys import analysis_job_id
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 
 def test_a_request_of_an_older_schema_gets_a_new_id(monkeypatch: pytest.MonkeyPatch) -> None:
     request = AnalysisRequest(prompt=EXAMPLE_PROMPT)
     current = analysis_job_id("m", "f", request)
-    monkeypatch.setattr(model_worker.queue.keys, "RESULT_SCHEMA_VERSION", RESULT_SCHEMA_VERSION - 1)
+    monkeypatch.setattr(
+        model_worker.service.queue.keys, "RESULT_SCHEMA_VERSION", RESULT_SCHEMA_VERSION - 1
+    )
     assert analysis_job_id("m", "f", request) != current  # so it is computed again
 
 

@@ -1,13 +1,14 @@
-"""What a result means, said once: the coded warnings of analyze() (model_worker.checks), and
+"""What a result means, said once: the coded warnings of analyze()
+(model_worker.checks.result_warnings), and
 digit labels that share SmolLM2's leading space analysed at the digit."""
 
 from __future__ import annotations
 
 import pytest
 
-from model_worker.checks import analysis_warnings, sample_warnings
-from model_worker.contracts import AnalysisResult
-from model_worker.loading import LoadedModel
+from model_worker.checks.result_warnings import analysis_warnings, sample_warnings
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 from tests.unit.test_label_reading import DIGITS, VOCAB, spaced  # noqa: F401 (fixture)

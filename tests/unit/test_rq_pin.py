@@ -1,4 +1,4 @@
-"""The installed RQ is the one model_worker.rq_worker was written for: same major version
+"""The installed RQ is the one model_worker.service.rq_worker was written for: same major version
 (pyproject.toml pins it) and every private name it uses still there."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import BaseWorker, SimpleWorker
 
-from model_worker.rq_worker import PRIVATE_JOB_NAMES, PRIVATE_WORKER_NAMES, TESTED_RQ_MAJOR
+from model_worker.service.rq_worker import PRIVATE_JOB_NAMES, PRIVATE_WORKER_NAMES, TESTED_RQ_MAJOR
 
 
 class FakeRedis:
@@ -21,7 +21,8 @@ class FakeRedis:
 def test_the_installed_rq_has_the_tested_major_version() -> None:
     installed = version("rq")
     assert int(installed.split(".")[0]) == TESTED_RQ_MAJOR, (
-        f"RQ {installed} is installed, but model_worker.rq_worker uses RQ {TESTED_RQ_MAJOR}.x's "
+        f"RQ {installed} is installed, but model_worker.service.rq_worker uses "
+        f"RQ {TESTED_RQ_MAJOR}.x's "
         "private internals: check them against this RQ, then update TESTED_RQ_MAJOR and the "
         "pin in pyproject.toml"
     )
@@ -29,17 +30,18 @@ def test_the_installed_rq_has_the_tested_major_version() -> None:
 
 def test_the_private_names_used_still_exist() -> None:
     queue = Queue("q", connection=FakeRedis(), serializer=JSONSerializer)  # type: ignore[arg-type]
-    job = queue.create_job("model_worker.jobs.analysis_job", args=("{}", 60))
+    job = queue.create_job("model_worker.service.jobs.analysis_job", args=("{}", 60))
     missing = [name for name in PRIVATE_JOB_NAMES if not hasattr(job, name)]
     worker_init = inspect.getsource(BaseWorker.__init__)
     for name in PRIVATE_WORKER_NAMES:
         if not hasattr(SimpleWorker, name) and f"self.{name}:" not in worker_init:
             missing.append(name)
-    assert not missing, f"RQ no longer has {missing}: model_worker.rq_worker must change"
+    assert not missing, f"RQ no longer has {missing}: model_worker.service.rq_worker must change"
 
 
 def test_no_other_module_uses_them() -> None:
-    """RQ's private names and its worker classes appear in model_worker/rq_worker.py only."""
+    """RQ's private names and its worker classes appear in model_worker/service/rq_worker.py
+    only."""
     root = Path(__file__).resolve().parents[2]
     names = (*PRIVATE_JOB_NAMES, *PRIVATE_WORKER_NAMES, "rq.worker")
     elsewhere = [
@@ -50,4 +52,4 @@ def test_no_other_module_uses_them() -> None:
         for name in names
         if name in path.read_text()
     ]
-    assert not elsewhere, f"RQ internals outside model_worker/rq_worker.py: {elsewhere}"
+    assert not elsewhere, f"RQ internals outside model_worker/service/rq_worker.py: {elsewhere}"

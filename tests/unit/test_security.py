@@ -13,7 +13,7 @@ from app.security.auth import safe_next, token_matches
 from app.security.bind import bind_refusal, enforce_bind, is_loopback
 from app.security.origin import cross_origin_reason
 from app.security.sessions import MemorySessions
-from model_worker.settings import Settings
+from model_worker.common.settings import Settings
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"])
@@ -113,7 +113,7 @@ def test_serve_command_refuses_a_public_address_without_a_token(
     from typer.testing import CliRunner
 
     from icl_heads.cli import app
-    from model_worker.settings import get_settings
+    from model_worker.common.settings import get_settings
 
     monkeypatch.delenv("ICL_AUTH_TOKEN", raising=False)
     get_settings.cache_clear()

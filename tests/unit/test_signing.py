@@ -1,19 +1,20 @@
-"""Results signed by workers, checked by the web tier (issue 24.1): model_worker.queue.signing."""
+"""Results signed by workers, checked by the web tier (issue 24.1):
+model_worker.service.queue.signing."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import SecretStr
 
-from model_worker.contracts import AnalysisRequest
-from model_worker.queue.signing import (
+from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.service.queue.signing import (
     SIGNATURE_PART,
     ResultSigner,
     SigningKeyError,
     request_digest,
     result_signer,
 )
-from model_worker.settings import Settings
 
 OLD, NEW = b"old-key-0123456789abcdef", b"new-key-0123456789abcdef"
 REQUEST = AnalysisRequest(prompt="cat : foo dog : bar cat :")

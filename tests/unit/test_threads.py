@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_worker.threads import cpu_quota, set_threads, threads_per_worker
+from model_worker.resources.threads import cpu_quota, set_threads, threads_per_worker
 
 
 def cgroup(root: Path, v2: str | None = None, v1: tuple[int, int] | None = None) -> Path:
@@ -69,7 +69,7 @@ def served_threads(
     import app.timeouts
     import icl_heads.serving
     from icl_heads.cli import app as cli
-    from model_worker.settings import get_settings
+    from model_worker.common.settings import get_settings
 
     class Server:
         def __init__(self, _config: object) -> None:
@@ -136,7 +136,7 @@ def test_serve_refuses_a_bad_thread_count_in_one_line() -> None:
 
 def test_a_worker_lowers_its_cpu_priority_and_never_raises_it_back() -> None:
     code = (
-        "import os; from model_worker.threads import lower_priority; "
+        "import os; from model_worker.resources.threads import lower_priority; "
         "print(lower_priority(7), lower_priority(3), lower_priority(40), "
         "os.getpriority(os.PRIO_PROCESS, 0))"
     )

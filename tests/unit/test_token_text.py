@@ -7,7 +7,7 @@ from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
-from model_worker.token_text import bytes_to_unicode, readable_token
+from model_worker.model.token_text import bytes_to_unicode, readable_token
 
 
 def byte_level() -> PreTrainedTokenizerFast:

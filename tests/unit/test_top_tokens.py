@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from model_worker.contracts import (
-    RESULT_SCHEMA_VERSION,
-    AnalysisResult,
-    HeadDetail,
-    TopToken,
-    TopTokens,
-)
+from model_worker.contracts.analysis import AnalysisResult, HeadDetail
+from model_worker.contracts.common import RESULT_SCHEMA_VERSION, TopToken, TopTokens
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 

@@ -16,7 +16,7 @@ from model_worker.experiments.job import run_experiment
 from model_worker.experiments.layers import layer_table
 from model_worker.experiments.locate import locate_heads
 from model_worker.experiments.matching import matched
-from model_worker.loading import LoadedModel
+from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import tiny_gpt2
 from tests.unit.test_experiments import TINY, request

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from model_worker.contracts import ExperimentRequest
+from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.experiments.data import ExperimentInputError, inline_dataset, resolve_dataset
 
 SECRET = "root:x:0:0:secret-first-line"

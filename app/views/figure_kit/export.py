@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from app.views.figure_kit.figure import Figure, FigureTooLarge
 from app.views.figure_kit.themes import Theme
-from model_worker.export_text import csv_text
+from model_worker.common.export_text import csv_text
 
 Format = Literal["svg", "png", "csv", "json"]
 #: every format a figure downloads as, in menu order

@@ -22,7 +22,7 @@ from app.views.figure_kit.colors import (
 from app.views.figure_kit.figure import Figure, FigureTooLarge, Row
 from app.views.figure_kit.text import fixed, signed, visible
 from app.views.figures.positions import Bars, position_chart
-from model_worker.contracts import AnalysisCore, HeadDetail, HeadSummary
+from model_worker.contracts.analysis import AnalysisCore, HeadDetail, HeadSummary
 
 #: the most heads a heatmap draws (a 128-layer × 128-head model has 16,384)
 MAX_CELLS = 20_000

@@ -12,7 +12,7 @@ import altair as alt
 
 from app.views.figure_kit.colors import OTHER_TOKEN, TRUE_LABEL
 from app.views.figure_kit.figure import Figure, FigureTooLarge, Row
-from model_worker.contracts import ExperimentResult
+from model_worker.contracts.experiments import ExperimentResult
 
 #: the atlas's tables: one row per head, Spearman correlations over the heads, and (when the
 #: experiment computed them) the same correlations with intervals from resampling the prompts

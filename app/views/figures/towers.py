@@ -12,7 +12,7 @@ import altair as alt
 from app.views.figure_kit.colors import DIVERGING, NEGATIVE, POSITIVE
 from app.views.figure_kit.figure import Figure, Row
 from app.views.figure_kit.text import signed, visible
-from model_worker.contracts import AnalysisCore, HeadDetail
+from model_worker.contracts.analysis import AnalysisCore, HeadDetail
 from model_worker.contracts.towers import REST, TokenSlot, Towers
 
 #: components shown per side as bars (the rest summed into one bar)

@@ -1,0 +1,82 @@
+"""Readable terminal tables of an AnalysisResult (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from model_worker.contracts.analysis import AnalysisResult
+from model_worker.contracts.common import TopTokens
+
+
+def _signed(value: float | None) -> str:
+    """+0.123, or … for a value still being computed."""
+    return "…" if value is None else f"{value:+.3f}"
+
+
+def print_result(result: AnalysisResult, console: Console | None = None, heads: int = 10) -> None:
+    """Target, labels, layer increases, the top heads and the top head's token tables."""
+    console = console or Console()
+    target = result.target
+    console.print(
+        f"[bold]{result.model}[/]  target {target.token!r} ({target.source}), "
+        f"p = {target.prob:.3f}, norm = {result.norm}"
+    )
+    if result.labels:
+        marks = ", ".join(
+            f"{label.position}:{label.word}{'✓' if label.is_true else '✗'}"
+            for label in result.labels
+        )
+        console.print(f"labels (position:word, ✓ true): {marks}")
+    else:
+        console.print("no ICL structure detected: label views are empty")
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {escape(note)}", highlight=False)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning ({warning.code}):[/] {escape(warning.message)}")
+
+    layers = Table(title="Log-probability increase per layer (paper Fig. 2)")
+    for column in ("layer", "attention", "FFN"):
+        layers.add_column(column, justify="right")
+    for row in result.layers:
+        layers.add_row(str(row.layer), f"{row.attn_increase:+.3f}", f"{row.ffn_increase:+.3f}")
+    console.print(layers)
+
+    by = "label increase" if result.rank_by == "label" else "increase"
+    top = Table(title=f"Top {heads} heads by {by} (in-context heads)")
+    columns = ("rank", "head", "increase", "label", "other", "attn true", "attn false", "MRR")
+    for column in columns:
+        top.add_column(column, justify="right")
+    for summary in result.heads[:heads]:
+        detail = result.head_details.get(summary.name)
+        mrr = (
+            ", ".join(f"{m.label.strip()}={m.mrr:.3f}" for m in detail.value_mrr) if detail else ""
+        )
+        top.add_row(
+            str(summary.rank),
+            summary.name,
+            f"{summary.increase:+.3f}",
+            _signed(summary.label_increase),
+            _signed(summary.other_increase),
+            f"{summary.attn_true:.3f}",
+            f"{summary.attn_false:.3f}",
+            mrr,
+        )
+    console.print(top)
+
+    if result.top_heads:
+        detail = result.head_details[result.top_heads[0]]
+        tokens = Table(title=f"{detail.name}: vocabulary projections (paper Table 1)")
+        tokens.add_column("view")
+        tokens.add_column("top tokens")
+        for value in detail.values:
+            tokens.add_row(f"{value.position}-value", _words(value.value))
+        for key in detail.keys or []:  # None: not computed (label_keys)
+            tokens.add_row(f"{key.position}-key", _words(key.normalized_input))
+        tokens.add_row(f"{len(result.tokens) - 1}-query", _words(detail.query))
+        console.print(tokens)
+
+
+def _words(tops: TopTokens) -> str:
+    return ", ".join(repr(token.strip()) for token in tops.tokens[:8])

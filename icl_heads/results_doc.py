@@ -1,0 +1,550 @@
+"""`docs/results.md`, generated from stored experiment outputs (torch-free).
+
+`store(result, folder)` writes one experiment's result (seeds combined) as a small JSON file,
+without figures or report; `render(folder)` turns every stored file into the Markdown document,
+deterministically (same files → same bytes): every number in it comes from a stored file, every
+verdict from the rule written beside it, and the summary says which of the paper's claims the
+model supports, contradicts or cannot test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentResult
+from model_worker.experiments import paper
+from model_worker.experiments.evidence import RULE_TEXT
+from model_worker.experiments.seeds import COMBINED_RULE
+
+#: tables too large for the stored file (one row per point), left out
+LEFT_OUT = ("subheadvalues",)
+
+TITLES = {
+    "accuracy": "1. ICL accuracy (paper Table 2)",
+    "heads": "2. Where the in-context heads are (Fig. 3/4)",
+    "mrr": "3. Label-value MRR, located vs random heads (Fig. 5)",
+    "attention": "4. Attention on true vs false labels (Fig. 6, 7)",
+    "layers": "4b. Attention vs FFN layers over the dataset (Fig. 2)",
+    "flow": "4c. Information flow per layer (Fig. 1a)",
+    "matching": "4d. Matching test of the metric",
+    "imbalance": "5a. Imbalanced prompts (Fig. 8/10)",
+    "reorder": "5b. Reordered prompts (Fig. 9/11)",
+    "ablation": "6. Zeroing the in-context heads (later paper version)",
+    "bias": "7. Bias reduction (later paper version)",
+}
+
+#: (claim, what the paper reports, experiment, verdict quantity); `unverified` numbers come
+#: from public summaries of the later (EMNLP 2024) version, not checked against its PDF
+CLAIMS: tuple[tuple[str, str, str, str], ...] = (
+    ("ICL solves the word tasks", "87–100% (GPT2-large)", "accuracy", "accuracy_minus_chance"),
+    (
+        "the answer comes from the input, not from the demonstrations' positions "
+        "(measured: the position effect)",
+        "implied",
+        "accuracy",
+        "accuracy_true_nearest_minus_false_nearest",
+    ),
+    (
+        "in-context heads' label values rank the labels high (MRR ≫ random heads)",
+        paper.MRR,
+        "mrr",
+        "mrr_located_minus_random",
+    ),
+    (
+        "attention on true labels ≫ on false labels",
+        paper.ATTENTION,
+        "attention",
+        "attn_true_minus_false",
+    ),
+    (
+        "deep attention layers carry the label (Fig. 2)",
+        '"almost all" the increase',
+        "layers",
+        "deep_attention_minus_deep_ffn",
+    ),
+    (
+        "shallow layers: demonstrations → labels (attention, sink excluded)",
+        "Fig. 1a (Wang et al.)",
+        "flow",
+        "demo_to_label_nosink_shallow_minus_deep",
+    ),
+    (
+        "deep layers: labels → last token (attention, sink excluded)",
+        "Fig. 1a (Wang et al.)",
+        "flow",
+        "label_to_last_nosink_deep_minus_shallow",
+    ),
+    (
+        "shallow layers: demonstrations → labels (saliency)",
+        "Wang et al.'s S_wp",
+        "flow",
+        "saliency_demo_to_label_shallow_minus_deep",
+    ),
+    (
+        "deep layers: labels → last token (saliency)",
+        "Wang et al.'s S_pq",
+        "flow",
+        "saliency_label_to_last_deep_minus_shallow",
+    ),
+    (
+        "query/key measure input–demonstration similarity (matching test)",
+        "hypothesis",
+        "matching",
+        "located_own_label_minus_chance",
+    ),
+    (
+        "the top-20 heads lie in the deep layers (Fig. 3/4; measured: deep share − ½)",
+        "GPT2-large: top-20 heads all in deep layers 18–35 (of 36)",
+        "heads",
+        "top20_deep_share_minus_half",
+    ),
+    (
+        "the top-20 heads are similar on both datasets (measured: overlap share − chance)",
+        "GPT2-large: similar head indexes on both datasets",
+        "heads",
+        "top20_overlap_share_minus_chance",
+    ),
+    (
+        "imbalanced prompts lower the located heads' true-label attention (position-matched: "
+        "the true label that stays, so nothing falls by construction)",
+        paper.IMBALANCE,
+        "imbalance",
+        "located_attn_true_drop_kept",
+    ),
+    (
+        "… the raw drop of the summed true-label attention (partly mechanical: one true "
+        "label fewer)",
+        paper.IMBALANCE,
+        "imbalance",
+        "located_attn_true_drop",
+    ),
+    (
+        "… losing a true demonstration costs more true-label attention than losing a false "
+        "one costs false-label attention (matched control)",
+        "not tested in the paper",
+        "imbalance",
+        "located_attn_true_drop_vs_control",
+    ),
+    (
+        "imbalanced prompts: true-label attention drops in most of the top-20 heads "
+        "(position-matched; rate over heads)",
+        paper.IMBALANCE,
+        "imbalance",
+        "top20_true_attention_drop_rate_kept_minus_half",
+    ),
+    (
+        "imbalanced prompts: false-label attention rises in most of the top-20 heads "
+        "(rate over heads)",
+        paper.IMBALANCE,
+        "imbalance",
+        "top20_false_attention_rise_rate_minus_half",
+    ),
+    (
+        "reordered prompts lower the located heads' true-label attention",
+        paper.REORDER,
+        "reorder",
+        "located_attn_true_drop",
+    ),
+    (
+        "reordered prompts: true-label attention drops in most of the top-20 heads (rate over "
+        "heads)",
+        paper.REORDER,
+        "reorder",
+        "top20_true_attention_drop_rate_minus_half",
+    ),
+    (
+        "zeroing ~1% of heads (the located ones; the later version's share, unverified) "
+        "hurts more than random heads",
+        f"{paper.ABLATION_BEFORE:.1%} → {paper.ABLATION_AFTER:.1%} on Llama-7B "
+        "(later version, unverified)",
+        "ablation",
+        "accuracy_random_minus_in_context_zeroed",
+    ),
+    (
+        "majority-label bias reduction through the located heads (a_c = 0.03, the later "
+        "version's constant, unverified)",
+        f"{paper.MAJORITY_REDUCTION:.0%} on average (later version, unverified)",
+        "bias",
+        "majority_reduction",
+    ),
+    (
+        "… which is more than adding the minority label (net gain with the control, a_c = 0.03)",
+        "not tested in the paper",
+        "bias",
+        "net_gain_ac0.03",
+    ),
+    (
+        "recency bias reduction (SD of accuracy across orders)",
+        f"{paper.RECENCY_REDUCTION:.0%} on average (later version, unverified)",
+        "bias",
+        "recency_reduction",
+    ),
+)
+
+PREAMBLE = """\
+# Reproducing the paper's dataset experiments on SmolLM2-135M
+
+<!-- Generated by `python scripts/results.py render` from docs/results/*.json: do not edit;
+edit icl_heads/results_doc.py or rerun the experiments instead. -->
+
+Yu & Ananiadou, *How do Large Language Models Learn In-Context? Query and Key Matrices of
+In-Context Heads are Two Towers for Metric Learning*, report their experiments on GPT2-large,
+Llama and (later version) GPT-J. Here every experiment is rerun on the model named in each
+section (SmolLM2-135M-Instruct: 30 layers × 9 query heads), CPU only, with
+`python scripts/results.py run NAME … --seeds 0,1,2 --n N` (the same runner as
+`icl-heads experiment`), which stores each experiment's result, seeds combined, in
+`docs/results/NAME.json`; this document is rendered from those files alone.
+
+**Design.** Prompts are counterbalanced unless a section says otherwise: every order of the two
+true (T) and two false (F) demonstrations — FFTT, FTFT, FTTF, TFFT, TFTF, TTFF — comes equally
+often, each with both label assignments (`foo`/`bar`) and both input classes. The paper's
+design puts the true demonstrations nearest the input (FFTT) in every prompt, which lets a
+model score well by copying the nearest label; it stays available as `--design fftt`.
+
+**Uncertainty.** Every accuracy, rate, mean, difference and reduction carries a 95% interval:
+exact binomial (Clopper–Pearson) for accuracies and rates, otherwise a percentile bootstrap
+over prompts (2,000 resamples, fixed seed; paired when two conditions share prompts). Between
+seeds (other evaluation and location prompts) each metric's mean, SD, min and max are given.
+Rates over heads (the share of the top-20 heads whose attention drops) and the overlap of two
+datasets' top 20 are statistics of per-head means: their intervals resample the prompts and
+recompute every head's mean, then the rate or overlap (method "prompt bootstrap").
+With few prompts the percentile bootstrap understates the uncertainty (a change that is zero on
+every prompt gets the interval [0, 0]), so read the verdicts of small-n sections as indicative.
+
+**Verdicts.** Each hypothesis is decided from its interval, for each seed: {rule} Then,
+{combined}
+
+**Model adequacy.** Before head-level claims, each experiment checks that the model does the
+task above chance under counterbalanced order (the accuracy interval's lower bound above 50%);
+when it does not, its head-level results describe a model that is not doing ICL on the task.
+The summary gates every claim but the accuracy ones on the accuracy experiment's combined
+verdict (its sample is the largest).
+
+Numbers marked *(later version, unverified)* come from public summaries of the later (EMNLP
+2024) version of the paper and were not checked against its PDF.
+"""
+
+
+def store(
+    result: ExperimentResult, folder: Path, run: dict[str, str | int | float | None] | None = None
+) -> Path:
+    """Write `result` without figures, report and the per-point tables to
+    `folder/<name>.json` (sorted keys: the same result gives the same bytes), with `run`
+    (how it ran: command, CPU, load, seconds) under the key "run" when given."""
+    data = result.model_dump(mode="json", exclude={"figures", "report"})
+    data["tables"] = {k: v for k, v in data["tables"].items() if k not in LEFT_OUT}
+    if run is not None:
+        data["run"] = run
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.name}.json"
+    path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def _num(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value).replace("|", "\\|")
+
+
+def _interval(interval: dict[str, Any]) -> str:
+    return f"{_num(interval['estimate'])} [{_num(interval['low'])}, {_num(interval['high'])}]"
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_num(row.get(c)) for c in columns) + " |" for row in rows]
+    return lines
+
+
+def _by_seed(data: dict[str, Any], quantity: str) -> str:
+    rows = [r for r in data["tables"].get("verdicts_by_seed", []) if r["quantity"] == quantity]
+    return "; ".join(
+        f"seed {r['seed']}: {_num(r['estimate'])} [{_num(r['low'])}, {_num(r['high'])}] "
+        f"{r['outcome']}"
+        for r in rows
+    )
+
+
+#: what a section's quantities mean, where their names do not say it
+NOTES = {
+    "heads": (
+        "`top20_overlap_share`: the share of this dataset's top 20 heads that are also in the "
+        "other built-in dataset's top 20 (each dataset's prompts resampled on its own, both top "
+        "20s re-ranked in every resample); chance is 20 / (layers × heads)."
+    ),
+    "imbalance": (
+        "The imbalanced prompt drops the true demonstration nearest the input, so the summed "
+        "true-label attention (`located_attn_true_drop`, `top20_true_attention_drop_rate`) "
+        "falls partly by construction. `…_per_label` divides each sum by its number of true "
+        "labels; `…_kept` compares the attention on the true label that stays, at the same "
+        "position in both prompts (nothing falls by construction; attention freed by the "
+        "dropped label pushes it down, so a positive drop is conservative); `…_vs_control` "
+        "subtracts the false-label drop of the matched control (the same prompts with the "
+        "false demonstration nearest the input dropped instead): 0 for heads that treat true "
+        "and false labels alike. `top20_…_rate…`: the share of the top 20 heads by increase "
+        "whose change goes the stated way, resampling prompts."
+    ),
+    "ablation": (
+        "The located set is about 1% of the heads (2·⌈0.5% of layers × heads⌉: 4 of 270 on "
+        "SmolLM2), after the later version's 12 of 1,024 on Llama-7B (later version, "
+        "unverified); the random baselines zero as many distinct heads, several draws."
+    ),
+    "bias": (
+        "a_c = 0.03 is the later version's amplification constant (later version, "
+        "unverified); 0.3 and 1 are added here to show the method's scale. The control "
+        "prompts make the minority label the wrong answer."
+    ),
+    "reorder": (
+        "`top20_…_rate`: the share of the top 20 heads by increase whose true-label attention "
+        "drops (false-label attention rises), resampling prompts."
+    ),
+}
+
+
+def section(data: dict[str, Any]) -> list[str]:
+    """The Markdown lines of one stored experiment."""
+    seeds = data.get("seeds") or [data["seed"]]
+    lines = [
+        f"## {TITLES.get(data['name'], data['name'])}",
+        "",
+        f"Run: `{data['name']}` on {_num(data['model'])}, dataset {_num(data['dataset'])}, "
+        f"design {data['design']}, n = {data['n']} per prompt set, seeds "
+        f"{', '.join(map(str, seeds))}.",
+        "",
+    ]
+    if data["name"] in NOTES:
+        lines += [NOTES[data["name"]], ""]
+    if data.get("adequacy"):
+        lines += [f"**Model adequacy (seed {data['seed']}).** {data['adequacy']['note']}", ""]
+    if data["verdicts"]:
+        lines += [
+            "| hypothesis | seed " + str(data["seed"]) + " [95% interval] | each seed | verdict |"
+        ]
+        lines += ["|---|---|---|---|"]
+        for v in data["verdicts"]:
+            lines.append(
+                f"| {_num(v['hypothesis'])} (`{v['quantity']}`; null {v['null']:g}, smallest "
+                f"effect {v['min_effect']:g}) | {_interval(v['interval'])} | "
+                f"{_by_seed(data, v['quantity']) or '—'} | **{v['outcome']}** |"
+            )
+        lines.append("")
+    spread = data.get("seed_spread", {})
+    if data["intervals"]:
+        lines += [
+            f"| quantity | seed {data['seed']} [95% interval] | method | n | across seeds: "
+            "mean ± SD (min–max) |",
+            "|---|---|---|---|---|",
+        ]
+        for name, interval in sorted(data["intervals"].items()):
+            across = spread.get(name)
+            seen = (
+                f"{_num(across['mean'])} ± {_num(across['sd'])} ({_num(across['min'])}–"
+                f"{_num(across['max'])})"
+                if across and len(seeds) > 1
+                else "—"
+            )
+            lines.append(
+                f"| `{name}` | {_interval(interval)} | {interval['method']} | {interval['n']} | "
+                f"{seen} |"
+            )
+        lines.append("")
+    arrangements = data["tables"].get("by_arrangement")
+    if arrangements:
+        lines += [f"Per demonstration arrangement (seed {data['seed']}):", ""]
+        first = ["arrangement", "n"]
+        lines += _table(arrangements, first + [c for c in arrangements[0] if c not in first])
+        lines.append("")
+    located = [r for r in data["tables"].get("location", []) if r.get("located") != "no"]
+    if located:
+        lines += [f"Located heads (seed {data['seed']}; accuracy drop when zeroed alone):", ""]
+        lines += _table(
+            located,
+            [
+                "label",
+                "head",
+                "mean_increase",
+                "label_share",
+                "accuracy_drop",
+                "accuracy_drop_low",
+                "accuracy_drop_high",
+                "located",
+            ],
+        )
+        lines.append("")
+    return lines
+
+
+#: claims whose verdict quantity measures the opposite of the claim (supported → contradicts)
+OPPOSED = frozenset({"accuracy_true_nearest_minus_false_nearest"})
+
+
+def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
+    text, reported, name, quantity = claim
+    data = stored.get(name)
+    found = (
+        None
+        if data is None
+        else next((v for v in data["verdicts"] if v["quantity"] == quantity), None)
+    )
+    if data is None or found is None:
+        return f"| {text} | {reported} | not run | cannot test (not run) |"
+    measured = _interval(found["interval"])
+    outcome = found["outcome"]
+    if quantity in OPPOSED and outcome != "inconclusive":
+        outcome = "not supported" if outcome == "supported" else "supported"
+    word = {
+        "supported": "supports",
+        "not supported": "contradicts",
+        "inconclusive": "cannot test at this n (inconclusive)",
+    }[outcome]
+    if name != "accuracy" and not _adequate(stored, data):
+        word = (
+            "cannot test: the model is not shown to do ICL on the task under counterbalanced "
+            f"order (the measurement alone: {found['outcome']})"
+        )
+    return f"| {text} | {reported} | `{quantity}` = {measured} | **{word}** |"
+
+
+def _how_it_ran(run: dict[str, Any] | None) -> str:
+    """`; 1,234 s wall (456 s CPU), Intel …, 2 cores, nice 15, load 9.9 → 10.2, 2026-… UTC`
+    from a stored result's "run" (results stored without it: says so)."""
+    if not run:
+        return "; stored by an earlier run that recorded no run details"
+    return (
+        f"; {run.get('wall_s', '?')} s wall ({run.get('cpu_s', '?')} s CPU) on "
+        f"{run.get('cpu', '?')}, {run.get('cores', '?')} cores shared with other work, nice "
+        f"{run.get('nice', '?')}, load average {run.get('load_before', '?')} → "
+        f"{run.get('load_after', '?')}, finished {run.get('finished', '?')}"
+    )
+
+
+#: the precision the issue asks for: 95% intervals of ±5 points (0.05 on a 0–1 scale)
+TARGET_HALF_WIDTH = 0.05
+#: quantities not on a 0–1 scale (log-probabilities, ratios), left out of the ±5-point list
+NOT_UNIT_SCALE = ("deep_attention_minus_deep_ffn", "majority_reduction", "recency_reduction")
+
+
+def precision(stored: Sequence[dict[str, Any]]) -> list[str]:
+    """The section "Sample sizes and precision": per experiment its n and seeds, and which
+    verdict intervals (first seed) are wider than ±5 points, with their half-widths."""
+    lines = [
+        "## Sample sizes and precision",
+        "",
+        "The issue asks for n large enough for 95% intervals of ±5 points (±0.05 on a 0–1 "
+        "scale) where the machine allows. These runs had one shared machine (2 CPU cores, "
+        "shared with other sessions; see each run's load above) and about an hour of background "
+        "compute at low priority, so the head-level experiments ran far fewer prompts than "
+        "that needs: an accuracy near 50% needs about 385 prompts for ±5 points (exact "
+        "binomial), a paired accuracy difference more. Verdict intervals wider than ±5 points "
+        "(first seed; quantities on a 0–1 scale) are listed; their verdicts are the ones most "
+        "likely to change with more prompts.",
+        "",
+        "| experiment | prompts per set | seeds | verdict intervals wider than ±5 points "
+        "(half-width) |",
+        "|---|---|---|---|",
+    ]
+    for data in stored:
+        wide = []
+        for v in data["verdicts"]:
+            interval = v["interval"]
+            if interval["low"] is None or interval["high"] is None:
+                continue
+            if any(v["quantity"].startswith(name) for name in NOT_UNIT_SCALE):
+                continue
+            half = (interval["high"] - interval["low"]) / 2
+            if half > TARGET_HALF_WIDTH:
+                wide.append(f"`{v['quantity']}` (±{half:.3f})")
+        seeds = ", ".join(map(str, data.get("seeds") or [data["seed"]]))
+        lines.append(
+            f"| `{data['name']}` | {data['n']} | {seeds} | "
+            f"{'; '.join(wide) if wide else 'none: every one within ±5 points'} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _adequate(stored: dict[str, dict[str, Any]], data: dict[str, Any]) -> bool:
+    """The gate for head-level claims: the accuracy experiment's combined verdict that the
+    model does the task above chance (its largest sample), else the experiment's own gate."""
+    accuracy = stored.get("accuracy")
+    if accuracy is not None:
+        return any(
+            v["quantity"] == "accuracy_minus_chance" and v["outcome"] == "supported"
+            for v in accuracy["verdicts"]
+        )
+    adequacy = data.get("adequacy")
+    return adequacy is None or bool(adequacy["adequate"])
+
+
+def render(folder: Path) -> str:
+    """The whole document from every `folder/*.json` (sorted: deterministic)."""
+    stored = {}
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        stored[data["name"]] = data
+    lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(". Each")[0] + ".")]
+    order = [name for name in TITLES if name in EXPERIMENT_NAMES]
+    order += [name for name in EXPERIMENT_NAMES if name not in order]
+    lines += ["## What was run", ""]
+    for name in order:
+        if name in stored:
+            data = stored[name]
+            seeds = ",".join(map(str, data.get("seeds") or [data["seed"]]))
+            lines.append(
+                f"- `{name}`: `scripts/results.py run {name}:{seeds} --n {data['n']} --dataset "
+                f"{data['dataset']} --design {data['design']}` on {_num(data['model'])}"
+                + _how_it_ran(data.get("run"))
+            )
+    missing = [name for name in order if name not in stored]
+    if missing:
+        lines.append(f"- not run here: {', '.join(f'`{m}`' for m in missing)}")
+    lines.append("")
+    lines += precision([stored[name] for name in order if name in stored])
+    for name in order:
+        if name in stored:
+            lines += section(stored[name])
+    lines += [
+        "## Summary: the paper's claims on this model",
+        "",
+        "Each claim's verdict is the combined verdict of the quantity named (seeds combined); "
+        "*supports* = supported, *contradicts* = not supported (the interval excludes an "
+        "effect of the smallest size that matters, or points the other way), *cannot test* = "
+        "inconclusive, not run, or the model fails the adequacy gate.",
+        "",
+        "| claim | paper | measured (first seed) [95% interval] | this model |",
+        "|---|---|---|---|",
+    ]
+    rows = [_claim_row(claim, stored) for claim in CLAIMS]
+    lines += rows
+    counts = {
+        word: sum(f"**{word}" in row or f"| {word}" in row for row in rows)
+        for word in ("supports", "contradicts", "cannot test")
+    }
+    lines += [
+        "",
+        f"In words: of the {len(rows)} claims above, this model supports {counts['supports']}, "
+        f"contradicts {counts['contradicts']} and cannot test {counts['cannot test']} "
+        "(inconclusive at the n run, not run, or behind the adequacy gate: when the model is "
+        "not shown to do the task above chance under counterbalanced order, a head-level "
+        "result describes a model that is not doing ICL, whatever its own verdict).",
+    ]
+    alone = {
+        outcome: sum(f"the measurement alone: {outcome})" in row for row in rows)
+        for outcome in ("supported", "not supported", "inconclusive")
+    }
+    if any(alone.values()):
+        lines += [
+            "",
+            f"Behind the gate, the measurements alone: {alone['supported']} supported, "
+            f"{alone['not supported']} not supported, {alone['inconclusive']} inconclusive — "
+            "what the heads do on this model, not evidence for or against the paper's account "
+            "of ICL.",
+        ]
+    return "\n".join(lines).rstrip() + "\n"

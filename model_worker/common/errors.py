@@ -1,0 +1,22 @@
+"""Errors caused by what a user asked for: shown as one clear line (CLI exit 2, HTTP 4xx)."""
+
+
+class UserInputError(ValueError):
+    """Base class: the request cannot be served as given; the message says why."""
+
+
+class PromptError(UserInputError):
+    """Empty prompt, or longer than the model's context or the configured maximum."""
+
+
+class LabelError(UserInputError):
+    """Labels that do not occur in the prompt, or a target that cannot be used."""
+
+
+class ModelLoadError(UserInputError):
+    """Unknown model id or path, unreadable or corrupt weights."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """A model_type without a spec in the family registry
+    (`model_worker/model/adapters/families/`)."""
