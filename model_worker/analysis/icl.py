@@ -134,6 +134,17 @@ def detect_structure(
     the first token that tells them apart.
     """
     separator, candidates = label_words(prompt, labels)
+    return label_spans(separator, candidates, offsets, skip)
+
+
+def label_spans(
+    separator: str | None,
+    candidates: Sequence[tuple[str, int]],
+    offsets: Sequence[tuple[int, int]],
+    skip: Mapping[str, int] | None = None,
+) -> IclStructure:
+    """The structure from `label_words`' separator and (word, char start) pairs: each label at
+    the token holding its first character, or `skip[word]` characters into it."""
     skip = skip or {}
     spans = tuple(
         LabelSpan(word, char, token_at(offsets, char + skip.get(word, 0)))

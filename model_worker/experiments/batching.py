@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.contributions import positions_z
-from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.metrics import block_rows, logsumexp_
 from model_worker.analysis.projection import unembed_matmul
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
@@ -25,7 +24,7 @@ from model_worker.datasets import IclPrompt
 from model_worker.experiments.progress import ProgressFn, no_progress
 from model_worker.model.capture import RunCache, run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import LabelReading, encode_prompt, read_labels, target_id
+from model_worker.model.prompting import LabelReading, read_prompt, target_id
 from model_worker.run.state import final_projector
 
 IncreaseMode = Literal["none", "correct", "all"]
@@ -111,18 +110,18 @@ def prepare(
 
     items = []
     for prompt in prompts:
-        reading = read_labels(loaded, prompt.text, [prompt.true_label, prompt.false_label])
-        encoded = encode_prompt(loaded, reading.analysed, max_tokens)
         present = list(dict.fromkeys(label for _, label in prompt.demonstrations))
-        structure = detect_structure(prompt.text, encoded.offsets, present, skip=reading.skip)
+        read = read_prompt(
+            loaded, prompt.text, present, max_tokens, [prompt.true_label, prompt.false_label]
+        )
         items.append(
             Prepared(
                 prompt=prompt,
-                ids=encoded.ids,
-                label_positions=tuple(s.position for s in structure.labels),
-                label_true=tuple(s.word == prompt.true_label for s in structure.labels),
-                true_id=label_id(prompt.text, prompt.true_label, reading),
-                false_id=label_id(prompt.text, prompt.false_label, reading),
+                ids=read.encoded.ids,
+                label_positions=read.label_positions,
+                label_true=tuple(s.word == prompt.true_label for s in read.structure.labels),
+                true_id=label_id(prompt.text, prompt.true_label, read.reading),
+                false_id=label_id(prompt.text, prompt.false_label, read.reading),
             )
         )
     return items

@@ -1,4 +1,5 @@
-"""Prompt handling before a forward pass: tokenizing with limits, targets, head names."""
+"""Prompt handling before a forward pass: a prompt read once (`read_prompt`: its labels, how
+they are read, its tokens and structure), tokenizing with limits, targets, head names."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from model_worker.analysis.icl import common_prefix_length
+from model_worker.analysis.icl import (
+    IclStructure,
+    common_prefix_length,
+    demonstration_texts,
+    label_spans,
+    label_words,
+)
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.common.errors import LabelError, PromptError
 from model_worker.contracts.caveats import ResultWarning
@@ -153,6 +160,59 @@ def read_labels(loaded: Tokenizing, prompt: str, words: Sequence[str]) -> LabelR
         f"tells the labels apart ({firsts}).",
     )
     return LabelReading(analysed, shared, skip, notes)
+
+
+@dataclass(frozen=True)
+class ReadPrompt:
+    """A prompt read once, at the start of a run, and passed down: the text as typed, how its
+    labels are read (`reading`: the analysed text, with any shared prefix appended), the
+    analysed text's tokens, its structure (separator, label words and positions) and each
+    label's demonstration input. Nothing downstream parses the prompt again."""
+
+    text: str
+    reading: LabelReading
+    encoded: Encoded
+    structure: IclStructure
+    demonstrations: list[str]
+
+    @property
+    def last_position(self) -> int:
+        """The analysed position: the last token of the analysed text."""
+        return len(self.encoded.texts) - 1
+
+    @property
+    def label_positions(self) -> tuple[int, ...]:
+        return tuple(span.position for span in self.structure.labels)
+
+    @property
+    def appended(self) -> str:
+        """What reading the labels appended to the typed text ("" for most prompts)."""
+        return self.reading.analysed[len(self.text) :]
+
+    @property
+    def notes(self) -> list[str]:
+        """How the prompt was read, in sentences (e.g. the shared prefix appended)."""
+        return self.reading.notes
+
+
+def read_prompt(
+    loaded: LoadedModel,
+    prompt: str,
+    labels: Sequence[str] | None = None,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    read_as: Sequence[str] | None = None,
+) -> ReadPrompt:
+    """Read `prompt` once: its label words (given `labels`, or detected), how they are read
+    (labels whose first tokens coincide are read where they differ: the shared prefix
+    appended; `read_as`: the label set that decides it, when more labels exist than the prompt
+    shows), the analysed text's tokens and the labels' positions among them. A LabelError
+    or PromptError (one line) for labels that do not occur or cannot be told apart, an empty
+    prompt or one over the limit."""
+    separator, words = label_words(prompt, labels)
+    reading = read_labels(loaded, prompt, read_as or [word for word, _ in words])
+    encoded = encode_prompt(loaded, reading.analysed, max_tokens)
+    structure = label_spans(separator, words, encoded.offsets, reading.skip)
+    return ReadPrompt(prompt, reading, encoded, structure, demonstration_texts(prompt, structure))
 
 
 def target_id(

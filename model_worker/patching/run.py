@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from model_worker.analysis.contributions import head_outputs, logprob_increase
-from model_worker.analysis.icl import IclStructure, detect_structure
+from model_worker.analysis.icl import IclStructure
 from model_worker.analysis.patching import (
     PairError,
     changed_positions,
@@ -42,7 +42,13 @@ from model_worker.contracts.patching import (
 )
 from model_worker.model.capture import run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import Encoded, encode_prompt, parse_head_names, target_id
+from model_worker.model.prompting import (
+    Encoded,
+    encode_prompt,
+    parse_head_names,
+    read_prompt,
+    target_id,
+)
 from model_worker.patching.engine import (
     Activations,
     Attribution,
@@ -91,13 +97,14 @@ class Pair:
 
 
 def make_pair(loaded: LoadedModel, request: PatchRequest, max_tokens: int) -> Pair:
-    """Encode the clean prompt, record it, pick the target (given, or the label the model
-    prefers), build and check the corrupted prompt, record it. PairError (one sentence) when
-    the two cannot be patched into each other."""
-    clean = encode_prompt(loaded, request.prompt, max_tokens)
-    structure = detect_structure(request.prompt, clean.offsets, request.labels)
+    """Read the clean prompt once (as `analyze` reads it: labels sharing a first token are read
+    at the token that tells them apart), record it, pick the target (given, or the label the
+    model prefers), build, read and check the corrupted prompt, record it. PairError (one
+    sentence) when the two cannot be patched into each other."""
+    clean_read = read_prompt(loaded, request.prompt, request.labels, max_tokens)
+    clean, structure = clean_read.encoded, clean_read.structure
     first, second = two_labels(structure)
-    ids = {w: target_id(loaded, request.prompt, w)[0] for w in (first, second)}
+    ids = {w: target_id(loaded, request.prompt, w, clean_read.reading)[0] for w in (first, second)}
     if ids[first] == ids[second]:
         raise PairError(f"the labels {first!r} and {second!r} start with the same token")
     clean_run = record(loaded, clean.ids)
@@ -112,12 +119,13 @@ def make_pair(loaded: LoadedModel, request: PatchRequest, max_tokens: int) -> Pa
         target = max((first, second), key=lambda w: float(clean_run.logits[ids[w]]))
     other = second if target == first else first
     text = corrupted_text(request, structure, other)
-    corrupted = encode_prompt(loaded, text, max_tokens)
     try:
-        corrupted_structure = detect_structure(text, corrupted.offsets, [first, second])
-        corrupted_labels: list[int] | None = [s.position for s in corrupted_structure.labels]
-    except LabelError:
-        corrupted_labels = None  # a label is missing: a different label layout
+        corrupted_read = read_prompt(loaded, text, [first, second], max_tokens, [first, second])
+        corrupted = corrupted_read.encoded
+        corrupted_labels: list[int] | None = list(corrupted_read.label_positions)
+    except LabelError:  # a label is missing: a different label layout
+        corrupted = encode_prompt(loaded, text + clean_read.appended, max_tokens)
+        corrupted_labels = None
     problem = layout_error(
         clean.ids.tolist(),
         corrupted.ids.tolist(),

@@ -18,7 +18,6 @@ from model_worker.analysis.heads import (
     head_writes,
     label_split,
 )
-from model_worker.analysis.icl import demonstration_texts, detect_structure, label_words
 from model_worker.checks.result_warnings import analysis_warnings
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.contracts.analysis import AnalysisResult
@@ -26,7 +25,7 @@ from model_worker.contracts.caveats import ResultWarning
 from model_worker.contracts.common import NormMode, RankBy
 from model_worker.model.capture import KEEP_ALL, Keep, run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import encode_prompt, parse_head_names, read_labels, target_id
+from model_worker.model.prompting import parse_head_names, read_prompt, target_id
 from model_worker.resources.gc_pause import without_gc
 from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
 from model_worker.run.details import head_details, with_towers
@@ -73,13 +72,8 @@ def analyze(
     if label_keys != "all":  # one name alone is read as a list of one
         names = [label_keys] if isinstance(label_keys, str) else list(label_keys)
         keyed = parse_head_names(names, g.n_layers, g.n_heads)
-    # labels whose first tokens coincide are read where they differ (the shared prefix appended)
-    _, words = label_words(prompt, labels)
-    reading = read_labels(loaded, prompt, [word for word, _ in words])
-    encoded = encode_prompt(loaded, reading.analysed, max_tokens)
-    structure = detect_structure(prompt, encoded.offsets, labels, skip=reading.skip)
-    last_position = len(encoded.texts) - 1
-    label_positions = tuple(span.position for span in structure.labels)
+    read = read_prompt(loaded, prompt, labels, max_tokens)  # the one reading of the prompt
+    last_position, label_positions = read.last_position, read.label_positions
     # what the analysis reads, linear in the prompt: the last row of each pattern, the flow
     # sums, the residual stream at the last position and, where label-key tables are asked
     # for, at the labels (towers read everything)
@@ -89,7 +83,7 @@ def analyze(
         positions = tuple(sorted({*at_labels, last_position}))
         keep = Keep(positions=positions, rows=(last_position,), flow_labels=label_positions)
     with loaded.lock:
-        ids = encoded.ids[None].to(loaded.device)
+        ids = read.encoded.ids[None].to(loaded.device)
         cache = run_with_cache(
             loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True, keep=keep
         )
@@ -98,9 +92,9 @@ def analyze(
     if target is None:
         target_token = int(logprobs.argmax())
     else:
-        target_token, warnings = target_id(loaded, prompt, target, reading)
+        target_token, warnings = target_id(loaded, prompt, target, read.reading)
     projector = final_projector(loaded, cache.resid_final[0, -1], norm)
-    run = PromptRun(loaded, cache, encoded, projector, target_token, structure, top_k_tokens)
+    run = PromptRun(loaded, cache, read, projector, target_token, top_k_tokens)
 
     # the per-head stage: I(head_{l,h} | resid_pre_l) of every head, ranked
     c, last, row = cache, cache.at(run.last), cache.row(run.last)
@@ -149,15 +143,12 @@ def analyze(
     top = [(s.layer, s.head) for s in summaries[:top_k_heads]]
     heads_stage = heads_stage_result(
         run,
-        prompt=prompt,
         norm=norm,
         rank_by=rank_by,
         target=target_info(run, logprobs, given=target is not None),
-        demonstrations=demonstration_texts(prompt, structure),
         summaries=summaries,
         top=top,
         warnings=warnings,
-        notes=reading.notes,
     )
     checked = [*analysis_warnings(heads_stage), *heads_stage.warnings]
     heads_stage = heads_stage.model_copy(update={"warnings": checked})

@@ -121,18 +121,16 @@ def target_info(run: PromptRun, logprobs: Tensor, given: bool) -> Target:
 def heads_stage_result(
     run: PromptRun,
     *,
-    prompt: str,
     norm: NormMode,
     rank_by: RankBy,
     target: Target,
-    demonstrations: list[str],
     summaries: list[HeadSummary],
     top: list[tuple[int, int]],
     warnings: list[ResultWarning],
-    notes: list[str] | None = None,
 ) -> AnalysisResult:
     """The per-head stage's result: tokens, target, labels, layer chart, flow and every head's
-    summary; `head_details` empty; `notes`: how the prompt was read."""
+    summary; `head_details` empty; the prompt, its labels' demonstrations and the notes on how
+    it was read come from the run's one reading of it (`run.read`)."""
     loaded, encoded, g = run.loaded, run.encoded, run.loaded.geometry
     margin = run.margin_ids()
     return AnalysisResult(
@@ -141,7 +139,7 @@ def heads_stage_result(
         n_heads=g.n_heads,
         norm=norm,
         rank_by=rank_by,
-        prompt=prompt,
+        prompt=run.read.text,
         tokens=[
             TokenInfo(position=p, id=i, text=t)
             for p, (i, t) in enumerate(zip(encoded.ids.tolist(), encoded.texts, strict=True))
@@ -156,7 +154,7 @@ def heads_stage_result(
                 is_true=run.is_true(s.position),
                 demonstration=text,
             )
-            for s, text in zip(run.structure.labels, demonstrations, strict=True)
+            for s, text in zip(run.structure.labels, run.read.demonstrations, strict=True)
         ],
         margin_labels=None if margin is None else [loaded.token_text(i) for i in margin],
         layers=layer_increases(run),
@@ -165,7 +163,7 @@ def heads_stage_result(
         top_heads=[head_name(layer, head) for layer, head in top],
         head_details={},
         warnings=warnings,
-        notes=notes or [],
+        notes=run.read.notes,
     )
 
 

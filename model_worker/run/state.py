@@ -15,7 +15,7 @@ from model_worker.analysis.projection import FinalNorm, VocabProjector
 from model_worker.contracts.common import NormMode, TopTokens
 from model_worker.model.capture import RunCache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import Encoded
+from model_worker.model.prompting import Encoded, ReadPrompt
 from model_worker.resources.device_memory import to_device
 
 
@@ -45,10 +45,10 @@ class PromptRun:
 
     loaded: LoadedModel
     cache: RunCache
-    encoded: Encoded
+    #: the prompt as read once at the start of the run (tokens, labels, demonstrations)
+    read: ReadPrompt
     projector: VocabProjector
     target: int
-    structure: IclStructure
     k: int
     #: each summary's top-token texts, nested as its ids, by id(summary) (`tops`)
     _top_texts: dict[int, tuple[VocabSummary, list[Any]]] = field(
@@ -68,12 +68,20 @@ class PromptRun:
         return [int(i) for i in self.encoded.ids.tolist()]
 
     @property
+    def encoded(self) -> Encoded:
+        return self.read.encoded
+
+    @property
+    def structure(self) -> IclStructure:
+        return self.read.structure
+
+    @property
     def last(self) -> int:
-        return len(self.encoded.texts) - 1
+        return self.read.last_position
 
     @property
     def label_positions(self) -> list[int]:
-        return [span.position for span in self.structure.labels]
+        return list(self.read.label_positions)
 
     def is_true(self, position: int) -> bool:
         return self.ids[position] == self.target

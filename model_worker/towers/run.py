@@ -10,7 +10,6 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.qk_attribution import (
     BIAS,
     Attribution,
@@ -36,7 +35,7 @@ from model_worker.contracts.towers import (
 from model_worker.model.architectures import norm_eps, tensor_attr, weight_of
 from model_worker.model.capture import RunCache, run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import encode_prompt, parse_head_names
+from model_worker.model.prompting import parse_head_names, read_prompt
 from model_worker.model.qk import LayerQk, rotate
 
 
@@ -347,19 +346,18 @@ def towers(
     """
     g = loaded.geometry
     ((layer, index),) = parse_head_names([head], g.n_layers, g.n_heads)
-    encoded = encode_prompt(loaded, prompt, max_tokens)
-    n_tokens = len(encoded.texts)
+    read = read_prompt(loaded, prompt, max_tokens=max_tokens)  # as `analyze` reads it
+    n_tokens = len(read.encoded.texts)
     check_positions(n_tokens, [p for p in (position, versus) if p is not None])
-    structure = detect_structure(prompt, encoded.offsets)
     with loaded.lock:
-        ids = encoded.ids[None].to(loaded.device)
+        ids = read.encoded.ids[None].to(loaded.device)
         cache = run_with_cache(
             loaded.model, loaded.adapter, g, ids, logits_to_keep=1, record_qk=True
         )
     record = layer_record(cache, layer)
     last = n_tokens - 1
     if position is None:
-        position = default_position(cache, layer, index, [s.position for s in structure.labels])
+        position = default_position(cache, layer, index, list(read.label_positions))
     keys = [position] if versus is None else [position, versus]
     found = decompose(loaded, cache, layer, index, last, keys)
     kv = g.kv_head(index)
@@ -371,7 +369,7 @@ def towers(
         found[0],
         model=loaded.name,
         head=head_name(layer, index),
-        texts=encoded.texts,
+        texts=read.encoded.texts,
         model_score=score,
         softcap=record.softcap,
         versus=versus,

@@ -8,13 +8,12 @@ import pytest
 import torch
 
 from model_worker.analysis.flow import demonstration_sources, flow_masks
-from model_worker.analysis.icl import detect_structure
 from model_worker.analysis.scores import score_splits
 from model_worker.model.adapters import REGISTRY
 from model_worker.model.capture import run_with_cache
 from model_worker.model.linear_routing import default_linear_layers
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import encode_prompt
+from model_worker.model.prompting import read_prompt
 from model_worker.model.qk import rotate
 from model_worker.run.queries import head_offset_queries, head_scores, offset_labels
 from model_worker.run.state import PromptRun, final_projector
@@ -39,8 +38,8 @@ def scores_of(
 
 
 def prompt_run(loaded: LoadedModel) -> PromptRun:
-    encoded = encode_prompt(loaded, EXAMPLE_PROMPT)
-    structure = detect_structure(EXAMPLE_PROMPT, encoded.offsets)
+    read = read_prompt(loaded, EXAMPLE_PROMPT)
+    encoded = read.encoded
     # torch's own linear layers: no product counted by the kernels' calibration (whose recheck
     # after 64 products would switch kernels under the tests of other modules)
     with default_linear_layers(loaded.model):
@@ -48,7 +47,7 @@ def prompt_run(loaded: LoadedModel) -> PromptRun:
             loaded.model, loaded.adapter, loaded.geometry, encoded.ids[None], record_qk=True
         )
     projector = final_projector(loaded, cache.resid_final[0, -1], "fixed")
-    return PromptRun(loaded, cache, encoded, projector, 3, structure, 5)
+    return PromptRun(loaded, cache, read, projector, 3, 5)
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2", "gemma2", "gemma3_text", "phi", "gptj"])

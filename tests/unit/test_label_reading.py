@@ -122,3 +122,55 @@ def test_experiments_read_digit_labels_at_the_digit(spaced: LoadedModel) -> None
     assert int(item.ids[-1]) == VOCAB.index(" ")  # the shared space appended
     assert [VOCAB[int(item.ids[p])] for p in item.label_positions] == ["1", "0", "1", "0"]
     assert item.label_true == (True, False, True, False)
+
+
+def test_an_analysis_reads_its_prompt_once(
+    spaced: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One reading of the prompt feeds the whole run (issue 36.3): its label words, how the
+    labels are read, its tokens and its demonstrations are each derived once."""
+    from model_worker.analysis import icl
+    from model_worker.model import prompting
+    from model_worker.run.analyze import analyze
+
+    calls: dict[str, int] = {}
+
+    def counted(module: object, name: str) -> None:
+        original = getattr(module, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] = calls.get(name, 0) + 1
+            return original(*args, **kwargs)
+
+        for where in (icl, prompting):
+            if hasattr(where, name):
+                monkeypatch.setattr(where, name, wrapper)
+
+    for module, name in [
+        (icl, "label_words"),
+        (icl, "demonstration_texts"),
+        (prompting, "read_labels"),
+        (prompting, "encode_prompt"),
+    ]:
+        counted(module, name)
+    result = analyze(spaced, DIGITS, top_k_heads=2)
+    assert calls == {
+        "label_words": 1,
+        "demonstration_texts": 1,
+        "read_labels": 1,
+        "encode_prompt": 1,
+    }
+    assert [label.token for label in result.labels] == ["1", "0", "1", "0"]
+
+
+def test_a_patch_reads_digit_labels_as_the_analysis_does(spaced: LoadedModel) -> None:
+    """Patching accepts what the analysis accepts: labels sharing a first token (" " + digit)
+    are read at the digit, with the shared space appended to both prompts (issue 39.6)."""
+    from model_worker.contracts.patching import PatchRequest
+    from model_worker.patching.run import make_pair
+
+    pair = make_pair(spaced, PatchRequest(prompt=DIGITS), max_tokens=64)
+    assert {pair.target_id, pair.other_id} == {VOCAB.index("1"), VOCAB.index("0")}
+    assert int(pair.clean.ids[-1]) == int(pair.corrupted.ids[-1]) == VOCAB.index(" ")
+    assert [VOCAB[int(pair.clean.ids[p])] for p in pair.label_positions] == ["1", "0", "1", "0"]
+    assert [VOCAB[int(pair.corrupted.ids[p])] for p in pair.label_positions] == ["0", "1", "0", "1"]

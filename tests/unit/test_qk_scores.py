@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from model_worker.analysis.icl import detect_structure
 from model_worker.model.capture import run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import encode_prompt
+from model_worker.model.prompting import read_prompt
 from model_worker.run.analyze import analyze
 from model_worker.run.queries import offset_queries
 from model_worker.run.state import PromptRun, final_projector
@@ -55,13 +54,13 @@ def test_recording_changes_no_activation(tiny_model: LoadedModel) -> None:
 def test_rotary_query_view_scores_each_label_key(tiny_model: LoadedModel) -> None:
     """(W_K^⊤ R_Δ q) · x̂_p · scaling is the score of label position p (no key bias here)."""
     g = tiny_model.geometry
-    encoded = encode_prompt(tiny_model, EXAMPLE_PROMPT)
-    structure = detect_structure(EXAMPLE_PROMPT, encoded.offsets)
+    read = read_prompt(tiny_model, EXAMPLE_PROMPT)
+    encoded = read.encoded
     cache = run_with_cache(
         tiny_model.model, tiny_model.adapter, g, encoded.ids[None], record_qk=True
     )
     projector = final_projector(tiny_model, cache.resid_final[0, -1], "fixed")
-    run = PromptRun(tiny_model, cache, encoded, projector, 3, structure, 5)
+    run = PromptRun(tiny_model, cache, read, projector, 3, 5)
     labels = run.label_positions
     for layer in range(g.n_layers):
         _, _, w_k = tiny_model.adapter.w_qk(tiny_model.model, layer, g)
