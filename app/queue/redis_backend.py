@@ -393,8 +393,7 @@ class RedisBackend(PartsReader):
 
     async def read_heads_stage(self, job_id: str) -> bytes | None:
         """The per-head stage the worker published (model_worker.service.jobs.heads_publisher), if
-        its
-        signature holds (a forged or stale one is ignored, with a log line)."""
+        its signature holds (a forged or stale one is ignored, with a log line)."""
         try:
             stored = await self._aresults.get(heads_stage_key(job_id))
         except RedisError as exc:

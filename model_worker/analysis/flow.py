@@ -68,8 +68,7 @@ def demonstration_sources(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """On `device`, made once per prompt (every layer of a capture reads them; no stream sync
     a layer, see model_worker.resources.device_index): the label positions [P], which sources each
-    label
-    reads from its demonstration [P, n] (bool: from the token after the previous label up to
+    label reads from its demonstration [P, n] (bool: from the token after the previous label up to
     the label, excluded), and the distinct label positions, sorted."""
     positions = index_on(labels, device)
     starts = index_on([0, *(p + 1 for p in labels[:-1])], device)

@@ -1,8 +1,8 @@
 """The torch side of a model family: an `Adapter` reads modules and weights through a FamilySpec.
 
 Every family difference is a field of the spec (model_worker/model/adapters/families/*.py); nothing
-here
-or elsewhere in the engine branches on a family name. Weight accessors return fp32 tensors shaped
+here or elsewhere in the engine branches on a family name. Weight accessors return fp32 tensors
+shaped
 for head-wise maths, whatever the model's dtype or storage layout (Linear vs GPT-2's Conv1D,
 separate vs fused vs per-head interleaved qkv).
 """

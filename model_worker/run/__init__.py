@@ -3,4 +3,5 @@ the queries and scores it reads from the model (`queries`), the factored unembed
 recurring heads (`factored`; their cache is `model_worker.resources.unembedding_cache`), the
 detailed
 heads' stage (`details`) and the result assembly (`assembly`). The maths it calls is in
-`model_worker.analysis`."""
+`model_worker.analysis`.
+A method: imports model/, resources/, checks/, analysis/ and towers/; never service/."""

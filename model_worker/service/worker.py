@@ -1,16 +1,14 @@
 """`icl-heads worker`: serve one loaded model's queue through RQ until stopped.
 
 RQ's SimpleWorker (model_worker.service.rq_worker, the one module using RQ's internals) runs each
-job
-in this process (no fork after CUDA is initialised, so the model stays loaded). A heartbeat
+job in this process (no fork after CUDA is initialised, so the model stays loaded). A heartbeat
 thread publishes the model id and weights fingerprint every `worker_heartbeat_s` and hands
 back jobs left behind by dead workers. SIGTERM or Ctrl-C: the current job finishes, then the
 worker leaves (a second signal stops it at once).
 
 Redis going away (a restart, even one that lost everything) does not stop the worker: a job's
 result waits for Redis (model_worker.service.jobs), and when RQ's own bookkeeping fails, RQ's work
-loop
-quits; the worker then waits for Redis with backoff, settles the job it was running (finished:
+loop quits; the worker then waits for Redis with backoff, settles the job it was running (finished:
 dropped from the registries; else handed back: retried once, or failed with the reason; lost
 with the data: enqueued again) and serves again under the same name.
 """

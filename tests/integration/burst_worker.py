@@ -1,7 +1,6 @@
 """An RQ worker in the test process: the real worker code (model_worker.service.worker and
 model_worker.service.rq_worker, with tests.integration.worker_entry's hooks) run in burst mode
-against
-the real Redis, when the test says. Jobs stay queued until `drain()`, so each step is
+against the real Redis, when the test says. Jobs stay queued until `drain()`, so each step is
 deterministic and no process starts; subprocess workers remain for SIGKILL and fault tests."""
 
 from __future__ import annotations

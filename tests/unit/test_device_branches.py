@@ -1,6 +1,5 @@
 """A GPU's branches of an analysis taken on the CPU (`model_worker.resources.device_branches`): no
-Taylor
-expansion, several factored heads a block of logits, ranks in one comparison. They answer as
+Taylor expansion, several factored heads a block of logits, ranks in one comparison. They answer as
 the CPU's own branches do, so the path a GPU runs is tested where there is no GPU."""
 
 from __future__ import annotations
