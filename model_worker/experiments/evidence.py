@@ -158,11 +158,11 @@ def by_arrangement(
 
 
 def interval_columns(prefix: str, interval: stats.Interval) -> Row:
-    """`{prefix}`, `{prefix}_low`, `{prefix}_high` of a table row."""
+    """`{prefix}`, `{prefix}_low`, `{prefix}_high` of a table row (undefined: None)."""
     return {
-        prefix: interval.estimate,
-        f"{prefix}_low": interval.low,
-        f"{prefix}_high": interval.high,
+        prefix: _defined(interval.estimate),
+        f"{prefix}_low": _defined(interval.low),
+        f"{prefix}_high": _defined(interval.high),
     }
 
 

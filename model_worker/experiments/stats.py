@@ -12,10 +12,11 @@ Every interval is 95% unless asked otherwise:
 in `RULE`, written beside every verdict it produces (`Verdict.rule`).
 
 An interval the data cannot support is undefined (NaN bounds, `undefined` says why), never
-[x, x]: a bootstrap whose statistic is defined in fewer than half the resamples, or whose
-resamples all give one value (no spread to read an interval from; e.g. a change that is zero on
-every prompt). Every interval keeps what it was computed from (`Interval.sample`), so `pool`
-recomputes it over the prompts of several runs (seeds) at once.
+[x, x]: a bootstrap whose statistic is defined in fewer than half the resamples, from fewer
+than 2 prompts, or from prompts that all give the same values (no spread to read an interval
+from; e.g. a change that is zero on every prompt). Every interval keeps what it was computed
+from (`Interval.sample`), so `pool` recomputes it over the prompts of several runs (seeds) at
+once.
 """
 
 from __future__ import annotations
@@ -142,6 +143,14 @@ def _undefined_because(draws: NDArray[np.float64]) -> str | None:
     return None
 
 
+def _constant(sample: Sample) -> bool:
+    """Does every prompt give the same values (each part constant along its prompt axis)?"""
+    return all(
+        part.shape[axis] > 0 and bool((np.ptp(part, axis=axis) == 0).all())
+        for part, axis in zip(sample.parts, sample.axes, strict=True)
+    )
+
+
 def _checked(
     estimate: float,
     low: float,
@@ -153,11 +162,12 @@ def _checked(
     sample: Sample | None,
 ) -> Interval:
     """An interval from bootstrap bounds, undefined (with `why`) where the data cannot support
-    it: too few usable resamples, fewer than 2 prompts, or no spread between resamples."""
+    it: too few usable resamples, fewer than 2 prompts, or every prompt giving the same values
+    (the resamples cannot show any spread: [x, x] is no interval)."""
     if why is None and n < 2:
         why = "fewer than 2 prompts"
-    if why is None and not (math.isnan(low) or math.isnan(high)) and low == high:
-        why = "every resample gives the same value"
+    if why is None and sample is not None and _constant(sample):
+        why = "every prompt gives the same value"
     if why is not None:
         low = high = math.nan
     return Interval(estimate, low, high, n, method, level, why, sample)

@@ -131,7 +131,7 @@ def test_a_bootstrap_with_too_few_usable_resamples_is_undefined_not_x_x() -> Non
 def test_a_bootstrap_with_no_spread_is_undefined_not_x_x() -> None:
     found = stats.bootstrap_mean([0.25] * 12)
     assert found.estimate == 0.25 and math.isnan(found.low) and math.isnan(found.high)
-    assert found.undefined == "every resample gives the same value"
+    assert found.undefined == "every prompt gives the same value"
     one = stats.bootstrap_mean([0.5])
     assert math.isnan(one.low) and one.undefined == "fewer than 2 prompts"
     out = contract_fields(Evidence(intervals={"x": found}))["intervals"]
