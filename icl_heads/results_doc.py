@@ -3,8 +3,9 @@
 `store(result, folder)` writes one experiment's result (seeds combined) as a small JSON file,
 without figures or report; `render(folder)` turns every stored file into the Markdown document,
 deterministically (same files → same bytes): every number in it comes from a stored file, every
-verdict from the rule written beside it, and the summary says which of the paper's claims the
-model supports, contradicts or cannot test.
+verdict from the rule written beside it (seeds pooled: model_worker.experiments.seeds), and the
+summary says which of the paper's claims the model supports, contradicts or cannot test, apart
+from the findings about the model that the paper does not claim.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentResult
 from model_worker.experiments import paper
 from model_worker.experiments.evidence import RULE_TEXT
-from model_worker.experiments.seeds import COMBINED_RULE
+from model_worker.experiments.seeds import COMBINED_RULE, VOTE_RULE
 
 #: tables too large for the stored file (one row per point), left out
 LEFT_OUT = ("subheadvalues",)
@@ -37,17 +38,11 @@ TITLES = {
     "bias": "7. Bias reduction (later paper version)",
 }
 
-#: (claim, what the paper reports, experiment, verdict quantity); `unverified` numbers come
-#: from public summaries of the later (EMNLP 2024) version, not checked against its PDF
+#: (claim, what the paper reports, experiment, verdict quantity): the paper's claims;
+#: `unverified` numbers come from public summaries of the later (EMNLP 2024) version, not
+#: checked against its PDF
 CLAIMS: tuple[tuple[str, str, str, str], ...] = (
     ("ICL solves the word tasks", "87–100% (GPT2-large)", "accuracy", "accuracy_minus_chance"),
-    (
-        "the answer comes from the input, not from the demonstrations' positions "
-        "(measured: the position effect)",
-        "implied",
-        "accuracy",
-        "accuracy_true_nearest_minus_false_nearest",
-    ),
     (
         "in-context heads' label values rank the labels high (MRR ≫ random heads)",
         paper.MRR,
@@ -123,13 +118,6 @@ CLAIMS: tuple[tuple[str, str, str, str], ...] = (
         "located_attn_true_drop",
     ),
     (
-        "… losing a true demonstration costs more true-label attention than losing a false "
-        "one costs false-label attention (matched control)",
-        "not tested in the paper",
-        "imbalance",
-        "located_attn_true_drop_vs_control",
-    ),
-    (
         "imbalanced prompts: true-label attention drops in most of the top-20 heads "
         "(position-matched; rate over heads)",
         paper.IMBALANCE,
@@ -172,16 +160,34 @@ CLAIMS: tuple[tuple[str, str, str, str], ...] = (
         "majority_reduction",
     ),
     (
-        "… which is more than adding the minority label (net gain with the control, a_c = 0.03)",
-        "not tested in the paper",
-        "bias",
-        "net_gain_ac0.03",
-    ),
-    (
         "recency bias reduction (SD of accuracy across orders)",
         f"{paper.RECENCY_REDUCTION:.0%} on average (later version, unverified)",
         "bias",
         "recency_reduction",
+    ),
+)
+
+#: (finding, experiment, verdict quantity): measured here, not claimed by the paper (which
+#: reports order sensitivity itself, Fig. 9/11): findings about the model, kept apart from the
+#: paper's claims and never said to support or contradict it
+FINDINGS: tuple[tuple[str, str, str], ...] = (
+    (
+        "the model answers from position: more accurate when the demonstration nearest the "
+        "input is true",
+        "accuracy",
+        "accuracy_true_nearest_minus_false_nearest",
+    ),
+    (
+        "losing a true demonstration costs more true-label attention than losing a false one "
+        "costs false-label attention (matched control)",
+        "imbalance",
+        "located_attn_true_drop_vs_control",
+    ),
+    (
+        "majority-bias reduction beats adding the minority label (net gain with the control, "
+        "a_c = 0.03)",
+        "bias",
+        "net_gain_ac0.03",
     ),
 )
 
@@ -215,14 +221,17 @@ recompute every head's mean, then the rate or overlap (method "prompt bootstrap"
 With few prompts the percentile bootstrap understates the uncertainty (a change that is zero on
 every prompt gets the interval [0, 0]), so read the verdicts of small-n sections as indicative.
 
-**Verdicts.** Each hypothesis is decided from its interval, for each seed: {rule} Then,
-{combined}
+**Verdicts.** Seeds are more prompts: each hypothesis is decided from its interval over all
+prompts of all seeds ({combined}). The rule: {rule} Each seed's own verdict is shown beside the
+pooled one as a stability check; it does not vote. A result stored before seeds were pooled
+(its verdicts combined by "every seed must agree") has no pooled interval: its verdicts are
+shown as not decided until it is rerun.
 
 **Model adequacy.** Before head-level claims, each experiment checks that the model does the
-task above chance under counterbalanced order (the accuracy interval's lower bound above 50%);
-when it does not, its head-level results describe a model that is not doing ICL on the task.
-The summary gates every claim but the accuracy ones on the accuracy experiment's combined
-verdict (its sample is the largest).
+task above chance under counterbalanced order (the accuracy interval's lower bound above 50%,
+seeds pooled); when it does not, its head-level verdicts are not findings: they are shown as
+"not a finding", with the measurement alone beside them. The summary gates every claim but the
+accuracy ones on the accuracy experiment's pooled verdict (its sample is the largest).
 
 Numbers marked *(later version, unverified)* come from public summaries of the later (EMNLP
 2024) version of the paper and were not checked against its PDF.
@@ -254,7 +263,36 @@ def _num(value: Any) -> str:
 
 
 def _interval(interval: dict[str, Any]) -> str:
+    """`0.42 [0.31, 0.55]`; bounds the data cannot support: `0.42 [undefined: why]`."""
+    if interval.get("low") is None or interval.get("high") is None:
+        why = interval.get("undefined")
+        return f"{_num(interval['estimate'])} [undefined{': ' + why if why else ''}]"
     return f"{_num(interval['estimate'])} [{_num(interval['low'])}, {_num(interval['high'])}]"
+
+
+def _pooled(verdict: dict[str, Any]) -> bool:
+    """Was `verdict` decided from its interval over every seed's prompts (not a stored vote)?"""
+    return not verdict["rule"].startswith(VOTE_RULE)
+
+
+def _gated(data: dict[str, Any], verdict: dict[str, Any]) -> bool:
+    """Is `verdict` a head-level claim behind its experiment's failed adequacy gate?"""
+    adequacy = data.get("adequacy")
+    needs = verdict.get("needs_adequacy", data["name"] != "accuracy")
+    return bool(needs and adequacy is not None and not adequacy["adequate"])
+
+
+def _outcome_cell(data: dict[str, Any], verdict: dict[str, Any]) -> str:
+    """A verdict as the document shows it: settled only when pooled and not behind a failed
+    gate."""
+    if not _pooled(verdict):
+        return "not decided: stored before seeds were pooled (rerun)"
+    if _gated(data, verdict):
+        return (
+            f"not a finding: the model fails the adequacy gate (the measurement alone: "
+            f"{verdict['outcome']})"
+        )
+    return f"**{verdict['outcome']}**"
 
 
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[str]:
@@ -308,6 +346,12 @@ NOTES = {
 }
 
 
+def _which(interval: dict[str, Any], seed: int) -> str:
+    """`seeds 0, 1 pooled` or `seed 0` (an interval one run gave)."""
+    seeds = interval.get("seeds") or []
+    return f"seeds {', '.join(map(str, seeds))} pooled" if seeds else f"seed {seed}"
+
+
 def section(data: dict[str, Any]) -> list[str]:
     """The Markdown lines of one stored experiment."""
     seeds = data.get("seeds") or [data["seed"]]
@@ -321,26 +365,32 @@ def section(data: dict[str, Any]) -> list[str]:
     ]
     if data["name"] in NOTES:
         lines += [NOTES[data["name"]], ""]
-    if data.get("adequacy"):
-        lines += [f"**Model adequacy (seed {data['seed']}).** {data['adequacy']['note']}", ""]
+    adequacy = data.get("adequacy")
+    if adequacy:
+        which = _which(adequacy["accuracy"], data["seed"])
+        lines += [f"**Model adequacy ({which}).** {adequacy['note']}", ""]
     if data["verdicts"]:
         lines += [
-            "| hypothesis | seed " + str(data["seed"]) + " [95% interval] | each seed | verdict |"
+            "| hypothesis | all seeds pooled [95% interval] | each seed alone (stability "
+            "check) | verdict |"
         ]
         lines += ["|---|---|---|---|"]
         for v in data["verdicts"]:
+            measured = (
+                _interval(v["interval"]) if _pooled(v) else "— (stored before seeds were pooled)"
+            )
             lines.append(
                 f"| {_num(v['hypothesis'])} (`{v['quantity']}`; null {v['null']:g}, smallest "
-                f"effect {v['min_effect']:g}) | {_interval(v['interval'])} | "
-                f"{_by_seed(data, v['quantity']) or '—'} | **{v['outcome']}** |"
+                f"effect {v['min_effect']:g}) | {measured} | "
+                f"{_by_seed(data, v['quantity']) or '—'} | {_outcome_cell(data, v)} |"
             )
         lines.append("")
     spread = data.get("seed_spread", {})
     if data["intervals"]:
         lines += [
-            f"| quantity | seed {data['seed']} [95% interval] | method | n | across seeds: "
+            "| quantity | estimate [95% interval] | prompts of | method | n | across seeds: "
             "mean ± SD (min–max) |",
-            "|---|---|---|---|---|",
+            "|---|---|---|---|---|---|",
         ]
         for name, interval in sorted(data["intervals"].items()):
             across = spread.get(name)
@@ -351,8 +401,8 @@ def section(data: dict[str, Any]) -> list[str]:
                 else "—"
             )
             lines.append(
-                f"| `{name}` | {_interval(interval)} | {interval['method']} | {interval['n']} | "
-                f"{seen} |"
+                f"| `{name}` | {_interval(interval)} | {_which(interval, data['seed'])} | "
+                f"{interval['method']} | {interval['n']} | {seen} |"
             )
         lines.append("")
     arrangements = data["tables"].get("by_arrangement")
@@ -361,55 +411,100 @@ def section(data: dict[str, Any]) -> list[str]:
         first = ["arrangement", "n"]
         lines += _table(arrangements, first + [c for c in arrangements[0] if c not in first])
         lines.append("")
-    located = [r for r in data["tables"].get("location", []) if r.get("located") != "no"]
-    if located:
-        lines += [f"Located heads (seed {data['seed']}; accuracy drop when zeroed alone):", ""]
-        lines += _table(
-            located,
-            [
-                "label",
-                "head",
-                "mean_increase",
-                "label_share",
-                "accuracy_drop",
-                "accuracy_drop_low",
-                "accuracy_drop_high",
-                "located",
-            ],
-        )
-        lines.append("")
+    lines += _location(data)
     return lines
 
 
-#: claims whose verdict quantity measures the opposite of the claim (supported → contradicts)
-OPPOSED = frozenset({"accuracy_true_nearest_minus_false_nearest"})
+LOCATION_COLUMNS = (
+    "label",
+    "head",
+    "mean_increase",
+    "label_share",
+    "accuracy_drop",
+    "accuracy_drop_low",
+    "accuracy_drop_high",
+    "located",
+)
+
+
+def _location(data: dict[str, Any]) -> list[str]:
+    """The located heads: those that pass the drop criterion, else a sentence saying none
+    does and which heads the experiment studies instead (the largest increase alone)."""
+    rows = data["tables"].get("location", [])
+    passing = [r for r in rows if r.get("located") == "yes"]
+    instead = [r for r in rows if r.get("located") not in ("yes", "no", None)]
+    seed = data["seed"]
+    lines: list[str] = []
+    if passing:
+        lines += [
+            f"Located heads (seed {seed}; they pass the rule: zeroing one alone drops accuracy, "
+            "the drop's 95% interval above 0):",
+            "",
+            *_table(passing, LOCATION_COLUMNS),
+            "",
+        ]
+    elif rows:
+        lines += [f"**No head passes the drop criterion (seed {seed}).**", ""]
+    if instead:
+        labels = sorted({str(r["label"]) for r in instead})
+        lines += [
+            f"For {', '.join(f'`{label}`' for label in labels)} no candidate passes the rule: "
+            f"the experiment studies instead the candidates with the largest increase alone "
+            f"(seed {seed}; they fail the rule, so they are not located heads):",
+            "",
+            *_table(instead, LOCATION_COLUMNS),
+            "",
+        ]
+    return lines
+
+
+def _verdict_of(
+    stored: dict[str, dict[str, Any]], name: str, quantity: str
+) -> dict[str, Any] | None:
+    data = stored.get(name)
+    if data is None:
+        return None
+    return next((v for v in data["verdicts"] if v["quantity"] == quantity), None)
 
 
 def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
     text, reported, name, quantity = claim
-    data = stored.get(name)
-    found = (
-        None
-        if data is None
-        else next((v for v in data["verdicts"] if v["quantity"] == quantity), None)
-    )
-    if data is None or found is None:
+    found = _verdict_of(stored, name, quantity)
+    if found is None:
         return f"| {text} | {reported} | not run | cannot test (not run) |"
+    data = stored[name]
+    if not _pooled(found):
+        return (
+            f"| {text} | {reported} | `{quantity}`: stored before seeds were pooled | "
+            "**cannot test: not decided (rerun to pool the seeds)** |"
+        )
     measured = _interval(found["interval"])
-    outcome = found["outcome"]
-    if quantity in OPPOSED and outcome != "inconclusive":
-        outcome = "not supported" if outcome == "supported" else "supported"
     word = {
         "supported": "supports",
         "not supported": "contradicts",
         "inconclusive": "cannot test at this n (inconclusive)",
-    }[outcome]
+    }[found["outcome"]]
     if name != "accuracy" and not _adequate(stored, data):
         word = (
             "cannot test: the model is not shown to do ICL on the task under counterbalanced "
             f"order (the measurement alone: {found['outcome']})"
         )
     return f"| {text} | {reported} | `{quantity}` = {measured} | **{word}** |"
+
+
+def _finding_row(finding: tuple[str, str, str], stored: dict[str, dict[str, Any]]) -> str:
+    text, name, quantity = finding
+    found = _verdict_of(stored, name, quantity)
+    if found is None:
+        return f"| {text} | not run | — |"
+    if not _pooled(found):
+        return f"| {text} | `{quantity}`: stored before seeds were pooled | not decided |"
+    cell = _outcome_cell(stored[name], found)
+    if name != "accuracy" and not _adequate(stored, stored[name]):
+        cell = (
+            f"not a finding: behind the adequacy gate (the measurement alone: {found['outcome']})"
+        )
+    return f"| {text} | `{quantity}` = {_interval(found['interval'])} | {cell} |"
 
 
 def _how_it_ran(run: dict[str, Any] | None) -> str:
@@ -433,7 +528,8 @@ NOT_UNIT_SCALE = ("deep_attention_minus_deep_ffn", "majority_reduction", "recenc
 
 def precision(stored: Sequence[dict[str, Any]]) -> list[str]:
     """The section "Sample sizes and precision": per experiment its n and seeds, and which
-    verdict intervals (first seed) are wider than ±5 points, with their half-widths."""
+    verdict intervals (pooled; stored before pooling: first seed) are wider than ±5 points,
+    with their half-widths."""
     lines = [
         "## Sample sizes and precision",
         "",
@@ -443,7 +539,8 @@ def precision(stored: Sequence[dict[str, Any]]) -> list[str]:
         "compute at low priority, so the head-level experiments ran far fewer prompts than "
         "that needs: an accuracy near 50% needs about 385 prompts for ±5 points (exact "
         "binomial), a paired accuracy difference more. Verdict intervals wider than ±5 points "
-        "(first seed; quantities on a 0–1 scale) are listed; their verdicts are the ones most "
+        "(seeds pooled; a result stored before pooling: its first seed; quantities on a 0–1 "
+        "scale) are listed; their verdicts are the ones most "
         "likely to change with more prompts.",
         "",
         "| experiment | prompts per set | seeds | verdict intervals wider than ±5 points "
@@ -471,12 +568,12 @@ def precision(stored: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _adequate(stored: dict[str, dict[str, Any]], data: dict[str, Any]) -> bool:
-    """The gate for head-level claims: the accuracy experiment's combined verdict that the
-    model does the task above chance (its largest sample), else the experiment's own gate."""
+    """The gate for head-level claims: the accuracy experiment's pooled verdict that the model
+    does the task above chance (its largest sample), else the experiment's own gate."""
     accuracy = stored.get("accuracy")
     if accuracy is not None:
         return any(
-            v["quantity"] == "accuracy_minus_chance" and v["outcome"] == "supported"
+            v["quantity"] == "accuracy_minus_chance" and _pooled(v) and v["outcome"] == "supported"
             for v in accuracy["verdicts"]
         )
     adequacy = data.get("adequacy")
@@ -489,7 +586,7 @@ def render(folder: Path) -> str:
     for path in sorted(folder.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         stored[data["name"]] = data
-    lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(". Each")[0] + ".")]
+    lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(":")[0])]
     order = [name for name in TITLES if name in EXPERIMENT_NAMES]
     order += [name for name in EXPERIMENT_NAMES if name not in order]
     lines += ["## What was run", ""]
@@ -513,12 +610,13 @@ def render(folder: Path) -> str:
     lines += [
         "## Summary: the paper's claims on this model",
         "",
-        "Each claim's verdict is the combined verdict of the quantity named (seeds combined); "
-        "*supports* = supported, *contradicts* = not supported (the interval excludes an "
-        "effect of the smallest size that matters, or points the other way), *cannot test* = "
-        "inconclusive, not run, or the model fails the adequacy gate.",
+        "Each claim's verdict is the pooled verdict of the quantity named (the interval over "
+        "all prompts of all seeds); *supports* = supported, *contradicts* = not supported (the "
+        "interval excludes an effect of the smallest size that matters, or points the other "
+        "way), *cannot test* = inconclusive, not run, not decided, or the model fails the "
+        "adequacy gate.",
         "",
-        "| claim | paper | measured (first seed) [95% interval] | this model |",
+        "| claim | paper | measured, seeds pooled [95% interval] | this model |",
         "|---|---|---|---|",
     ]
     rows = [_claim_row(claim, stored) for claim in CLAIMS]
@@ -534,6 +632,17 @@ def render(folder: Path) -> str:
         "(inconclusive at the n run, not run, or behind the adequacy gate: when the model is "
         "not shown to do the task above chance under counterbalanced order, a head-level "
         "result describes a model that is not doing ICL, whatever its own verdict).",
+    ]
+    lines += [
+        "",
+        "## Findings about this model that the paper does not claim",
+        "",
+        "Measured here as controls; they neither support nor contradict the paper (which "
+        "reports order sensitivity itself, Fig. 9/11).",
+        "",
+        "| finding | measured, seeds pooled [95% interval] | verdict |",
+        "|---|---|---|",
+        *[_finding_row(finding, stored) for finding in FINDINGS],
     ]
     alone = {
         outcome: sum(f"the measurement alone: {outcome})" in row for row in rows)

@@ -41,7 +41,7 @@ def cpu_model() -> str:
 
 def run(args: argparse.Namespace) -> None:
     from model_worker.contracts.experiments import ExperimentRequest
-    from model_worker.experiments.job import run_experiment
+    from model_worker.experiments.job import run_keeping
     from model_worker.experiments.seeds import combine_seeds, parse_seeds
     from model_worker.model.loading import load_model
 
@@ -53,12 +53,14 @@ def run(args: argparse.Namespace) -> None:
         n = int(own_n) if own_n else args.n
         started, cpu_started = time.perf_counter(), time.process_time()
         load_before = os.getloadavg()[0]
-        results = []
+        results, kept = [], []
         for seed in seeds:
             request = ExperimentRequest(
                 name=name, dataset=args.dataset, n=n, seed=seed, design=args.design
             )
-            results.append(run_experiment(loaded, request, batch_size=args.batch_size))
+            result, intervals = run_keeping(loaded, request, batch_size=args.batch_size)
+            results.append(result)
+            kept.append(intervals)
             print(f"{name} seed {seed}: {time.perf_counter() - started:.0f} s", flush=True)
         run_info = {
             "command": f"scripts/results.py run {name}:{','.join(map(str, seeds))}@{n} "
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> None:
             "cpu_s": round(time.process_time() - cpu_started),
             "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         }
-        path = store(combine_seeds(results), Path(args.out), run=run_info)
+        path = store(combine_seeds(results, kept), Path(args.out), run=run_info)
         print(f"stored {path}", flush=True)
 
 

@@ -104,8 +104,8 @@ def experiment(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from model_worker.experiments.job import run_experiment
-    from model_worker.experiments.seeds import combine_seeds, parse_seeds
+    from model_worker.experiments.job import run_experiment, run_seeds
+    from model_worker.experiments.seeds import parse_seeds
     from model_worker.model.loading import load_model
 
     settings = get_settings()
@@ -163,17 +163,12 @@ def experiment(
             def progress(fraction: float, message: str) -> None:
                 bar.update(task, completed=fraction, description=f"{name}: {message}")
 
-            results = [
-                run_experiment(
-                    loaded,
-                    request.model_copy(update={"seed": one}),
-                    progress,
-                    batch_size=batch_size,
-                    max_tokens=settings.max_prompt_tokens,
-                )
-                for one in seed_list
-            ]
-        result = results[0] if seeds is None else combine_seeds(results)
+            common = {"batch_size": batch_size, "max_tokens": settings.max_prompt_tokens}
+            result = (
+                run_experiment(loaded, request, progress, **common)
+                if seeds is None
+                else run_seeds(loaded, request, seed_list, progress, **common)
+            )
     emit(result, out, as_json)
 
 

@@ -24,7 +24,8 @@ class _Frozen(BaseModel):
 class IntervalOut(_Frozen):
     """An estimate with its `level` interval, from `n` units (prompts) by `method`
     (bootstrap, paired bootstrap, clopper-pearson). None: undefined (e.g. a reduction of a
-    change that is zero)."""
+    change that is zero; bounds the data cannot support, `undefined` saying why). `seeds`: the
+    seeds whose prompts it pools (empty: one run)."""
 
     estimate: float | None
     low: float | None
@@ -32,6 +33,8 @@ class IntervalOut(_Frozen):
     n: int
     method: str
     level: float = 0.95
+    undefined: str | None = None
+    seeds: list[int] = []
 
 
 class VerdictOut(_Frozen):
@@ -44,6 +47,13 @@ class VerdictOut(_Frozen):
     min_effect: float
     rule: str
     outcome: Outcome
+    #: a head-level claim, read only when the model passes the adequacy gate (False: a claim
+    #: about the model's behaviour itself, e.g. its accuracy)
+    needs_adequacy: bool = True
+
+    def behind(self, adequacy: AdequacyOut | None) -> bool:
+        """Is this verdict behind a failed gate (a measurement, not a finding about ICL)?"""
+        return self.needs_adequacy and adequacy is not None and not adequacy.adequate
 
 
 class AdequacyOut(_Frozen):

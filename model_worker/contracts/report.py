@@ -216,8 +216,16 @@ def _number(value: float | None) -> str:
 
 
 def interval_text(interval: IntervalOut) -> str:
-    """`0.42 [0.31, 0.55]` (undefined ends say so)."""
-    return f"{_number(interval.estimate)} [{_number(interval.low)}, {_number(interval.high)}]"
+    """`0.42 [0.31, 0.55]`; bounds the data cannot support: `0.42 [undefined: why]`; pooled
+    over seeds: `… (seeds 0, 1, 2 pooled)`."""
+    if interval.low is None or interval.high is None:
+        why = f": {interval.undefined}" if interval.undefined else ""
+        text = f"{_number(interval.estimate)} [undefined{why}]"
+    else:
+        text = f"{_number(interval.estimate)} [{_number(interval.low)}, {_number(interval.high)}]"
+    if interval.seeds:
+        text += f" (seeds {', '.join(map(str, interval.seeds))} pooled)"
+    return text
 
 
 def evidence_blocks(verdicts: list[VerdictOut], adequacy: AdequacyOut | None) -> list[Block]:
@@ -239,7 +247,12 @@ def evidence_blocks(verdicts: list[VerdictOut], adequacy: AdequacyOut | None) ->
                         interval_text(v.interval),
                         f"{v.null:g}",
                         f"{v.min_effect:g}",
-                        v.outcome,
+                        (
+                            f"not a finding: the model fails the adequacy gate (the measurement "
+                            f"alone: {v.outcome})"
+                            if v.behind(adequacy)
+                            else v.outcome
+                        ),
                         v.rule,
                     ]
                     for v in verdicts

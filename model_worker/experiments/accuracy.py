@@ -87,6 +87,7 @@ def run(ctx: Context) -> ExperimentResult:
         "accuracy_minus_chance",
         accuracy_interval(everything).shifted(CHANCE),
         min_effect=0.05,
+        behaviour=True,
     )
     arrangements = by_arrangement(everything)
     evidence.decide(
@@ -94,6 +95,7 @@ def run(ctx: Context) -> ExperimentResult:
         "accuracy_true_nearest_minus_false_nearest",
         position_effect(everything),
         min_effect=0.05,
+        behaviour=True,
     )
     metrics = {
         "accuracy": accuracy(everything),

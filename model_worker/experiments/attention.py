@@ -270,13 +270,14 @@ def _rho_interval(points: Sequence[Row], resamples: int = 500) -> stats.Interval
         )
     blocks = [np.array(g) for g in groups.values()]
     if not blocks:
-        return stats.Interval(float("nan"), float("nan"), float("nan"), 0, "bootstrap")
+        return stats.Interval(
+            float("nan"), float("nan"), float("nan"), 0, "bootstrap", undefined="no prompts"
+        )
     whole = np.concatenate(blocks)
     rng = np.random.default_rng(stats.SEED)
     draws = []
     for _ in range(resamples):
         picked = np.concatenate([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))])
         draws.append(_spearman(picked[:, 0], picked[:, 1]))
-    low, high = np.nanpercentile(draws, [2.5, 97.5])
     estimate = _spearman(whole[:, 0], whole[:, 1])
-    return stats.Interval(estimate, float(low), float(high), len(blocks), "bootstrap")
+    return stats.from_draws(estimate, draws, len(blocks), "bootstrap")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
 from model_worker.contracts.figures import FigureData
@@ -13,6 +13,7 @@ from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepar
 from model_worker.experiments.data import prompts
 from model_worker.experiments.evidence import Evidence, contract_fields
 from model_worker.experiments.progress import ProgressFn
+from model_worker.experiments.stats import Interval
 from model_worker.model.loading import LoadedModel
 
 Row = dict[str, float | int | str | None]
@@ -21,7 +22,8 @@ Row = dict[str, float | int | str | None]
 @dataclass(frozen=True)
 class Context:
     """An experiment request resolved: the model, the dataset, the batch size, progress, and
-    the longest prompt allowed (`max_tokens`)."""
+    the longest prompt allowed (`max_tokens`). `kept` collects the run's intervals with what
+    they were computed from (for pooling seeds: model_worker.experiments.seeds)."""
 
     loaded: LoadedModel
     request: ExperimentRequest
@@ -29,6 +31,7 @@ class Context:
     batch_size: int
     progress: ProgressFn
     max_tokens: int
+    kept: dict[str, Interval] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -80,6 +83,7 @@ class Context:
         their own: the report's text does not repeat them). `report`, the runner's text with
         a little Markdown, becomes blocks of plain text (model_worker.contracts.report)."""
         found = Evidence() if evidence is None else evidence
+        self.kept.update(found.kept())
         return ExperimentResult(
             name=self.request.name,
             model=self.loaded.name,

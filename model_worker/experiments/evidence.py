@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from model_worker.contracts.evidence import AdequacyOut, IntervalOut, VerdictOut
 from model_worker.experiments import stats
-from model_worker.experiments.batching import PromptRun
 
+if TYPE_CHECKING:  # torch-free at run time: the results document imports this module
+    from model_worker.experiments.batching import PromptRun
+
+#: the key of the adequacy gate's accuracy among the kept intervals
+ADEQUACY = "adequacy accuracy"
 #: chance of the two-label argmax
 CHANCE = 0.5
 RULE_TEXT = (
@@ -48,11 +53,23 @@ class Evidence:
         *,
         null: float = 0.0,
         min_effect: float = 0.0,
+        behaviour: bool = False,
     ) -> stats.Verdict:
-        """Record the interval under `quantity` and the verdict on `hypothesis` from it."""
+        """Record the interval under `quantity` and the verdict on `hypothesis` from it
+        (`behaviour`: a claim about the model's behaviour, read whatever the adequacy gate
+        says; otherwise a head-level claim, read only behind a passed gate)."""
         self.add(quantity, interval)
         found = stats.verdict(hypothesis, quantity, interval, null=null, min_effect=min_effect)
+        found = replace(found, needs_adequacy=not behaviour)
         self.verdicts.append(found)
+        return found
+
+    def kept(self) -> dict[str, stats.Interval]:
+        """Every interval with its sample, the adequacy gate's accuracy included (for pooling
+        seeds: model_worker.experiments.seeds)."""
+        found = dict(self.intervals)
+        if self.adequacy is not None:
+            found[ADEQUACY] = self.adequacy.accuracy
         return found
 
 
@@ -82,7 +99,11 @@ def adequacy(runs: Sequence[PromptRun], design: str) -> Adequacy:
 def adequacy_of(correct: Sequence[bool], design: str) -> Adequacy:
     """`adequacy` from one flag per prompt: is the true label's logit above the false one's?
     (For experiments that do not keep PromptRuns, e.g. patching's clean runs.)"""
-    found = stats.rate(correct)
+    return adequacy_from(stats.rate(correct), design)
+
+
+def adequacy_from(found: stats.Interval, design: str) -> Adequacy:
+    """`adequacy` from the accuracy interval (e.g. pooled over seeds)."""
     above = found.low > CHANCE
     adequate = above and design == "counterbalanced"
     if adequate:
@@ -137,11 +158,11 @@ def by_arrangement(
 
 
 def interval_columns(prefix: str, interval: stats.Interval) -> Row:
-    """`{prefix}`, `{prefix}_low`, `{prefix}_high` of a table row."""
+    """`{prefix}`, `{prefix}_low`, `{prefix}_high` of a table row (undefined: None)."""
     return {
-        prefix: interval.estimate,
-        f"{prefix}_low": interval.low,
-        f"{prefix}_high": interval.high,
+        prefix: _defined(interval.estimate),
+        f"{prefix}_low": _defined(interval.low),
+        f"{prefix}_high": _defined(interval.high),
     }
 
 
@@ -149,8 +170,8 @@ def _defined(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _interval_out(interval: stats.Interval) -> IntervalOut:
-    """The contract's interval; NaN (undefined) becomes None."""
+def interval_out(interval: stats.Interval, seeds: Sequence[int] = ()) -> IntervalOut:
+    """The contract's interval; NaN (undefined) becomes None; `seeds`: those it pools."""
     return IntervalOut(
         estimate=_defined(interval.estimate),
         low=_defined(interval.low),
@@ -158,6 +179,19 @@ def _interval_out(interval: stats.Interval) -> IntervalOut:
         n=interval.n,
         method=interval.method,
         level=interval.level,
+        undefined=interval.undefined,
+        seeds=list(seeds),
+    )
+
+
+def adequacy_out(adequate: Adequacy, seeds: Sequence[int] = ()) -> AdequacyOut:
+    """The contract's adequacy gate."""
+    return AdequacyOut(
+        accuracy=interval_out(adequate.accuracy, seeds),
+        chance=adequate.chance,
+        design=adequate.design,
+        adequate=adequate.adequate,
+        note=adequate.note,
     )
 
 
@@ -165,29 +199,22 @@ def contract_fields(evidence: Evidence) -> dict[str, object]:
     """ExperimentResult's `intervals`, `verdicts` and `adequacy` from `evidence`."""
     adequate = evidence.adequacy
     return {
-        "intervals": {k: _interval_out(v) for k, v in evidence.intervals.items()},
+        "intervals": {k: interval_out(v) for k, v in evidence.intervals.items()},
         "verdicts": [
             VerdictOut(
                 hypothesis=v.hypothesis,
                 quantity=v.quantity,
-                interval=_interval_out(v.interval),
+                interval=interval_out(v.interval),
                 null=v.null,
                 min_effect=v.min_effect,
                 rule=v.rule,
                 outcome=v.outcome,
+                needs_adequacy=v.needs_adequacy,
             )
             for v in evidence.verdicts
             if v.interval.n > 0
         ],
-        "adequacy": None
-        if adequate is None
-        else AdequacyOut(
-            accuracy=_interval_out(adequate.accuracy),
-            chance=adequate.chance,
-            design=adequate.design,
-            adequate=adequate.adequate,
-            note=adequate.note,
-        ),
+        "adequacy": None if adequate is None else adequacy_out(adequate),
     }
 
 

@@ -12,10 +12,11 @@ in every resample of the prompts).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import Tensor
 
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
@@ -34,6 +35,8 @@ from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
 from model_worker.model.loading import LoadedModel
 
+#: a statistic of per-head means [..., L·H] → [...]
+Statistic = Callable[[NDArray[np.float64]], NDArray[np.float64]]
 TOP = 20
 
 
@@ -144,16 +147,11 @@ def run(ctx: Context) -> ExperimentResult:
             index = int(row["layer"] or 0) * g.n_heads + _head_index(str(row["head"]))
             low, high = np.percentile(draws[:, index], [2.5, 97.5])
             row["mean_increase_low"], row["mean_increase_high"] = float(low), float(high)
-        top_in_resample = np.argsort(-draws, axis=1)[:, :TOP] // g.n_heads  # layers
-        shares = (top_in_resample >= g.n_layers // 2).mean(1)
-        low, high = np.percentile(shares, [2.5, 97.5])
-        estimate = metrics["top20_in_deep_layers"] - 0.5
+        deep_share = stats.bootstrap_over_heads(increases, _deep_share(g.n_heads, g.n_layers))
         evidence.decide(
             f"the top {TOP} heads lie in the deep half more often than half of them",
             "top20_deep_share_minus_half",
-            stats.Interval(
-                estimate, float(low) - 0.5, float(high) - 0.5, len(increases), "bootstrap"
-            ),
+            deep_share.shifted(0.5),
             min_effect=0.1,
         )
     figures = {
@@ -220,3 +218,16 @@ def _interval_text(evidence: Evidence, name: str) -> str:
     if found is None:
         return ""
     return f" (share {found.text()}, 95% {found.method})"
+
+
+def _deep_share(
+    n_heads: int, n_layers: int
+) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+    """The statistic "share of the top TOP heads (by mean increase) in the deep half": per-head
+    means [..., L·H] (layer-major) → [...]."""
+
+    def share(means: NDArray[np.float64]) -> NDArray[np.float64]:
+        top = np.argsort(-means, axis=-1, kind="stable")[..., :TOP] // n_heads
+        return np.asarray((top >= n_layers // 2).mean(axis=-1), dtype=np.float64)
+
+    return share

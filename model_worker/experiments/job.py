@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from model_worker.checks.result_warnings import sample_warnings
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
@@ -12,6 +12,8 @@ from model_worker.contracts.report import Note
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
 from model_worker.experiments.progress import Heartbeat, ProgressFn, no_progress
+from model_worker.experiments.seeds import combine_seeds
+from model_worker.experiments.stats import Interval
 from model_worker.model.loading import LoadedModel
 
 DEFAULT_BATCH_SIZE = 16
@@ -37,6 +39,41 @@ def run_experiment(
 
     Raises ExperimentInputError (a UserInputError: one clear line) for a bad dataset or request.
     """
+    return run_keeping(loaded, request, progress, batch_size=batch_size, max_tokens=max_tokens)[0]
+
+
+def run_seeds(
+    loaded: LoadedModel,
+    request: ExperimentRequest,
+    seeds: Sequence[int],
+    progress: ProgressFn = no_progress,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+) -> ExperimentResult:
+    """`request` run once per seed, pooled into one result (model_worker.experiments.seeds)."""
+    runs = [
+        run_keeping(
+            loaded,
+            request.model_copy(update={"seed": seed}),
+            progress,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+        )
+        for seed in seeds
+    ]
+    return combine_seeds([r for r, _ in runs], [k for _, k in runs])
+
+
+def run_keeping(
+    loaded: LoadedModel,
+    request: ExperimentRequest,
+    progress: ProgressFn = no_progress,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+) -> tuple[ExperimentResult, dict[str, Interval]]:
+    """`run_experiment`, and the run's intervals with what they were computed from."""
     if batch_size < 1:
         raise ExperimentInputError(f"batch size must be at least 1, got {batch_size}")
     if request.name not in EXPERIMENTS:
@@ -46,7 +83,7 @@ def run_experiment(
         ctx = Context(loaded, request, dataset, batch_size, beating, max_tokens)
         result = with_sample_caveat(_runner(request.name)(ctx))
         beating(1.0, "done")
-    return result
+    return result, ctx.kept
 
 
 def with_sample_caveat(result: ExperimentResult) -> ExperimentResult:

@@ -40,6 +40,7 @@ from model_worker.experiments import stats
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
 from model_worker.experiments.data import location_prompts
+from model_worker.experiments.evidence import interval_columns
 from model_worker.experiments.progress import ProgressFn, Stages, no_progress
 from model_worker.model.interventions import Head, zero_heads
 from model_worker.model.loading import LoadedModel
@@ -188,13 +189,9 @@ def locate_heads(
                 "increase_rank": rank + 1,
                 "ranked_by": by,
                 "label_share": label_share(totals, label_totals, head),
-                "accuracy_drop": acc_drop.estimate,
-                "accuracy_drop_low": acc_drop.low,
-                "accuracy_drop_high": acc_drop.high,
+                **interval_columns("accuracy_drop", acc_drop),
                 "passes_drop_criterion": "yes" if acc_drop.low > 0 else "no",
-                "margin_drop": margin_drop.estimate,
-                "margin_drop_low": margin_drop.low,
-                "margin_drop_high": margin_drop.high,
+                **interval_columns("margin_drop", margin_drop),
                 "located": how if head in picked else "no",
             }
             for head, rank, acc_drop, margin_drop in found
@@ -251,30 +248,47 @@ def share_text(share: float | None) -> str:
 
 
 def location_note(location: Location) -> str:
-    """One Markdown paragraph saying which heads were located, how, and their label shares."""
+    """One Markdown paragraph saying which heads pass the rule (or that none does), which heads
+    the experiment studies instead, how they were chosen, and their label shares."""
     ranked = "label increase" if location.by == "label" else "head increase"
     shares = ", ".join(
         f"{head_name(*h)} {share_text(location.label_share(h))}" for h in location.heads
     )
-    drops = ", ".join(
-        f"{r['head']} {float(r['accuracy_drop'] or 0):+.3f} "
-        f"[{float(r['accuracy_drop_low'] or 0):+.3f}, {float(r['accuracy_drop_high'] or 0):+.3f}]"
-        for r in location.candidates
-        if r["located"] != "no"
+
+    def drop(r: dict[str, float | int | str | None]) -> str:
+        low, high = r["accuracy_drop_low"], r["accuracy_drop_high"]
+        bounds = (
+            "undefined"
+            if low is None or high is None or math.isnan(float(low)) or math.isnan(float(high))
+            else f"{float(low):+.3f}, {float(high):+.3f}"
+        )
+        return f"{r['head']} {float(r['accuracy_drop'] or 0):+.3f} [{bounds}]"
+
+    chosen = [r for r in location.candidates if r["located"] != "no"]
+    passing = [str(r["head"]) for r in chosen if r["located"] == "yes"]
+    instead = [str(r["head"]) for r in chosen if r["located"] != "yes"]
+    found = (
+        f"heads that pass it: **{', '.join(passing)}**"
+        if passing
+        else "**no head passes the drop criterion**"
     )
     refusal = "".join(
-        f" **No head passes the drop criterion for `{label}`**: its heads below are the "
-        "candidates with the largest increase alone."
-        for label in location.refused
+        f" No head passes the drop criterion for `{label}`." for label in location.refused
+    )
+    studied = (
+        f" Studied instead (the candidates with the largest increase alone; they fail the "
+        f"rule, so they are not located heads): {', '.join(instead)}."
+        if instead
+        else ""
     )
     return (
-        f"In-context heads located (recipe in `model_worker/experiments/locate.py`: deep-layer "
-        f"candidates ranked by mean {ranked}, kept when zeroing one alone drops accuracy on its "
-        f"label's prompts, the drop's 95% interval above 0; {location.n_prompts} location "
-        f"prompts, {location.n_correct} correct): **{', '.join(location.names)}**.{refusal} "
-        f"Accuracy drop when zeroed alone [95% interval]: {drops}. Label share (mean label "
-        f"increase / mean increase, the part of a head's increase that its label positions "
-        f"alone give): {shares}.\n"
+        f"In-context heads (recipe in `model_worker/experiments/locate.py`: deep-layer "
+        f"candidates ranked by mean {ranked}, located when zeroing one alone drops accuracy on "
+        f"its label's prompts, the drop's 95% interval above 0; {location.n_prompts} location "
+        f"prompts, {location.n_correct} correct): {found}.{refusal}{studied} "
+        f"Accuracy drop when zeroed alone [95% interval]: {', '.join(drop(r) for r in chosen)}. "
+        f"Label share (mean label increase / mean increase, the part of a head's increase that "
+        f"its label positions alone give): {shares}.\n"
     )
 
 

@@ -10,6 +10,13 @@ Every interval is 95% unless asked otherwise:
 
 `verdict` turns an interval into `supported` / `not supported` / `inconclusive` under the rule
 in `RULE`, written beside every verdict it produces (`Verdict.rule`).
+
+An interval the data cannot support is undefined (NaN bounds, `undefined` says why), never
+[x, x]: a bootstrap whose statistic is defined in fewer than half the resamples, from fewer
+than 2 prompts, or from prompts that all give the same values (no spread to read an interval
+from; e.g. a change that is zero on every prompt). Every interval keeps what it was computed
+from (`Interval.sample`), so `pool` recomputes it over the prompts of several runs (seeds) at
+once.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -26,6 +33,8 @@ from numpy.typing import ArrayLike, NDArray
 LEVEL = 0.95
 RESAMPLES = 2000
 SEED = 0
+#: the least share of resamples whose statistic must be defined for a bootstrap interval
+MIN_USABLE = 0.5
 
 Outcome = Literal["supported", "not supported", "inconclusive"]
 RULE = (
@@ -36,8 +45,20 @@ RULE = (
 
 
 @dataclass(frozen=True)
+class Sample:
+    """What an interval was computed from: per-prompt `parts`, each joined over prompts along
+    its axis in `axes`, and `compute(*parts)`, the interval of any such parts."""
+
+    parts: tuple[NDArray[np.float64], ...]
+    axes: tuple[int, ...]
+    compute: Callable[..., Interval]
+
+
+@dataclass(frozen=True)
 class Interval:
-    """An estimate and its interval: `low`..`high` at `level`, from `n` units by `method`."""
+    """An estimate and its interval: `low`..`high` at `level`, from `n` units by `method`;
+    `undefined`: why the bounds are NaN, where the data cannot support an interval;
+    `sample`: what it was computed from (for `pool`)."""
 
     estimate: float
     low: float
@@ -45,25 +66,111 @@ class Interval:
     n: int
     method: str
     level: float = LEVEL
+    undefined: str | None = None
+    sample: Sample | None = field(default=None, compare=False, repr=False)
 
-    def as_dict(self) -> dict[str, float | int | str]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, float | int | str | None]:
+        found = {k: v for k, v in asdict(replace(self, sample=None)).items() if k != "sample"}
+        return found
 
     def text(self, percent: bool = False, digits: int = 3) -> str:
-        """`0.356 [0.331, 0.380]`, or with `percent` `35.6% [33.1, 38.0]`."""
+        """`0.356 [0.331, 0.380]`, or with `percent` `35.6% [33.1, 38.0]`; an undefined
+        interval `0.356 [undefined: why]`."""
         if percent:
-            return f"{100 * self.estimate:.1f}% [{100 * self.low:.1f}, {100 * self.high:.1f}]"
-        return f"{self.estimate:.{digits}g} [{self.low:.{digits}g}, {self.high:.{digits}g}]"
+            centre = f"{100 * self.estimate:.1f}%"
+            bounds = f"{100 * self.low:.1f}, {100 * self.high:.1f}"
+        else:
+            centre = f"{self.estimate:.{digits}g}"
+            bounds = f"{self.low:.{digits}g}, {self.high:.{digits}g}"
+        if math.isnan(self.low) or math.isnan(self.high):
+            bounds = f"undefined: {self.undefined}" if self.undefined else "undefined"
+        return f"{centre} [{bounds}]"
 
     def shifted(self, by: float) -> Interval:
         """The interval of `estimate − by` (a comparison against a constant, e.g. chance)."""
-        return Interval(
-            self.estimate - by, self.low - by, self.high - by, self.n, self.method, self.level
+        sample = self.sample
+        if sample is not None:
+            compute = sample.compute
+            sample = replace(sample, compute=lambda *parts: compute(*parts).shifted(by))
+        return replace(
+            self, estimate=self.estimate - by, low=self.low - by, high=self.high - by, sample=sample
         )
 
 
 def _empty(method: str) -> Interval:
-    return Interval(math.nan, math.nan, math.nan, 0, method)
+    return Interval(math.nan, math.nan, math.nan, 0, method, undefined="no prompts")
+
+
+def _sample(compute: Callable[..., Interval], *parts: ArrayLike, axes: Sequence[int]) -> Sample:
+    arrays = tuple(np.asarray(p, dtype=np.float64) for p in parts)
+    return Sample(arrays, tuple(axes), compute)
+
+
+def pool(intervals: Sequence[Interval]) -> Interval:
+    """One interval over the prompts of every interval in `intervals` (e.g. one per seed):
+    their samples joined and the first's computation rerun; undefined when one was stored
+    without its sample."""
+    samples = [i.sample for i in intervals]
+    if not samples or any(s is None for s in samples):
+        method = intervals[0].method if intervals else "bootstrap"
+        return Interval(
+            math.nan,
+            math.nan,
+            math.nan,
+            sum(i.n for i in intervals),
+            method,
+            undefined="not every seed kept its prompts' values",
+        )
+    first = samples[0]
+    assert first is not None
+    parts = [
+        np.concatenate([s.parts[j] for s in samples if s is not None], axis=first.axes[j])
+        for j in range(len(first.parts))
+    ]
+    return first.compute(*parts)
+
+
+def _undefined_because(draws: NDArray[np.float64]) -> str | None:
+    """Why bootstrap `draws` [R, ...] cannot give an interval, or None."""
+    usable = ~np.isnan(draws)
+    count = (
+        int(usable.all(axis=tuple(range(1, draws.ndim))).sum())
+        if draws.ndim > 1
+        else int(usable.sum())
+    )
+    if count < MIN_USABLE * draws.shape[0]:
+        return f"{count} of {draws.shape[0]} resamples usable"
+    return None
+
+
+def _constant(sample: Sample) -> bool:
+    """Does every prompt give the same values (each part constant along its prompt axis)?"""
+    return all(
+        part.shape[axis] > 0 and bool((np.ptp(part, axis=axis) == 0).all())
+        for part, axis in zip(sample.parts, sample.axes, strict=True)
+    )
+
+
+def _checked(
+    estimate: float,
+    low: float,
+    high: float,
+    n: int,
+    method: str,
+    level: float,
+    why: str | None,
+    sample: Sample | None,
+) -> Interval:
+    """An interval from bootstrap bounds, undefined (with `why`) where the data cannot support
+    it: too few usable resamples, fewer than 2 prompts, or every prompt giving the same values
+    (the resamples cannot show any spread: [x, x] is no interval)."""
+    if why is None and n < 2:
+        why = "fewer than 2 prompts"
+    if why is None and sample is not None and _constant(sample):
+        why = "every prompt gives the same value"
+    if why is not None:
+        low = high = math.nan
+    return Interval(estimate, low, high, n, method, level, why, sample)
 
 
 def _indices(n: int, seed: int, resamples: int) -> NDArray[np.intp]:
@@ -80,6 +187,23 @@ def _bounds(draws: NDArray[np.float64], level: float) -> tuple[NDArray[np.float6
     return low, high
 
 
+def from_draws(
+    estimate: float,
+    draws: ArrayLike,
+    n: int,
+    method: str,
+    *,
+    level: float = LEVEL,
+    sample: Sample | None = None,
+) -> Interval:
+    """The percentile interval of bootstrap `draws` [R] of a statistic estimated as `estimate`
+    from `n` units; undefined where the draws cannot support one (module docstring)."""
+    found = np.asarray(draws, dtype=np.float64)
+    low, high = _bounds(found, level)
+    why = _undefined_because(found)
+    return _checked(estimate, float(low), float(high), n, method, level, why, sample)
+
+
 def bootstrap_means(
     rows: ArrayLike, *, seed: int = SEED, resamples: int = RESAMPLES, level: float = LEVEL
 ) -> list[Interval]:
@@ -94,9 +218,22 @@ def bootstrap_means(
     means = data[_indices(n, seed, resamples)].mean(axis=1)  # [R, m]
     low, high = _bounds(means, level)
     centre = data.mean(axis=0)
+
+    def again(values: NDArray[np.float64]) -> Interval:
+        return bootstrap_mean(values, seed=seed, resamples=resamples, level=level)
+
     return [
-        Interval(float(c), float(lo), float(hi), n, "bootstrap", level)
-        for c, lo, hi in zip(centre, low, high, strict=True)
+        _checked(
+            float(c),
+            float(lo),
+            float(hi),
+            n,
+            "bootstrap",
+            level,
+            _undefined_because(means[:, j]),
+            _sample(again, data[:, j], axes=(0,)),
+        )
+        for j, (c, lo, hi) in enumerate(zip(centre, low, high, strict=True))
     ]
 
 
@@ -135,9 +272,17 @@ def bootstrap_stat(
     if n == 0:
         return _empty("bootstrap")
     estimate = float(statistic(data))
-    draws = statistic(data[:, _indices(n, seed, resamples)].transpose(1, 0, 2))
-    low, high = _bounds(np.asarray(draws, dtype=np.float64), level)
-    return Interval(estimate, float(low), float(high), n, "bootstrap", level)
+    draws = np.asarray(
+        statistic(data[:, _indices(n, seed, resamples)].transpose(1, 0, 2)), dtype=np.float64
+    )
+    low, high = _bounds(draws, level)
+
+    def again(joined: NDArray[np.float64]) -> Interval:
+        return bootstrap_stat(joined, statistic, seed=seed, resamples=resamples, level=level)
+
+    sample = _sample(again, data, axes=(data.ndim - 1,))
+    why = _undefined_because(draws)
+    return _checked(estimate, float(low), float(high), n, "bootstrap", level, why, sample)
 
 
 def bootstrap_diff(
@@ -152,18 +297,25 @@ def bootstrap_diff(
     """mean(a) − mean(b) with its interval: `paired` (a[i], b[i] from the same prompt)
     resamples prompts once; otherwise each side is resampled on its own."""
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+
+    def again(x: NDArray[np.float64], y: NDArray[np.float64]) -> Interval:
+        return bootstrap_diff(x, y, paired=paired, seed=seed, resamples=resamples, level=level)
+
+    sample = _sample(again, x, y, axes=(0, 0))
     if paired:
         if x.shape != y.shape:
             raise ValueError(f"paired samples differ in size: {x.shape} vs {y.shape}")
         found = bootstrap_mean(x - y, seed=seed, resamples=resamples, level=level)
-        return Interval(found.estimate, found.low, found.high, found.n, "paired bootstrap", level)
+        return replace(found, method="paired bootstrap", sample=sample)
     if len(x) == 0 or len(y) == 0:
         return _empty("bootstrap")
     mx = x[_indices(len(x), seed, resamples)].mean(axis=1)
     my = y[_indices(len(y), seed + 1, resamples)].mean(axis=1)
     low, high = _bounds(mx - my, level)
     estimate = float(x.mean() - y.mean())
-    return Interval(estimate, float(low), float(high), min(len(x), len(y)), "bootstrap", level)
+    n = min(len(x), len(y))
+    why = _undefined_because(mx - my)
+    return _checked(estimate, float(low), float(high), n, "bootstrap", level, why, sample)
 
 
 def _binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
@@ -215,7 +367,12 @@ def clopper_pearson(successes: int, n: int, *, level: float = LEVEL) -> Interval
         if successes == n
         else _solve(lambda p: _binomial_tail(successes, n, p, False), alpha / 2, False)
     )
-    return Interval(successes / n, low, high, n, "clopper-pearson", level)
+
+    def again(successes: NDArray[np.float64], n: NDArray[np.float64]) -> Interval:
+        return clopper_pearson(int(successes.sum()), int(n.sum()), level=level)
+
+    sample = _sample(again, [successes], [n], axes=(0, 0))
+    return Interval(successes / n, low, high, n, "clopper-pearson", level, sample=sample)
 
 
 def rate(flags: Sequence[bool] | Sequence[float], *, level: float = LEVEL) -> Interval:
@@ -263,6 +420,9 @@ class Verdict:
     min_effect: float
     rule: str
     outcome: Outcome
+    #: a claim about heads, read only when the model passes the adequacy gate (False: a
+    #: claim about the model's behaviour itself, e.g. its accuracy)
+    needs_adequacy: bool = True
 
     def as_dict(self) -> dict[str, object]:
         found = asdict(self)
@@ -334,9 +494,18 @@ def bootstrap_over_heads(
     if data.ndim != 2 or data.shape[0] == 0 or data.shape[1] == 0:
         return _empty(PROMPT_BOOTSTRAP)
     estimate = float(statistic(data.mean(axis=0)))
-    draws = np.asarray(statistic(resampled_means(data, seed=seed, resamples=resamples)))
-    low, high = _bounds(draws.astype(np.float64), level)
-    return Interval(estimate, float(low), float(high), data.shape[0], PROMPT_BOOTSTRAP, level)
+    draws = np.asarray(
+        statistic(resampled_means(data, seed=seed, resamples=resamples)), dtype=np.float64
+    )
+    low, high = _bounds(draws, level)
+
+    def again(joined: NDArray[np.float64]) -> Interval:
+        return bootstrap_over_heads(joined, statistic, seed=seed, resamples=resamples, level=level)
+
+    sample = _sample(again, data, axes=(0,))
+    why = _undefined_because(draws)
+    n = data.shape[0]
+    return _checked(estimate, float(low), float(high), n, PROMPT_BOOTSTRAP, level, why, sample)
 
 
 def bootstrap_over_heads_two(
@@ -359,11 +528,20 @@ def bootstrap_over_heads_two(
         statistic(
             resampled_means(x, seed=seed, resamples=resamples),
             resampled_means(y, seed=seed + 1, resamples=resamples),
-        )
+        ),
+        dtype=np.float64,
     )
-    low, high = _bounds(draws.astype(np.float64), level)
+    low, high = _bounds(draws, level)
+
+    def again(x: NDArray[np.float64], y: NDArray[np.float64]) -> Interval:
+        return bootstrap_over_heads_two(
+            x, y, statistic, seed=seed, resamples=resamples, level=level
+        )
+
+    sample = _sample(again, x, y, axes=(0, 0))
+    why = _undefined_because(draws)
     n = min(x.shape[0], y.shape[0])
-    return Interval(estimate, float(low), float(high), n, PROMPT_BOOTSTRAP, level)
+    return _checked(estimate, float(low), float(high), n, PROMPT_BOOTSTRAP, level, why, sample)
 
 
 def share_above(threshold: float = 0.0) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:

@@ -1,9 +1,10 @@
 """`patch()`: activation patching of one clean prompt against a corrupted one → PatchingResult.
 
 Per direction: attribution patching for every head, position and layer (one forward and one
-backward pass), then exact patching, batched one row per patch: the top heads by |estimate|,
-every layer's attention and FFN output, chosen heads per position, and the query, keys and
-values of the in-context heads (the top heads by direct effect on the clean prompt).
+backward pass), then exact patching, batched one row per patch: the top heads by the estimated
+change |estimate − unpatched| (never the level: noising starts at 1), every layer's attention
+and FFN output, chosen heads per position, and the query, keys and values of the in-context
+heads (the top heads by direct effect on the clean prompt).
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ def run_direction(
 
     head_est = (level + estimate.z.sum(1) / span).tolist()  # [L][H]
     flat = [head_est[la][h] for la in range(g.n_layers) for h in range(g.n_heads)]
-    chosen = top_indices(flat, min(request.top_k, len(flat)))
+    # rank by the change from the unpatched run, never the level: noising starts at 1
+    chosen = top_indices([e - level for e in flat], min(request.top_k, len(flat)))
     labels = tuple(pair.label_positions)
     rows: list[list[Patch]] = [[]]
     rows += [[Patch("z", i // g.n_heads, i % g.n_heads)] for i in chosen]

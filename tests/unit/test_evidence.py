@@ -16,7 +16,7 @@ from model_worker.datasets import build_prompts
 from model_worker.experiments import stats
 from model_worker.experiments.batching import make_batches, prepare
 from model_worker.experiments.controls import pool_draws, same_layer_draws
-from model_worker.experiments.job import run_experiment
+from model_worker.experiments.job import run_experiment, run_keeping
 from model_worker.experiments.saliency import saliency
 from model_worker.experiments.seeds import combine_seeds, parse_seeds
 from tests.tiny_models import tiny_gpt2
@@ -202,57 +202,78 @@ def test_parse_seeds() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[ExperimentResult]]:
-    """accuracy and ablation of the tiny model under seeds 0 and 1."""
+def tiny_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, list[tuple[ExperimentResult, dict[str, stats.Interval]]]]:
+    """accuracy and ablation of the tiny model under seeds 0 and 1, with their kept
+    intervals."""
     loaded, folder = tiny_gpt2(), tmp_path_factory.mktemp("tiny")
     return {
         name: [
-            run_experiment(loaded, request(name, folder, n=12, seed=seed), batch_size=6)
+            run_keeping(loaded, request(name, folder, n=12, seed=seed), batch_size=6)
             for seed in (0, 1)
         ]
         for name in ("accuracy", "ablation")
     }
 
 
-def test_seeds_combine_into_one_result(tiny_results: dict[str, list[ExperimentResult]]) -> None:
-    results = tiny_results["accuracy"]
-    combined = combine_seeds(results)
+@pytest.fixture(scope="module")
+def tiny_results(
+    tiny_runs: dict[str, list[tuple[ExperimentResult, dict[str, stats.Interval]]]],
+) -> dict[str, ExperimentResult]:
+    """Each experiment's seeds pooled."""
+    return {
+        name: combine_seeds([r for r, _ in runs], [k for _, k in runs])
+        for name, runs in tiny_runs.items()
+    }
+
+
+def test_seeds_combine_into_one_result(
+    tiny_runs: dict[str, list[tuple[ExperimentResult, dict[str, stats.Interval]]]],
+) -> None:
+    results = [r for r, _ in tiny_runs["accuracy"]]
+    combined = combine_seeds(results, [k for _, k in tiny_runs["accuracy"]])
     assert combined.seeds == [0, 1]
     spread = combined.seed_spread["accuracy"]
     values = [r.metrics["accuracy"] for r in results]
     assert spread.values == values and spread.mean == pytest.approx(sum(values) / 2)
     rows = combined.tables["verdicts_by_seed"]
     assert {row["seed"] for row in rows} == {0, 1}
-    for verdict in combined.verdicts:
-        outcomes = {row["outcome"] for row in rows if row["quantity"] == verdict.quantity}
-        expected = outcomes.pop() if len(outcomes) == 1 else "inconclusive"
-        assert verdict.outcome == expected and verdict.rule.startswith("combined over seeds")
+    correct = sum(round(r.metrics["accuracy"] * r.intervals["accuracy"].n) for r in results)
+    total = sum(r.intervals["accuracy"].n for r in results)
+    pooled = stats.clopper_pearson(correct, total)
+    assert combined.intervals["accuracy"].low == pytest.approx(pooled.low)
+    for verdict in combined.verdicts:  # decided from the pooled interval, not by vote
+        assert verdict.interval.seeds == [0, 1] and verdict.rule.startswith("pooled over seeds")
+        assert verdict.interval.n == sum(
+            r.intervals[verdict.quantity].n for r in results if verdict.quantity in r.intervals
+        )
     with pytest.raises(ValueError, match="differ in their seed only"):
-        combine_seeds([results[0], tiny_results["ablation"][1]])
+        combine_seeds([results[0], tiny_runs["ablation"][1][0]])
 
 
 def test_generated_results_document_is_byte_identical_on_a_second_run(
-    tiny_results: dict[str, list[ExperimentResult]], tmp_path: Path
+    tiny_results: dict[str, ExperimentResult], tmp_path: Path
 ) -> None:
     folder = tmp_path / "results"
-    for results in tiny_results.values():
-        store(combine_seeds(results), folder)
+    for result in tiny_results.values():
+        store(result, folder)
     first = render(folder)
     assert render(folder) == first
     stored = sorted(p.read_bytes() for p in folder.glob("*.json"))
-    for results in tiny_results.values():  # storing the same results again: same bytes
-        store(combine_seeds(results), folder)
+    for result in tiny_results.values():  # storing the same results again: same bytes
+        store(result, folder)
     assert sorted(p.read_bytes() for p in folder.glob("*.json")) == stored
     assert render(folder) == first
-    for results in tiny_results.values():
-        for verdict in combine_seeds(results).verdicts:
+    for result in tiny_results.values():
+        for verdict in result.verdicts:
             assert f"`{verdict.quantity}`" in first and f"**{verdict.outcome}**" in first
     assert "(later version, unverified)" in first
     assert "| zeroing ~1% of heads" in first and "cannot test" in first  # gate or n
 
 
 def test_rendered_document_states_how_each_run_ran_and_which_intervals_are_wide(
-    tiny_results: dict[str, list[ExperimentResult]], tmp_path: Path
+    tiny_results: dict[str, ExperimentResult], tmp_path: Path
 ) -> None:
     folder = tmp_path / "results"
     run = {
@@ -266,8 +287,8 @@ def test_rendered_document_states_how_each_run_ran_and_which_intervals_are_wide(
         "cpu_s": 45,
         "finished": "2026-01-01 00:00 UTC",
     }
-    for results in tiny_results.values():
-        store(combine_seeds(results), folder, run=run)
+    for result in tiny_results.values():
+        store(result, folder, run=run)
     first = render(folder)
     assert render(folder) == first  # still byte-identical
     assert "123 s wall (45 s CPU) on Test CPU, 2 cores" in first

@@ -132,6 +132,9 @@ def test_location_refuses_ties_it_cannot_break() -> None:
     with no such candidate is reported refused and its heads marked 'by increase only'."""
     location = locate_heads(tiny_gpt2(), build_prompts(TINY, 8, seed=2), batch_size=4)
     for row in location.candidates:
+        if row["accuracy_drop_low"] is None:  # undefined (e.g. no prompt changed): fails
+            assert row["passes_drop_criterion"] == "no"
+            continue
         low, high = float(row["accuracy_drop_low"] or 0), float(row["accuracy_drop_high"] or 0)
         assert low <= float(row["accuracy_drop"] or 0) <= high
         assert row["passes_drop_criterion"] == ("yes" if low > 0 else "no")
@@ -147,6 +150,36 @@ def test_location_refuses_ties_it_cannot_break() -> None:
     assert "no head passes the drop criterion" in location_note(location).lower() or (
         not location.refused
     )
+
+
+def test_a_head_that_fails_the_rule_is_never_called_located() -> None:
+    """Issue 38.5: L29H1 and L23H1 were listed as located though their drop (−0.031
+    [−0.094, 0.000]) fails the rule; the note now says no head passes and what it shows."""
+    rows: list[dict[str, float | int | str | None]] = [
+        {
+            "label": label,
+            "head": head,
+            "accuracy_drop": -0.031,
+            "accuracy_drop_low": -0.094,
+            "accuracy_drop_high": 0.0,
+            "located": "by increase only",
+        }
+        for label, head in (("foo", "L29H1"), ("bar", "L23H1"))
+    ]
+    location = Location(
+        heads=[(29, 1), (23, 1)],
+        mean_increase=torch.ones(30, 9),
+        candidates=rows,
+        n_prompts=8,
+        n_correct=4,
+        accuracy=0.5,
+        mean_label_increase=torch.ones(30, 9),
+        refused=("foo", "bar"),
+    )
+    note = location_note(location)
+    assert "**no head passes the drop criterion**" in note
+    assert "located: **" not in note and "**L29H1" not in note
+    assert "Studied instead" in note and "not located heads): L29H1, L23H1" in note
 
 
 def test_n_located_is_about_one_percent() -> None:

@@ -299,3 +299,19 @@ def test_the_patching_experiment_agrees_with_its_identities(tmp_path: Path) -> N
     assert result.metrics["agreement_r"] > 0.9
     exact = [r for r in result.tables["patching_heads"] if r["exact"] is not None]
     assert len(exact) >= 10
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_the_exact_set_is_the_largest_estimated_change_in_either_direction(
+    direction: str,
+) -> None:
+    """Noising starts at 1: ranking by |estimate| (the level) instead of |estimate − 1| (the
+    change) pushed every head the clean answer needs (estimate below 1) out of the exact set."""
+    loaded = tiny_llama()
+    k = 6
+    result = patch(loaded, PatchRequest(prompt=EXAMPLE_PROMPT, top_k=k, directions=[direction]))
+    (found,) = result.directions
+    level = 0.0 if direction == "denoising" else 1.0
+    change = sorted(found.heads, key=lambda h: -abs(h.attribution - level))
+    assert {h.name for h in found.heads if h.exact is not None} == {h.name for h in change[:k]}
+    assert set(found.estimated_positions) == {h.name for h in change[:k]}
