@@ -16,6 +16,7 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
+from app.ascii_numbers import ascii_whole
 from app.security.client_slots import ClientSlots
 from app.security.clients import client_of
 from app.views.figure_kit.export import MEDIA_TYPES, Format, data_file
@@ -83,12 +84,13 @@ def screen_width(request: Request) -> int | None:
     raw = request.query_params.get("width")
     if raw is None:
         return None
-    if not raw.isdigit() or int(raw) not in WIDTHS:
+    width = ascii_whole(raw)
+    if width is None or width not in WIDTHS:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             f"width must be a whole number of pixels from {WIDTHS.start} to {WIDTHS.stop - 1}",
         )
-    return int(raw)
+    return width
 
 
 def file_key(request: Request, theme: Theme) -> str:

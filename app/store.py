@@ -214,6 +214,13 @@ class ResultStore:
         )
         return _stored_job(rows[0]) if rows else None
 
+    def accepted_request(
+        self, job_id: str
+    ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
+        """The request accepted as `job_id` (None: none was, or it was pruned)."""
+        stored = self.job(job_id)
+        return None if stored is None else stored.parsed_request()
+
     def pending(self, limit: int = 100, since: float = 0.0) -> list[StoredJob]:
         """Accepted jobs (after `since`) without a result or a failure yet, newest first."""
         rows = self._run(

@@ -199,6 +199,13 @@ class EmbeddedBackend(PartsReader):
         job_id = analysis_job_id(model_name, loaded.fingerprint, request)
         return await self._enqueue(job_id, request, loaded, client)
 
+    async def known(self, request: AnalysisRequest) -> JobState | None:
+        """The state of the analysis `request` if it was accepted already (submits nothing)."""
+        if (request.model or self.default_model) != self.default_model or not self._model.done():
+            return None
+        loaded = await self._ready()
+        return await self.status(analysis_job_id(loaded.name, loaded.fingerprint, request))
+
     def _check_cost(self, loaded: LoadedModel, request: AnalysisRequest) -> None:
         """422 at once, with the numbers, for a prompt longer than the limit, a head the model
         does not have or a request over the budget."""
@@ -400,6 +407,11 @@ class EmbeddedBackend(PartsReader):
             "model_state": model_state,
             "queued": len(self._pending),
         }
+
+    async def accepted_request(
+        self, job_id: str
+    ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
+        return await self._stored(self._store.accepted_request, job_id)
 
     async def pin(self, job_id: str, pinned: bool = True) -> bool:
         return bool(await self._stored(self._store.pin, job_id, pinned))

@@ -176,6 +176,11 @@ class Backend(Protocol):
         corruption; BackendError(422) for a pair that cannot be patched."""
         ...
 
+    async def known(self, request: AnalysisRequest) -> JobState | None:
+        """The state of the analysis `request` if it was accepted already (a GET looks with
+        this; it submits nothing)."""
+        ...
+
     async def status(self, job_id: str) -> JobState | None:
         """The state of a job (analysis, experiment or patching), or None if unknown. Never
         loads the result. A job accepted earlier whose queue entry was lost is enqueued again
@@ -226,6 +231,12 @@ class Backend(Protocol):
     async def maintain(self) -> None:
         """Periodic upkeep (every MAINTAIN_EVERY_S): finished results into the durable store,
         jobs a queue lost enqueued again."""
+        ...
+
+    async def accepted_request(
+        self, job_id: str
+    ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
+        """The request accepted as `job_id` (None: none was, or it was pruned)."""
         ...
 
     async def pin(self, job_id: str, pinned: bool = True) -> bool:

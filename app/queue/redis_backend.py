@@ -156,6 +156,19 @@ class RedisBackend(PartsReader):
     async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
         return await self._call(self._submit, request, client)
 
+    async def known(self, request: AnalysisRequest) -> JobState | None:
+        """The state of the analysis `request` if it was accepted already (submits nothing)."""
+        return await self._call(self._known, request)
+
+    def _known(self, request: AnalysisRequest) -> JobState | None:
+        model = request.model or self.default_model
+        try:
+            beats = self._live_for(model)
+        except BackendError:  # no worker serves it: nothing to find
+            return None
+        job_id = analysis_job_id(model, min(beat.fingerprint for beat in beats), request)
+        return self._status(job_id) if self._store.job(job_id) is not None else None
+
     def _live_for(self, model: str) -> list[WorkerBeat]:
         """The live workers of `model`, else the last one seen within the grace period (a
         rolling restart, a Redis restart: the job waits for it); 404 when none was."""
@@ -518,6 +531,11 @@ class RedisBackend(PartsReader):
         log.warning("job %s was lost by the queue: enqueued again", stored.id)
         request = stored.parsed_request()
         return self._enqueue(stored.id, request, stored.model, stored.fingerprint, same, None)
+
+    async def accepted_request(
+        self, job_id: str
+    ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
+        return await self._call(self._store.accepted_request, job_id)
 
     async def pin(self, job_id: str, pinned: bool = True) -> bool:
         return await self._call(self._store.pin, job_id, pinned)

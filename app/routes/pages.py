@@ -28,6 +28,7 @@ from app.submission import AnalysisForm, CompareForm, form_problem
 from app.templating import PRESENT_COOKIE, THEME_COOKIE, render, url_path
 from app.views.panels import AnalysisView, Comparison
 from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.service.queue.keys import is_analysis
 from model_worker.service.queue.states import JobStatus
 
 router = APIRouter(tags=["pages"])
@@ -239,6 +240,9 @@ async def compare_page(
 async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
     """`comparison` once both analyses are done; else `error` (one is unknown or failed) or
     `states` (still running)."""
+    others = [job for job in (a, b) if not is_analysis(job)]
+    if others:  # an experiment or patching job: no analysis to compare, never "running"
+        return {"error": f"not an analysis: {', '.join(others)}"}
     states = {key: await backend.status(job) for key, job in (("a", a), ("b", b))}
     missing = [job for key, job in (("a", a), ("b", b)) if states[key] is None]
     if missing:

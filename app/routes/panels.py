@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
 
+from app.ascii_numbers import ascii_whole
 from app.deps import (
     BackendDep,
     ClientDep,
@@ -27,7 +28,14 @@ from app.deps import (
 from app.job_wait import long_poll_slot, next_state
 from app.queue.interface import Backend
 from app.templating import render, url_path
-from app.views.panels import ANALYSIS_PANELS, AnalysisView, HeadPanel, HeadPending, Panel
+from app.views.panels import (
+    ANALYSIS_PANELS,
+    AnalysisView,
+    HeadOffer,
+    HeadPanel,
+    HeadPending,
+    Panel,
+)
 from model_worker.contracts.analysis import (
     AnalysisCore,
     AnalysisRequest,
@@ -63,9 +71,10 @@ def _position(name: str, value: str | None) -> int | None:
     """A query's token position: None for none or empty, 422 for anything but a number."""
     if value is None or not value.strip():
         return None
-    if not value.strip().isdigit():
+    found = ascii_whole(value)
+    if found is None:
         raise _refuse(name, f"{name} {value!r} is not a token position (a number, 0 or more)")
-    return int(value)
+    return found
 
 
 @dataclass(frozen=True)
@@ -167,6 +176,38 @@ class HeadComputing:
     computing: JobState
 
 
+@dataclass(frozen=True)
+class HeadMissing:
+    """What was asked for is not computed (and a GET computes nothing): `stored` is the head's
+    detail as the analysis has it (None: outside its stored details)."""
+
+    result: AnalysisSummary
+    stored: HeadDetail | None
+
+
+def _serves(stored: HeadDetail, towers: TowersAt | None, keys: bool) -> bool:
+    """Whether the stored detail holds what was asked for."""
+    return (towers is None or towers.served_by(stored)) and (not keys or stored.keys is not None)
+
+
+async def _extra_request(
+    backend: Backend,
+    result: AnalysisSummary,
+    job_id: str,
+    name: str,
+    towers: TowersAt | None,
+    keys: bool,
+) -> AnalysisRequest:
+    """The extra analysis that details `name` of `result` (see `extra_head_request`)."""
+    served = {info.name for info in await backend.models()}
+    model = result.model if result.model in served else None
+    top_k_tokens = 10
+    if result.request is None and result.detail_mrr:
+        first = next(iter(result.detail_mrr))
+        top_k_tokens = len((await stored_detail(backend, job_id, first)).query)
+    return extra_head_request(result, name, model, top_k_tokens, towers, keys)
+
+
 async def find_head(
     backend: Backend,
     job_id: str,
@@ -175,14 +216,16 @@ async def find_head(
     client: str,
     towers: TowersAt | None = None,
     keys: bool = False,
-) -> HeadFound | HeadComputing:
+    compute: bool = False,
+) -> HeadFound | HeadComputing | HeadMissing:
     """Where head `name` of analysis `job_id` stands.
 
     A head outside the stored details (or, with `towers`, stored without its score
     decomposition; with `keys`, without its label-key tables, which analyses compute on demand)
     is computed by a second analysis with `extra_heads=[name]` (and `towers=[name]`,
-    `label_keys=[name]`); `job` is that analysis' id once submitted. While the analysis itself is
-    still computing its head details, it is the job to wait for.
+    `label_keys=[name]`), submitted only with `compute` (a POST: priced, same-origin, rate
+    limited); `job` is that analysis' id once submitted, and must be one (404 otherwise).
+    While the analysis itself is still computing its head details, it is the job to wait for.
     """
     state = await job_state(backend, job_id)
     partial = await heads_stage(backend, state)
@@ -195,25 +238,53 @@ async def find_head(
     check_head(result, name)
     if towers is not None:
         towers.check(result)
+    stored = None
     if name in result.detail_mrr:
         stored = await stored_detail(backend, job_id, name)
-        if (towers is None or towers.served_by(stored)) and (not keys or stored.keys is not None):
+        if _serves(stored, towers, keys):
             return HeadFound(result, job_id, stored)
-    if job is None or job == job_id:
-        served = {info.name for info in await backend.models()}
-        model = result.model if result.model in served else None
-        top_k_tokens = 10
-        if result.request is None and result.detail_mrr:
-            top_k_tokens = len(
-                (await stored_detail(backend, job_id, next(iter(result.detail_mrr)))).query
-            )
-        request = extra_head_request(result, name, model, top_k_tokens, towers, keys)
-        extra = await backend.submit(request, client)
+    if job is not None and job != job_id:
+        await check_extra_run(backend, result, job_id, job, name)
+        extra: JobState | None = await job_state(backend, job)
     else:
-        extra = await job_state(backend, job)
+        request = await _extra_request(backend, result, job_id, name, towers, keys)
+        extra = await (backend.submit(request, client) if compute else backend.known(request))
+    if extra is None:
+        return HeadMissing(result, stored)
     if extra.status == JobStatus.DONE:
         return HeadFound(result, extra.id, await stored_detail(backend, extra.id, name))
     return HeadComputing(extra)
+
+
+#: The request fields an extra analysis of a head sets (the rest are its analysis' own).
+_EXTRA_FIELDS: dict[str, Any] = {
+    "model": None,
+    "extra_heads": [],
+    "towers": [],
+    "towers_position": None,
+    "towers_versus": None,
+    "label_keys": [],
+}
+
+
+def is_extra_run(result: AnalysisSummary, name: str, extra: AnalysisRequest) -> bool:
+    """Whether `extra` is an extra analysis of `result`'s request detailing head `name`."""
+    if name not in extra.extra_heads:
+        return False
+    base = result.request or extra_head_request(result, name, None, extra.top_k_tokens)
+    return base.model_copy(update=_EXTRA_FIELDS) == extra.model_copy(update=_EXTRA_FIELDS)
+
+
+async def check_extra_run(
+    backend: Backend, result: AnalysisSummary, job_id: str, job: str, name: str
+) -> None:
+    """404 unless `job` is an extra analysis of `job_id` (its `result`) detailing `name`."""
+    request = await backend.accepted_request(job)
+    if not isinstance(request, AnalysisRequest) or not is_extra_run(result, name, request):
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"{job} is not an extra analysis of {job_id} detailing {name}",
+        )
 
 
 # --- HTML partials and their JSON twins -----------------------------------------------------
@@ -300,12 +371,46 @@ async def head_view(
     client: str,
     towers: TowersAt | None = None,
     keys: bool = False,
-) -> HeadPanel | HeadPending:
-    """Head `name` of analysis `job_id`: its panel, or the job computing it (see `find_head`)."""
-    found = await find_head(backend, job_id, name, job, client, towers, keys)
+    compute: bool = False,
+) -> HeadPanel | HeadPending | HeadOffer:
+    """Head `name` of analysis `job_id`: its panel, the job computing it, or (a GET, nothing
+    computed) the offer to compute it (see `find_head`)."""
+    found = await find_head(backend, job_id, name, job, client, towers, keys, compute)
     if isinstance(found, HeadComputing):
         return HeadPending.of(found.computing, job_id, name)
+    if isinstance(found, HeadMissing):
+        return HeadOffer.of(found.result, found.stored, job_id, name)
     return HeadPanel.of(found.result, found.detail, job_id, found.source)
+
+
+def _asked(towers: TowersAt | None, keys: bool) -> dict[str, str]:
+    """The query that asks for the decomposition and label keys again."""
+    return ({} if towers is None else towers.query()) | ({"keys": "true"} if keys else {})
+
+
+def _head_html(
+    request: Request,
+    panel: HeadPanel | HeadPending | HeadOffer,
+    job_id: str,
+    name: str,
+    asked: dict[str, str],
+) -> Response:
+    """A head panel's partial: the head, the poller of the job computing it, or the button
+    that asks for it (the head as stored, if it is, with its own buttons)."""
+    job = {"job": panel.job} if isinstance(panel, HeadPanel | HeadPending) else {}
+    query = ({} if job.get("job") == job_id else job) | asked
+    twin = url_path(request, "head_json", query or None, job_id=job_id, name=name)
+    if isinstance(panel, HeadOffer):
+        compute = url_path(request, "compute_head_panel", asked or None, job_id=job_id, name=name)
+        if panel.stored is not None:
+            context = {"panel": panel.stored, "asked": asked, "compute": compute}
+            return render(request, "partials/_head.html", context, alternate=twin)
+        context = {"offer": panel, "compute": compute}
+        return render(request, "partials/_head_offer.html", context, alternate=twin)
+    pending = isinstance(panel, HeadPending)
+    template = "partials/_head_pending.html" if pending else "partials/_head.html"
+    poll = url_path(request, "head_panel", job | asked, job_id=job_id, name=name)
+    return render(request, template, {"panel": panel, "poll": poll}, alternate=twin)
 
 
 @router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
@@ -321,26 +426,56 @@ async def head_panel(
     versus: VersusQuery = None,
     keys: KeysQuery = False,
 ) -> Response:
-    """A head's panel; polls while a head outside the stored details (or its score
-    decomposition, with `towers`, at `position` minus `versus`; its label-key tables, with
-    `keys`) is being computed."""
+    """A head's panel; polls while `job` (an extra analysis of this head) computes a head
+    outside the stored details (or its score decomposition, with `towers`, at `position` minus
+    `versus`; its label-key tables, with `keys`). Computes nothing: what is not stored comes
+    with a button that POSTs the same URL."""
     at = TowersAt.of(towers, position, versus)
     panel = await head_view(backend, job_id, name, job, client, at, keys)
-    decomposed = ({} if at is None else at.query()) | ({"keys": "true"} if keys else {})
-    query = ({"job": panel.job} if panel.job != job_id else {}) | decomposed
-    twin = url_path(request, "head_json", query or None, job_id=job_id, name=name)
-    pending = isinstance(panel, HeadPending)
-    template = "partials/_head_pending.html" if pending else "partials/_head.html"
-    poll = url_path(
-        request, "head_panel", {"job": panel.job} | decomposed, job_id=job_id, name=name
-    )
-    return render(request, template, {"panel": panel, "poll": poll}, alternate=twin)
+    return _head_html(request, panel, job_id, name, _asked(at, keys))
+
+
+async def _asked_in(request: Request) -> tuple[TowersAt | None, bool]:
+    """The decomposition and label keys a POST asks for: its query, then its form's fields
+    (the decomposition's form posts `position` and `versus`)."""
+    fields = dict(request.query_params)
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        form = await request.form()
+        fields |= {k: v for k, v in form.items() if isinstance(v, str)}
+    for key in ("position", "versus"):
+        if len(fields.get(key) or "") > 12:
+            raise _refuse(key, f"{key} is at most 12 characters")
+    towers = fields.get("towers", "").lower() in ("true", "1", "on")
+    keys = fields.get("keys", "").lower() in ("true", "1", "on")
+    return TowersAt.of(towers, fields.get("position"), fields.get("versus")), keys
+
+
+@router.post("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
+async def compute_head_panel(
+    job_id: JobId,
+    name: str,
+    request: Request,
+    backend: BackendDep,
+    client: ClientDep,
+) -> Response:
+    """Compute a head outside the stored details (with `towers`: its score decomposition, at
+    `position` minus `versus`; with `keys`: its label-key tables) by an extra analysis, priced
+    and counted against this client's share; the panel polls it."""
+    at, keys = await _asked_in(request)
+    panel = await head_view(backend, job_id, name, None, client, at, keys, compute=True)
+    return _head_html(request, panel, job_id, name, _asked(at, keys))
+
+
+_HEAD_JSON_ANSWERS: dict[int | str, dict[str, Any]] = {
+    202: {"model": HeadPending, "description": "Being computed: poll `job`"},
+    409: {"model": HeadOffer, "description": "Not computed: POST the same URL to compute it"},
+}
 
 
 @router.get(
     "/api/analyses/{job_id}/heads/{name}",
-    response_model=HeadPanel | HeadPending,
-    responses={202: {"model": HeadPending, "description": "Being computed: poll `job`"}},
+    response_model=HeadPanel | HeadPending | HeadOffer,
+    responses=_HEAD_JSON_ANSWERS,
 )
 async def head_json(
     job_id: JobId,
@@ -353,14 +488,46 @@ async def head_json(
     position: PositionQuery = None,
     versus: VersusQuery = None,
     keys: KeysQuery = False,
-) -> HeadPanel | HeadPending:
-    """The head's detail (200), or 202 with the id of the analysis computing it (poll `job`).
-    With `towers`, the detail carries its score decomposition (`detail.towers`), at `position`
-    minus `versus` when given (422 for a position outside the prompt). With `keys`, its
-    label-key tables (`detail.keys`, else null: analyses compute them on demand)."""
-    panel = await head_view(
-        backend, job_id, name, job, client, TowersAt.of(towers, position, versus), keys
-    )
-    if isinstance(panel, HeadPending):
-        response.status_code = status.HTTP_202_ACCEPTED
+) -> HeadPanel | HeadPending | HeadOffer:
+    """The head's detail (200); 202 while `job` (an extra analysis of this head, as the POST
+    answered) computes it; 409 when it is not computed (POST the same URL to compute it). With
+    `towers`, the detail carries its score decomposition (`detail.towers`), at `position` minus
+    `versus` when given (422 for a position outside the prompt). With `keys`, its label-key
+    tables (`detail.keys`)."""
+    at = TowersAt.of(towers, position, versus)
+    panel = await head_view(backend, job_id, name, job, client, at, keys)
+    response.status_code = _json_status(panel)
     return panel
+
+
+@router.post(
+    "/api/analyses/{job_id}/heads/{name}",
+    response_model=HeadPanel | HeadPending,
+    responses=_HEAD_JSON_ANSWERS,
+)
+async def compute_head_json(
+    job_id: JobId,
+    name: str,
+    backend: BackendDep,
+    client: ClientDep,
+    response: Response,
+    towers: TowersQuery = False,
+    position: PositionQuery = None,
+    versus: VersusQuery = None,
+    keys: KeysQuery = False,
+) -> HeadPanel | HeadPending | HeadOffer:
+    """Compute the head (with `towers`, `position`, `versus`, `keys` as the GET takes them) by
+    an extra analysis: 200 when stored already, else 202 with the job to poll (GET with
+    `job`); 422 over the budget, 429 beyond this client's share."""
+    at = TowersAt.of(towers, position, versus)
+    panel = await head_view(backend, job_id, name, None, client, at, keys, compute=True)
+    response.status_code = _json_status(panel)
+    return panel
+
+
+def _json_status(panel: HeadPanel | HeadPending | HeadOffer) -> int:
+    if isinstance(panel, HeadPending):
+        return status.HTTP_202_ACCEPTED
+    if isinstance(panel, HeadOffer):
+        return status.HTTP_409_CONFLICT
+    return status.HTTP_200_OK

@@ -7,6 +7,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.ascii_numbers import ascii_whole
 from app.security.responses import error_response
 
 
@@ -41,10 +42,11 @@ class BodyLimitMiddleware:
         limit = self.limit_for(headers)
         declared = headers.get("content-length")
         if declared is not None:
-            if not declared.isdigit():
+            length = ascii_whole(declared)
+            if length is None:
                 await error_response(scope, 400, "invalid Content-Length")(scope, receive, send)
                 return
-            if int(declared) > limit:
+            if length > limit:
                 await error_response(scope, 413, too_large_message(limit))(scope, receive, send)
                 return
         received = 0

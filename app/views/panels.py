@@ -284,6 +284,32 @@ class HeadPending(_Linked):
         return self._name
 
 
+class HeadOffer(_Linked):
+    """A head (or its score decomposition, or its label-key tables) that is not computed: a
+    GET computes nothing, the same URL POSTed does (an extra analysis of the head). `stored`
+    is the head's detail as the analysis has it (None: outside its stored details)."""
+
+    status: Literal["not computed"] = "not computed"
+    name: str
+    detail: str = "not computed: POST the same URL to compute it"
+    _stored: HeadPanel | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(
+        cls, result: AnalysisCore, stored: HeadDetail | None, job_id: str, name: str
+    ) -> HeadOffer:
+        """Head `name` of `result` (analysis `job_id`), stored as `stored`."""
+        offer = cls(name=name)
+        offer._job_id = job_id
+        offer._stored = None if stored is None else HeadPanel.of(result, stored, job_id, job_id)
+        return offer
+
+    @property
+    def stored(self) -> HeadPanel | None:
+        """The head's panel as stored (what exists), if the analysis details it."""
+        return self._stored
+
+
 class HeadDifference(BaseModel):
     """One head's increase in analyses A and B and the difference B − A."""
 

@@ -1,6 +1,6 @@
 """Label-key tables computed on demand (issue 29): an analysis leaves every head's `keys` None
 unless asked (`label_keys`), the rest of each detail unchanged; the head panel links to them,
-and asking (`?keys=true`) computes them by an extra analysis of the head, whose tables equal
+and POSTing (`?keys=true`) computes them by an extra analysis of the head, whose tables equal
 those of an analysis that computed them all; the notebook's result computes them when a head
 is opened and keeps them; the CLI's `--json` keeps the whole result."""
 
@@ -82,14 +82,15 @@ def with_keys(client: TestClient, job: str, name: str) -> dict:
     """Polls the head's JSON twin with keys=true until its label keys are there."""
     url = f"/api/analyses/{job}/heads/{name}?keys=true"
     deadline = time.monotonic() + 30
+    response = client.post(url)  # a GET computes nothing
     while time.monotonic() < deadline:
-        response = client.get(url)
         body = response.json()
         if response.status_code == 200:
             return body
         assert response.status_code == 202, body
         url = f"/api/analyses/{job}/heads/{name}?keys=true&job={body['job']}"
         time.sleep(0.05)
+        response = client.get(url)
     raise AssertionError("the label keys did not arrive")
 
 
@@ -100,7 +101,7 @@ def test_the_panel_computes_the_label_keys_on_demand(client: TestClient) -> None
     assert plain["detail"]["keys"] is None and plain["detail"]["values"]
     page = soup(client.get(f"/a/{job}/heads/{name}").text)
     link = page.select_one('[data-table="keys"] [data-action="label-keys"]')
-    assert link is not None and "keys=true" in link["hx-get"]
+    assert link is not None and "keys=true" in link["hx-post"]
     body = with_keys(client, job, name)
     keys = body["detail"]["keys"]
     assert [k["position"] for k in keys] == [v["position"] for v in plain["detail"]["values"]]

@@ -19,7 +19,7 @@ import app.routes.panels as panel_routes
 from app.main import create_app
 from app.views.figure_kit.text import signed
 from app.views.figures.registry import figure_entry
-from app.views.panels import ANALYSIS_PANELS, Comparison, HeadPanel, HeadPending
+from app.views.panels import ANALYSIS_PANELS, Comparison, HeadOffer, HeadPanel, HeadPending
 from icl_heads.serving import embedded_backend
 from model_worker.common.settings import Settings
 from tests.app_clients import rendered_contexts
@@ -202,7 +202,8 @@ def test_head_outside_details_is_computed_on_demand(client: TestClient) -> None:
     wait_done(client, job_id)
     result = client.get(f"/api/analyses/{job_id}").json()["result"]
     name = next(h["name"] for h in result["heads"] if h["name"] not in result["head_details"])
-    first = client.get(f"/api/analyses/{job_id}/heads/{name}")
+    assert client.get(f"/api/analyses/{job_id}/heads/{name}").status_code == 409  # not computed
+    first = client.post(f"/api/analyses/{job_id}/heads/{name}")
     assert first.status_code in (200, 202)
     pending = soup(client.get(f"/a/{job_id}/heads/{name}").text)
     deadline = time.monotonic() + 30
@@ -611,7 +612,9 @@ def test_each_json_twin_names_its_model_in_openapi(client: TestClient) -> None:
         assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}, slug
     head = paths["/api/analyses/{job_id}/heads/{name}"]["get"]["responses"]
     named = {ref["$ref"] for ref in head["200"]["content"]["application/json"]["schema"]["anyOf"]}
-    assert named == {f"#/components/schemas/{m.__name__}" for m in (HeadPanel, HeadPending)}
+    assert named == {
+        f"#/components/schemas/{m.__name__}" for m in (HeadPanel, HeadPending, HeadOffer)
+    }
     compare = paths["/api/compare"]["get"]["responses"]["200"]["content"]["application/json"]
     assert compare["schema"] == {"$ref": "#/components/schemas/Comparison"}
     pending = head["202"]["content"]["application/json"]["schema"]

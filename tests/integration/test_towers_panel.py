@@ -1,5 +1,5 @@
 """The head panel's two-towers section over the embedded tiny-model backend: a head without a
-decomposition links to one; asking for it computes it on demand (an extra analysis), the panel
+decomposition offers one; POSTing for it computes it on demand (an extra analysis), the panel
 then shows both views' figures, the JSON twin carries the decomposition, the figures download;
 bad head names are 4xx."""
 
@@ -30,14 +30,15 @@ def decomposed(client: TestClient, job: str, name: str) -> dict:
     """Polls the head's JSON twin with towers=true until the decomposition is there."""
     url = f"/api/analyses/{job}/heads/{name}?towers=true"
     deadline = time.monotonic() + 30
+    response = client.post(url)  # a GET computes nothing
     while time.monotonic() < deadline:
-        response = client.get(url)
         body = response.json()
         if response.status_code == 200:
             return body
         assert response.status_code == 202, body
         url = f"/api/analyses/{job}/heads/{name}?towers=true&job={body['job']}"
         time.sleep(0.05)
+        response = client.get(url)
     raise AssertionError("the decomposition did not arrive")
 
 
@@ -46,7 +47,7 @@ def test_towers_on_demand(client: TestClient) -> None:
     name = client.get(f"/api/analyses/{job}").json()["result"]["top_heads"][0]
     plain = soup(client.get(f"/a/{job}/heads/{name}").text)
     link = plain.select_one('[data-section="towers"] [data-action="towers"]')
-    assert link is not None and "towers=true" in link["hx-get"]
+    assert link is not None and "towers=true" in link["hx-post"]
     body = decomposed(client, job, name)
     attended, versus = body["detail"]["towers"]
     assert sum(t["value"] for t in attended["terms"]) == pytest.approx(attended["score"], abs=1e-4)
@@ -73,10 +74,12 @@ def test_chosen_positions_and_bad_ones(client: TestClient) -> None:
     name = client.get(f"/api/analyses/{job}").json()["result"]["top_heads"][0]
     url = f"/api/analyses/{job}/heads/{name}?towers=true&position=4&versus=9"
     deadline = time.monotonic() + 30
-    while (response := client.get(url)).status_code == 202:
+    response = client.post(url)  # a GET computes nothing
+    while response.status_code == 202:
         assert time.monotonic() < deadline
         url = f"/api/analyses/{job}/heads/{name}?position=4&versus=9&job={response.json()['job']}"
         time.sleep(0.05)
+        response = client.get(url)
     attended, versus = response.json()["detail"]["towers"]
     assert attended["position"] == 4 and versus["position"] == 4 and versus["versus"] == 9
     page = soup(client.get(f"/a/{job}/heads/{name}?{url.split('?')[1]}&towers=true").text)

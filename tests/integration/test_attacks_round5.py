@@ -1,0 +1,187 @@
+"""Round five of the attacks on the lab server (issue 37), on the real app over the embedded
+tiny-model backend: GETs compute nothing (5), ids are checked against what they claim (6),
+numbers are ASCII digits (7), the diff panel refuses a non-analysis id (8). Each test fails on
+the code before the fix."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.ascii_numbers import ascii_whole
+from model_worker.common.settings import Settings
+from tests.app_clients import embedded_client
+from tests.integration.test_pages import soup, wait_done
+from tests.tiny_models import EXAMPLE_PROMPT
+
+OTHER_PROMPT = "cat : foo dog : bar one : foo two : bar three :"
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0)
+    with embedded_client(settings, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def analysed(client: TestClient, prompt: str, **options: object) -> str:
+    job_id = str(client.post("/api/analyses", json={"prompt": prompt, **options}).json()["id"])
+    wait_done(client, job_id)
+    return job_id
+
+
+@pytest.fixture(scope="module")
+def narrow(client: TestClient) -> str:
+    """A done analysis detailing only its top head (the tiny model has 8)."""
+    return analysed(client, EXAMPLE_PROMPT, top_k_heads=1)
+
+
+def undetailed(client: TestClient, job_id: str) -> str:
+    result = client.get(f"/api/analyses/{job_id}").json()["result"]
+    return next(h["name"] for h in result["heads"] if h["name"] not in result["head_details"])
+
+
+def jobs_accepted(client: TestClient) -> int:
+    backend = client.app.state.backend  # type: ignore[attr-defined]
+    rows = backend._store._run("SELECT COUNT(*) FROM icl_jobs", fetch=True)
+    return int(rows[0][0])
+
+
+def until_done(client: TestClient, url: str) -> dict:
+    """Poll a head's JSON twin (following its `job`) until the head is there."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        response = client.get(url)
+        if response.status_code == 200:
+            return dict(response.json())
+        assert response.status_code == 202, response.text
+        url = f"{url.split('?')[0]}?job={response.json()['job']}"
+        time.sleep(0.05)
+    raise AssertionError("the head did not arrive")
+
+
+# --- 5: GETs compute nothing --------------------------------------------------------------
+
+
+def test_a_get_of_a_head_outside_the_details_queues_nothing(
+    client: TestClient, narrow: str
+) -> None:
+    name = undetailed(client, narrow)
+    before = jobs_accepted(client)
+    for url in (
+        f"/api/analyses/{narrow}/heads/{name}",
+        f"/api/analyses/{narrow}/heads/{name}?towers=true",
+        f"/api/analyses/{narrow}/heads/{name}?keys=true",
+        f"/a/{narrow}/heads/{name}",
+        f"/a/{narrow}/heads/{name}?towers=true&position=3",
+    ):
+        answer = client.get(url)
+        assert answer.status_code in (200, 409), (url, answer.status_code)
+    assert jobs_accepted(client) == before
+    api = client.get(f"/api/analyses/{narrow}/heads/{name}")
+    assert api.status_code == 409 and api.json()["status"] == "not computed"
+    offer = soup(client.get(f"/a/{narrow}/heads/{name}").text)
+    button = offer.select_one('[data-action="compute-head"]')
+    assert button is not None and button["hx-post"] == f"/a/{narrow}/heads/{name}"
+    assert not offer.select("[hx-get]")
+
+
+def test_a_get_for_a_stored_heads_decomposition_shows_the_head_and_offers_the_button(
+    client: TestClient, narrow: str
+) -> None:
+    top = client.get(f"/api/analyses/{narrow}").json()["result"]["top_heads"][0]
+    before = jobs_accepted(client)
+    page = soup(client.get(f"/a/{narrow}/heads/{top}?towers=true").text)
+    assert jobs_accepted(client) == before
+    assert page.select_one(f".head[data-head-name={top}]") is not None  # what exists
+    button = page.select_one('[data-action="compute-head"]')
+    assert button is not None and button["hx-post"].endswith(f"/heads/{top}?towers=true")
+    plain = soup(client.get(f"/a/{narrow}/heads/{top}").text)
+    for action in ("towers", "label-keys"):
+        found = plain.select_one(f'[data-action="{action}"]')
+        assert found is not None and found.has_attr("hx-post") and not found.has_attr("hx-get")
+
+
+def test_the_post_computes_it_and_the_get_then_finds_it(client: TestClient, narrow: str) -> None:
+    name = undetailed(client, narrow)
+    started = client.post(f"/api/analyses/{narrow}/heads/{name}?keys=true")
+    assert started.status_code in (200, 202), started.text
+    body = until_done(client, f"/api/analyses/{narrow}/heads/{name}?keys=true")
+    assert body["detail"]["name"] == name and body["detail"]["keys"] is not None
+    again = client.get(f"/api/analyses/{narrow}/heads/{name}?keys=true")  # found, not queued
+    assert again.status_code == 200 and again.json()["job"] == body["job"]
+    html = client.post(f"/a/{narrow}/heads/{name}?keys=true", headers={"HX-Request": "true"})
+    assert html.status_code == 200 and f'data-head-name="{name}"' in html.text
+
+
+def test_a_cross_site_post_for_a_head_is_refused(client: TestClient, narrow: str) -> None:
+    name = undetailed(client, narrow)
+    before = jobs_accepted(client)
+    for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        answer = client.post(f"/a/{narrow}/heads/{name}?towers=true", headers=headers)
+        assert answer.status_code == 403
+    assert jobs_accepted(client) == before
+
+
+# --- 6: ids checked against what they claim ------------------------------------------------
+
+
+def test_job_must_be_this_analysis_extra_run_for_this_head(client: TestClient, narrow: str) -> None:
+    other = analysed(client, OTHER_PROMPT, top_k_heads=1)
+    name = undetailed(client, narrow)
+    for url in (
+        f"/api/analyses/{narrow}/heads/{name}?job={other}",
+        f"/a/{narrow}/heads/{name}?job={other}",
+    ):
+        answer = client.get(url)
+        assert answer.status_code == 404, (url, answer.status_code, answer.text[:200])
+        assert "not an extra analysis" in answer.text
+    extra = client.post(f"/api/analyses/{narrow}/heads/{name}").json()["job"]
+    second = next(h for h in ("L0H0", "L0H1", "L0H2", "L1H0") if h != name)
+    assert client.get(f"/api/analyses/{narrow}/heads/{second}?job={extra}").status_code == 404
+    assert client.get(f"/api/analyses/{other}/heads/{name}?job={extra}").status_code == 404
+    assert until_done(client, f"/api/analyses/{narrow}/heads/{name}?job={extra}")["job"] == extra
+
+
+# --- 7: digits are ASCII digits -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("digits", ["²", "١٢", "１２", "𝟙", "3²"])
+def test_unicode_digits_are_a_422_never_a_500(client: TestClient, narrow: str, digits: str) -> None:
+    top = client.get(f"/api/analyses/{narrow}").json()["result"]["top_heads"][0]
+    for url in (
+        f"/api/analyses/{narrow}/heads/{top}?towers=true&position={digits}",
+        f"/api/analyses/{narrow}/heads/{top}?towers=true&versus={digits}",
+        f"/figures/{narrow}/heatmap.svg?width={digits}",
+        f"/figures/{narrow}/heads/{top}/attention.png?width={digits}",
+    ):
+        answer = client.get(url)
+        assert answer.status_code == 422, (url, answer.status_code)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("12", 12), (" 7 ", 7), ("0", 0), ("²", None), ("١", None), ("-1", None), ("1e3", None)]
+    + [("", None), ("9" * 19, None), ("+4", None), ("4\n", None)],
+)
+def test_the_shared_parser_takes_ascii_digits_only(text: str, value: int | None) -> None:
+    assert ascii_whole(text) == value
+
+
+# --- 8: the diff panel refuses a non-analysis id ---------------------------------------------
+
+
+def test_the_diff_panel_refuses_a_patching_id(client: TestClient, narrow: str) -> None:
+    fast = {"top_k": 2, "qkv_heads": 1, "directions": ["denoising"], "labels": ["foo", "bar"]}
+    patched = client.post("/api/patch", json={"prompt": EXAMPLE_PROMPT, **fast}).json()["id"]
+    for _ in range(600):
+        if client.get(f"/api/analyses/{patched}").json()["status"] == "done":
+            break
+        time.sleep(0.05)
+    panel = client.get(f"/compare/panels/diff?a={narrow}&b={patched}")
+    page = soup(panel.text)
+    assert "not an analysis" in panel.text
+    assert not page.select("[hx-get]")  # no poller: it polled "running" for ever
