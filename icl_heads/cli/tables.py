@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from model_worker.common.token_quote import quoted
 from model_worker.contracts.analysis import AnalysisResult
 from model_worker.contracts.common import TopTokens
 
@@ -30,7 +31,7 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
     console = console or output_console()
     target = result.target
     console.print(
-        f"[bold]{result.model}[/]  target {target.token!r} ({target.source}), "
+        f"[bold]{result.model}[/]  target {escape(quoted(target.token))} ({target.source}), "
         f"p = {target.prob:.3f}, norm = {result.norm}"
     )
     if result.labels:
@@ -89,4 +90,4 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
 
 
 def _words(tops: TopTokens) -> str:
-    return ", ".join(repr(token.strip()) for token in tops.tokens[:8])
+    return escape(", ".join(quoted(token.strip()) for token in tops.tokens[:8]))

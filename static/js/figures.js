@@ -165,6 +165,36 @@
     }
   });
 
+  // --- a long table of heads (the atlas's: [data-rove-rows]) is one Tab stop too: its head
+  // links take the focus in turn with the arrow keys (Home / End: the first / last row) ---
+
+  function roveRows(root) {
+    (root || document).querySelectorAll("[data-rove-rows]").forEach(function (table) {
+      var links = table.querySelectorAll("tbody a.head-link");
+      if (!links.length || table.querySelector('tbody a.head-link[tabindex="0"]')) return;
+      links.forEach(function (a, i) {
+        a.setAttribute("tabindex", i === 0 ? "0" : "-1");
+      });
+    });
+  }
+
+  document.addEventListener("keydown", function (event) {
+    var link = event.target && event.target.closest ? event.target.closest("[data-rove-rows] tbody a.head-link") : null;
+    if (!link || event.altKey || event.ctrlKey || event.metaKey) return;
+    var links = Array.prototype.slice.call(link.closest("tbody").querySelectorAll("a.head-link"));
+    var at = links.indexOf(link);
+    var to = { ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: links.length - 1 }[event.key];
+    if (to === undefined) return;
+    event.preventDefault();
+    if (to < 0 || to >= links.length) return;
+    link.setAttribute("tabindex", "-1");
+    links[to].setAttribute("tabindex", "0");
+    links[to].focus();
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    roveRows(document);
+  });
+
   // --- an opened head's panel comes into view with the focus on its heading; Back (htmx
   // restores the scroll position) gives the focus back to the cell or link that opened it ---
 
@@ -183,7 +213,7 @@
   function bringPanel() {
     var panel = document.getElementById("head-panel");
     if (!showPanel || !panel) return;
-    var heading = panel.querySelector(".head-title h2, [role=alert]");
+    var heading = panel.querySelector("h2, [role=alert]");
     if (panel.getBoundingClientRect().top < 0 || panel.getBoundingClientRect().top > window.innerHeight * 0.5) {
       panel.scrollIntoView({ block: "start" });
     }
@@ -488,8 +518,12 @@
 
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", afterFirstPaint);
+    document.addEventListener("DOMContentLoaded", function () {
+      roveRows(document);
+    });
   } else {
     afterFirstPaint();
+    roveRows(document);
   }
   // figures arrive in htmx swaps of every kind (boosted pages, polled partials, the head
   // panel): one observer draws whatever new figure appears, once per frame
