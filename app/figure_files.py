@@ -23,6 +23,7 @@ from app.views.figure_kit.export import MEDIA_TYPES, Format, data_file
 from app.views.figure_kit.figure import Figure, FigureTooLarge
 from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
 from app.views.figure_kit.themes import Theme
+from app.views.figures.positions import fit_rows
 from app.views.figures.registry import FigureEntry, FigureKind, UnknownFigure, figure_entry
 
 ThemeQuery = Annotated[Theme, Query(description="The theme the figure is drawn in.")]
@@ -207,6 +208,8 @@ async def figure_response(
         width = screen_width(request)
         if width is not None and figure.spec(theme).get("width") == "container":
             spec["width"] = width  # as wide as the figure was drawn on the page
+        elif width is not None:
+            fit_rows(spec, width)  # a per-position chart: wrapped as on the page
         with render_share(request):
             data = await renderer(request).render(spec, fmt)
     except FigureTooLarge as exc:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, PrivateAttr
 
 from app.views.compare_checks import comparison_warnings, shared_domain
 from app.views.figure_kit.figure import Figure, Row
+from app.views.figure_kit.text import shown_tokens
 from app.views.figures.analysis import (
     attention_figure,
     comparable,
@@ -100,6 +101,12 @@ class TokensPanel(Panel):
     def last(self) -> int:
         """The analysed (last) position."""
         return len(self.tokens) - 1
+
+    @cached_property
+    def shown(self) -> list[str]:
+        """Each token as the strip shows it: a character's byte-level pieces as that
+        character, numbered; whitespace visible (figure_kit.text.shown_tokens)."""
+        return shown_tokens([t.text for t in self.tokens])
 
 
 class LayersPanel(Panel):

@@ -6,14 +6,17 @@ Imports no other CLI module (icl_heads.cli and icl_heads.cli compose the command
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
+from typer._click.exceptions import UsageError  # typer's own (vendored) click
 from typer.core import TyperGroup
 
 from model_worker.common.defaults import DType
@@ -23,22 +26,57 @@ from model_worker.common.settings import Settings, get_settings
 T = TypeVar("T")
 
 
+#: the width of help printed to a pipe or a file (COLUMNS unset): no option or help text cut
+PIPED_HELP_WIDTH = 120
+
+
+def help_width() -> int | None:
+    """The width help is drawn at: the terminal's (None: rich reads it), else COLUMNS, else
+    PIPED_HELP_WIDTH."""
+    if sys.stdout.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_HELP_WIDTH
+
+
 class OneLineErrors(TyperGroup):
-    """The `icl-heads` group: an option value typer refuses (a choice, a range, a number) is one
-    `error: …` line on stderr and exit code 2, like every other input error."""
+    """The `icl-heads` group: an option value typer refuses (a choice, a range, a number), an
+    unknown option or command, a missing argument: one `error: …` line on stderr and exit
+    code 2, like every other input error. Help is drawn at the terminal's width."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from typer import rich_utils
+
+        rich_utils.MAX_WIDTH = help_width()
+        return super().main(*args, **kwargs)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as exc:  # the group's own options
+            usage_error(exc)
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except typer.BadParameter as exc:
-            message = exc.format_message().replace(": Value error, ", ": ")
-            typer.echo(f"error: {message}", err=True)
-            raise typer.Exit(2) from None
+        except UsageError as exc:  # a command's options and arguments, a bad value
+            usage_error(exc)
         except (SettingsError, ValidationError) as exc:
             if isinstance(exc, ValidationError) and exc.title != Settings.__name__:
                 raise
             typer.echo(f"error: {setting_problem(exc)}", err=True)
             raise typer.Exit(2) from None
+
+
+def usage_error(exc: UsageError) -> NoReturn:
+    """One line on stderr, exit 2: `error: No such option: --bogus … (see icl-heads serve
+    --help)`; a value typer refuses, as it words it."""
+    message = exc.format_message().replace(": Value error, ", ": ")
+    if not isinstance(exc, typer.BadParameter):
+        where = exc.ctx.command_path if exc.ctx else "icl-heads"
+        message = f"{message.rstrip('.')} (see {where} --help)"
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2) from None
 
 
 def setting_problem(exc: SettingsError | ValidationError) -> str:

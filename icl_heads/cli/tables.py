@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from model_worker.common.token_quote import quoted
 from model_worker.contracts.analysis import AnalysisResult
 from model_worker.contracts.common import TopTokens
+
+#: the width of tables printed to a pipe or a file: as wide as they need, never cut at 80
+PIPED_WIDTH = 1000
+
+
+def output_console() -> Console:
+    """A console at the terminal's width, or, piped, one where no table is cut or wrapped."""
+    return Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
 
 
 def _signed(value: float | None) -> str:
@@ -17,10 +28,10 @@ def _signed(value: float | None) -> str:
 
 def print_result(result: AnalysisResult, console: Console | None = None, heads: int = 10) -> None:
     """Target, labels, layer increases, the top heads and the top head's token tables."""
-    console = console or Console()
+    console = console or output_console()
     target = result.target
     console.print(
-        f"[bold]{result.model}[/]  target {target.token!r} ({target.source}), "
+        f"[bold]{result.model}[/]  target {escape(quoted(target.token))} ({target.source}), "
         f"p = {target.prob:.3f}, norm = {result.norm}"
     )
     if result.labels:
@@ -79,4 +90,4 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
 
 
 def _words(tops: TopTokens) -> str:
-    return ", ".join(repr(token.strip()) for token in tops.tokens[:8])
+    return escape(", ".join(quoted(token.strip()) for token in tops.tokens[:8]))

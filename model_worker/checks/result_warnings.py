@@ -6,6 +6,7 @@ same sentences, once each.
 
 from __future__ import annotations
 
+from model_worker.common.token_quote import quoted
 from model_worker.contracts.analysis import AnalysisCore
 from model_worker.contracts.caveats import ResultWarning
 
@@ -19,7 +20,7 @@ TOP_CHECKED = 5
 
 
 def _quoted(words: list[str]) -> str:
-    return ", ".join(repr(word) for word in dict.fromkeys(words))
+    return ", ".join(quoted(word) for word in dict.fromkeys(words))
 
 
 def analysis_warnings(result: AnalysisCore) -> list[ResultWarning]:
@@ -50,7 +51,7 @@ def analysis_warnings(result: AnalysisCore) -> list[ResultWarning]:
             warnings.append(
                 ResultWarning(
                     code="target_not_label",
-                    message=f"The target {target.token!r} is none of the labels "
+                    message=f"The target {quoted(target.token)} is none of the labels "
                     f"({_quoted(words)}): every label is marked false and attention on true "
                     "labels is 0 in every head.",
                 )
@@ -59,7 +60,7 @@ def analysis_warnings(result: AnalysisCore) -> list[ResultWarning]:
             warnings.append(
                 ResultWarning(
                     code="labels_all_true",
-                    message=f"Every label is the target {target.token!r}: nothing tells true "
+                    message=f"Every label is the target {quoted(target.token)}: nothing tells true "
                     "from false labels, so attention on false labels is 0 in every head.",
                 )
             )
@@ -67,7 +68,7 @@ def analysis_warnings(result: AnalysisCore) -> list[ResultWarning]:
         warnings.append(
             ResultWarning(
                 code="target_unlikely",
-                message=f"The model gives the target {target.token!r} p = {target.prob:.2g} "
+                message=f"The model gives the target {quoted(target.token)} p = {target.prob:.2g} "
                 f"(below {UNLIKELY_TARGET:.0%}): the heads explain a token it does not predict.",
             )
         )

@@ -1,8 +1,9 @@
 // Figures: every `.vl-figure[data-vl]` holds its Vega-Lite specification (`data-spec`, in the
 // page's theme); vega-embed draws it as SVG with tooltips. CSP-safe: Vega's expression
 // interpreter (`ast: true`, no eval) and no injected <style> (the tooltip and embed styles are
-// in app.css). The heatmap's cells open their head's panel: a click, or Tab to a cell and
-// Enter / Space (its cells get tabindex, a role and a label once drawn).
+// in app.css). The heatmap's cells open their head's panel: a click, or Tab to the heatmap (one
+// Tab stop), arrow keys to a cell and Enter / Space (its cells get a role and a label once
+// drawn). An opened head's panel scrolls into view and takes the focus; Back returns.
 (function () {
   "use strict";
 
@@ -40,18 +41,71 @@
     return found;
   }
 
-  function labelCells(view) {
-    cellItems(view).forEach(function (item) {
+  // what a cell announces: its head, layer, head index and value
+  function cellLabel(d) {
+    var value = d.increase_text
+      ? "increase " + d.increase_text
+      : typeof d.value === "number"
+        ? "value " + d.value.toFixed(3)
+        : "";
+    return d.name + ": layer " + d.layer + ", head " + d.head + (value ? ", " + value : "");
+  }
+
+  // One Tab stop per heatmap (roving focus): the cell Tab lands on is the one last moved to
+  // (the host's data-rove), else the first; arrow keys move between cells (see rove).
+  function labelCells(host, view) {
+    var current = host.getAttribute("data-rove");
+    var items = cellItems(view);
+    var found = false;
+    items.forEach(function (item) {
       var el = item._svg;
       var d = item.datum;
       if (!el || !d) return;
+      var here = d.layer + "," + d.head === current;
+      found = found || here;
       el.setAttribute("class", "cell");
-      el.setAttribute("tabindex", "0");
+      el.setAttribute("tabindex", here ? "0" : "-1");
       el.setAttribute("role", "button");
       el.setAttribute("data-layer", String(d.layer));
       el.setAttribute("data-head", String(d.head));
-      el.setAttribute("aria-label", d.name + " " + (d.increase_text || ""));
+      el.setAttribute("aria-label", cellLabel(d));
     });
+    if (!found && items.length && items[0]._svg) items[0]._svg.setAttribute("tabindex", "0");
+  }
+
+  // --- keyboard: arrows move the heatmap's focus (layers left / right, heads up / down; Home /
+  // End: the row's first / last layer; PageUp / PageDown: the column's first / last head) ---
+  var MOVES = {
+    ArrowRight: [1, 0],
+    ArrowLeft: [-1, 0],
+    ArrowDown: [0, 1],
+    ArrowUp: [0, -1],
+  };
+
+  function cellAt(grid, layer, head) {
+    return grid.querySelector('.cell[data-layer="' + layer + '"][data-head="' + head + '"]');
+  }
+
+  function rove(cell, key) {
+    var grid = cell.closest("svg.vl-preview") || cell.closest(".vl-figure");
+    var layer = Number(cell.getAttribute("data-layer"));
+    var head = Number(cell.getAttribute("data-head"));
+    var cells = grid.querySelectorAll(".cell");
+    var last = cells.length ? cells[cells.length - 1] : cell;
+    var to = null;
+    if (MOVES[key]) {
+      to = cellAt(grid, layer + MOVES[key][0], head + MOVES[key][1]);
+    } else if (key === "Home" || key === "End") {
+      to = cellAt(grid, key === "Home" ? 0 : Number(last.getAttribute("data-layer")), head);
+    } else if (key === "PageUp" || key === "PageDown") {
+      to = cellAt(grid, layer, key === "PageUp" ? 0 : Number(last.getAttribute("data-head")));
+    }
+    if (!to) return;
+    cell.setAttribute("tabindex", "-1");
+    to.setAttribute("tabindex", "0");
+    var host = cell.closest(".vl-figure");
+    if (host) host.setAttribute("data-rove", to.getAttribute("data-layer") + "," + to.getAttribute("data-head"));
+    to.focus();
   }
 
   function openHead(root, name) {
@@ -76,10 +130,15 @@
         openHead(root, item.datum.name);
       }
     });
-    labelCells(view);
+    labelCells(host, view);
+    if (host.hasAttribute("data-refocus")) {
+      host.removeAttribute("data-refocus");
+      var cell = host.querySelector('.cell[tabindex="0"]');
+      if (cell) cell.focus({ preventScroll: true });
+    }
     view.addResizeListener(function () {
       view.runAsync().then(function () {
-        labelCells(view);
+        labelCells(host, view);
       });
     });
   }
@@ -94,11 +153,96 @@
 
   document.addEventListener("keydown", function (event) {
     var cell = event.target && event.target.closest ? event.target.closest(".vl-figure .cell") : null;
-    if (!cell || (event.key !== "Enter" && event.key !== " ")) return;
-    event.preventDefault();
-    var name = "L" + cell.getAttribute("data-layer") + "H" + cell.getAttribute("data-head");
-    openHead(cell.closest("[data-heads-url]"), name);
+    if (!cell || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      var name = "L" + cell.getAttribute("data-layer") + "H" + cell.getAttribute("data-head");
+      opener = { grid: cell.closest(".vl-figure").getAttribute("data-figure"), name: name };
+      openHead(cell.closest("[data-heads-url]"), name);
+    } else if (MOVES[event.key] || /^(Home|End|PageUp|PageDown)$/.test(event.key)) {
+      event.preventDefault();
+      rove(cell, event.key);
+    }
   });
+
+  // --- a long table of heads (the atlas's: [data-rove-rows]) is one Tab stop too: its head
+  // links take the focus in turn with the arrow keys (Home / End: the first / last row) ---
+
+  function roveRows(root) {
+    (root || document).querySelectorAll("[data-rove-rows]").forEach(function (table) {
+      var links = table.querySelectorAll("tbody a.head-link");
+      if (!links.length || table.querySelector('tbody a.head-link[tabindex="0"]')) return;
+      links.forEach(function (a, i) {
+        a.setAttribute("tabindex", i === 0 ? "0" : "-1");
+      });
+    });
+  }
+
+  document.addEventListener("keydown", function (event) {
+    var link = event.target && event.target.closest ? event.target.closest("[data-rove-rows] tbody a.head-link") : null;
+    if (!link || event.altKey || event.ctrlKey || event.metaKey) return;
+    var links = Array.prototype.slice.call(link.closest("tbody").querySelectorAll("a.head-link"));
+    var at = links.indexOf(link);
+    var to = { ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: links.length - 1 }[event.key];
+    if (to === undefined) return;
+    event.preventDefault();
+    if (to < 0 || to >= links.length) return;
+    link.setAttribute("tabindex", "-1");
+    links[to].setAttribute("tabindex", "0");
+    links[to].focus();
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    roveRows(document);
+  });
+
+  // --- an opened head's panel comes into view with the focus on its heading; Back (htmx
+  // restores the scroll position) gives the focus back to the cell or link that opened it ---
+
+  var opener = null; // what opened the panel last: {grid: figure name, name} or {link: name}
+  var showPanel = false; // a head's panel was asked for and its heading has not arrived yet
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var target = event.detail && event.detail.target;
+    if (target && target.id === "head-panel") showPanel = true;
+    var link = event.detail && event.detail.elt;
+    if (link && link.classList && link.classList.contains("head-link")) {
+      opener = { link: link.textContent.trim() };
+    }
+  });
+
+  function bringPanel() {
+    var panel = document.getElementById("head-panel");
+    if (!showPanel || !panel) return;
+    var heading = panel.querySelector("h2, [role=alert]");
+    if (panel.getBoundingClientRect().top < 0 || panel.getBoundingClientRect().top > window.innerHeight * 0.5) {
+      panel.scrollIntoView({ block: "start" });
+    }
+    if (!heading) return; // still computing: the heading takes the focus when it comes
+    showPanel = false;
+    heading.setAttribute("tabindex", "-1");
+    heading.focus({ preventScroll: true });
+  }
+  document.addEventListener("htmx:afterSettle", bringPanel);
+
+  function refocusOpener() {
+    var was = opener;
+    showPanel = false;
+    if (!was) return;
+    var el = null;
+    if (was.link) {
+      document.querySelectorAll("a.head-link").forEach(function (a) {
+        if (!el && a.textContent.trim() === was.link) el = a;
+      });
+    } else {
+      var found = /^L(\d+)H(\d+)$/.exec(was.name);
+      var host = document.querySelector('.vl-figure[data-figure="' + was.grid + '"]');
+      if (found && host) {
+        host.setAttribute("data-rove", found[1] + "," + found[2]);
+        host.setAttribute("data-refocus", ""); // drawn again after Back: wireHeatmap focuses
+      }
+    }
+    if (el) el.focus({ preventScroll: true });
+  }
 
   // --- drawing ---
 
@@ -118,6 +262,51 @@
     });
     // several series side by side: the step is each bar's, a position holds them all
     spec.spec.width = { step: Math.max(2, Math.floor(step / (spec.usermeta.series || 1))) };
+  }
+
+  // A title wider than the figure is wrapped into lines that fit it (Vega would cut it off at
+  // the drawing's edge): each top-level or concatenated chart's title, at its share of `width`.
+  var measure = null;
+
+  function textWidth(text, font) {
+    if (!measure) measure = document.createElement("canvas").getContext("2d");
+    measure.font = font;
+    return measure.measureText(text).width;
+  }
+
+  function wrapLines(text, width, font) {
+    var lines = [];
+    var line = "";
+    String(text).split(/\s+/).forEach(function (word) {
+      var longer = line ? line + " " + word : word;
+      if (line && textWidth(longer, font) > width) {
+        lines.push(line);
+        line = word;
+      } else {
+        line = longer;
+      }
+    });
+    if (line) lines.push(line);
+    return lines;
+  }
+
+  function wrapTitles(spec, width, config) {
+    var title = (config && config.title) || {};
+    var font = (title.fontWeight || 600) + " " + (title.fontSize || 14) + "px " + ((config && config.font) || "sans-serif");
+    var t = spec.title;
+    if (t && (typeof t === "string" || typeof t.text === "string")) {
+      var text = typeof t === "string" ? t : t.text;
+      var lines = wrapLines(text, Math.max(120, width - 16), font);
+      if (lines.length > 1) spec.title = Object.assign(typeof t === "string" ? {} : t, { text: lines });
+    }
+    ["hconcat", "concat"].forEach(function (key) {
+      (spec[key] || []).forEach(function (part) {
+        wrapTitles(part, width / spec[key].length, config);
+      });
+    });
+    (spec.vconcat || []).forEach(function (part) {
+      wrapTitles(part, width, config);
+    });
   }
 
   // --- the `auto` colour theme on a dark system: the page's light figures drawn dark ---
@@ -161,7 +350,8 @@
     return out;
   }
 
-  // a figure that fills its card downloads (SVG, PNG) as wide as it was drawn here
+  // a figure that fills its card downloads (SVG, PNG) as wide as it was drawn here; a
+  // per-position chart, wrapped into the rows it has here (the server's fit_rows)
   function sameWidthDownloads(host, width) {
     var card = host.closest("figure");
     if (!card || !(width >= 200 && width <= 2400)) return;
@@ -188,6 +378,7 @@
     var dark = autoDark(host);
     if (dark) spec = darkened(host, spec, dark);
     fitRows(spec, target);
+    wrapTitles(spec, target.clientWidth, spec.config);
     window
       .vegaEmbed(target, spec, options(host))
       .then(function (result) {
@@ -195,6 +386,7 @@
         if (preview) preview.remove();
         host.setAttribute("data-drawn", "true");
         if (spec.width === "container") sameWidthDownloads(host, result.view.width());
+        else if (spec.usermeta && spec.usermeta.positions) sameWidthDownloads(host, target.clientWidth);
         localPaintRefs(host);
         if (CLICKABLE.indexOf(host.getAttribute("data-figure")) >= 0) wireHeatmap(host, result.view);
       })
@@ -326,8 +518,12 @@
 
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", afterFirstPaint);
+    document.addEventListener("DOMContentLoaded", function () {
+      roveRows(document);
+    });
   } else {
     afterFirstPaint();
+    roveRows(document);
   }
   // figures arrive in htmx swaps of every kind (boosted pages, polled partials, the head
   // panel): one observer draws whatever new figure appears, once per frame
@@ -348,5 +544,8 @@
   document.addEventListener("htmx:pushedIntoHistory", function () {
     localPaintRefs(document);
   });
-  document.addEventListener("htmx:historyRestore", redrawRestored);
+  document.addEventListener("htmx:historyRestore", function () {
+    refocusOpener();
+    redrawRestored();
+  });
 })();

@@ -71,12 +71,13 @@ def heatmap_preview(spec: dict[str, Any]) -> Markup:
         f'<text x="{LEFT + (WIDTH - LEFT) / 2:.0f}" y="{height - 6}" text-anchor="middle" '
         'font-weight="bold">layer</text>'
     )
-    for c in cells:
+    for i, c in enumerate(cells):
         layer, head = int(c["layer"]), int(c["head"])
         fill = _colour(float(c.get("value") or 0.0), float(low), float(high))
         stroke = f' stroke="{escape(outline)}" stroke-width="2.5"' if c.get("top") else ""
+        tabindex = 0 if i == 0 else -1  # one Tab stop: arrow keys move between the cells
         parts.append(
-            f'<rect class="cell" tabindex="0" role="button" data-layer="{layer}" '
+            f'<rect class="cell" tabindex="{tabindex}" role="button" data-layer="{layer}" '
             f'data-head="{head}" aria-label="{escape(c.get("name", ""))}" '
             f'x="{LEFT + layer * cell_w:.1f}" y="{TOP + head * cell_h}" '
             f'width="{cell_w:.1f}" height="{cell_h}" fill="{fill}"{stroke}/>'

@@ -20,7 +20,7 @@ from app.views.figure_kit.colors import (
     POSITIVE,
 )
 from app.views.figure_kit.figure import Figure, FigureTooLarge, Row
-from app.views.figure_kit.text import fixed, signed, visible
+from app.views.figure_kit.text import fixed, shown_tokens, signed, visible
 from app.views.figures.positions import Bars, position_chart
 from model_worker.contracts.analysis import AnalysisCore, HeadDetail, HeadSummary
 
@@ -245,7 +245,7 @@ def _kinds(result: AnalysisCore) -> dict[int, str]:
 def attention_figure(result: AnalysisCore, detail: HeadDetail) -> Figure:
     """Attention of the last token to every position; true/false labels coloured apart."""
     kinds = _kinds(result)
-    tokens = [visible(t.text) for t in result.tokens]
+    tokens = shown_tokens([t.text for t in result.tokens])
     title = f"{detail.name}: attention from the last token"
     bars = Bars(
         values={"attention": [float(a) for a in detail.attention]},
@@ -271,7 +271,7 @@ def scores_figure(result: AnalysisCore, detail: HeadDetail) -> Figure | None:
     content part (no rotary) and position remainder; None for a detail without scores."""
     if not detail.scores:
         return None
-    tokens = [visible(t.text) for t in result.tokens]
+    tokens = shown_tokens([t.text for t in result.tokens])
     kinds = _kinds(result)
     columns: dict[str, list[float | None]] = {
         "score": list(detail.scores),
@@ -330,7 +330,7 @@ def ranked_demonstrations(result: AnalysisCore, detail: HeadDetail) -> list[Row]
 def _signed_chart(
     result: AnalysisCore, detail: HeadDetail, values: list[float], what: str, long: str
 ) -> tuple[alt.TopLevelMixin, list[Row]]:
-    tokens = [visible(p.token) for p in detail.positions]
+    tokens = shown_tokens([p.token for p in detail.positions])
     bars = Bars(
         values={what: list[float | None](values)},
         hovers={what: [signed(v) for v in values]},

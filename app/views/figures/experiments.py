@@ -66,12 +66,18 @@ def _tooltip(rows: list[Row]) -> list[alt.Tooltip]:
 def bars(data: FigureData) -> tuple[alt.TopLevelMixin, list[Row]]:
     """Grouped bars, one group per category, with interval whiskers where the data has them."""
     rows = _category_rows(data)
-    many = len(data.categories) > 8
+    # side by side, labels longer than a short word would run into each other: slanted, every
+    # one of up to 24 categories keeps its label (beyond that, as many as fit)
+    slant = len(data.categories) > 8 or sum(len(c) for c in data.categories) > 6 * 8
     x = alt.X(
         "category:N",
         title=data.x_label or None,
         sort=list(dict.fromkeys(data.categories)),
-        axis=alt.Axis(labelAngle=-45 if many else 0, labelOverlap="greedy", labelLimit=160),
+        axis=alt.Axis(
+            labelAngle=-35 if slant else 0,
+            labelOverlap="greedy" if len(data.categories) > 24 else False,
+            labelLimit=160,
+        ),
     )
     offset = alt.XOffset("series:N", sort=[s.name for s in data.series])
     base = alt.Chart(alt.Data(values=rows)).encode(x=x, xOffset=offset)

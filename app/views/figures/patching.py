@@ -15,7 +15,7 @@ import altair as alt
 
 from app.views.figure_kit.colors import ATTN, CONTENT, FFN, OUTLINE, POSITION, POSITIVE
 from app.views.figure_kit.figure import Figure, Row
-from app.views.figure_kit.text import fixed, signed, visible
+from app.views.figure_kit.text import fixed, shown_tokens, signed, visible
 from app.views.figures.analysis import check_grid, heatmap_chart, layer_bars_chart
 from app.views.figures.positions import Bars, position_chart
 from model_worker.contracts.patching import DirectionResult, PatchingResult, QkvPart
@@ -258,10 +258,10 @@ def positions_figure(
     estimates = direction.estimated_positions.get(name)
     if found is None and estimates is None:
         return None
-    tokens = [visible(t) for t in result.tokens]
+    tokens = shown_tokens(result.tokens)
     values: dict[str, list[float | None]] = {}
     if found is not None:
-        tokens = [visible(p.token) for p in found.positions]
+        tokens = shown_tokens([p.token for p in found.positions])
         values["exact"] = [change(direction, p.exact) for p in found.positions]
         values["attribution"] = [change(direction, p.attribution) for p in found.positions]
     else:

@@ -7,6 +7,7 @@ drawn off-screen wrap at EXPORT_ROW tokens. Every bar's hover names its position
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,6 +55,29 @@ def per_row(n_positions: int, most: int = EXPORT_ROW) -> int:
     as they can be (the page sets its own `most` from its width: static/js/figures.js)."""
     rows = -(-n_positions // most)
     return max(1, -(-n_positions // rows))
+
+
+def fit_rows(spec: dict[str, object], width: int) -> None:
+    """Wraps a per-position chart's `spec` (usermeta.positions) into rows that fit a page
+    `width` px wide, as static/js/figures.js does on the page: each token a band wide enough
+    for its rotated label (1.5 × the label size, up to 12 ×), as many per row as fit, the rows
+    as even as they can be. A download asked for at the page's width is the page's drawing."""
+    meta = spec.get("usermeta")
+    n = meta.get("positions") if isinstance(meta, dict) else None
+    inner = spec.get("spec")
+    if not isinstance(n, int) or n < 1 or not isinstance(inner, dict):
+        return
+    config = spec.get("config")
+    axis = config.get("axis", {}) if isinstance(config, dict) else {}
+    size = float(axis.get("labelFontSize", 11)) if isinstance(axis, dict) else 11.0
+    room = max(160, int(width - 7 * size - 24))
+    step = max(math.ceil(1.5 * size), min(int(12 * size), room // n))
+    rows = -(-n // max(1, room // step))
+    series = meta.get("series", 1) if isinstance(meta, dict) else 1
+    for param in spec.get("params") or []:  # type: ignore[attr-defined]
+        if isinstance(param, dict) and param.get("name") == "perRow":
+            param["value"] = -(-n // rows)
+    inner["width"] = {"step": max(2, step // max(1, int(series or 1)))}
 
 
 def position_chart(
