@@ -131,3 +131,39 @@ def test_nothing_new_to_detail_takes_no_forward_pass(
         more = detail_more(loaded, base)  # the keys dropped: they were not asked for
     assert counts == {"analyses": 0, "forward passes": 0}
     assert more == analyze(loaded, PROMPT, top_k_heads=3)
+
+
+def test_a_worker_details_more_of_its_recent_analysis_from_one_pass(
+    loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from model_worker.common.settings import Settings
+    from model_worker.contracts.analysis import AnalysisRequest
+    from model_worker.service import jobs
+    from model_worker.service.recent import RECENT
+
+    RECENT.clear()
+    settings = Settings(model="tiny-llama")
+    request = AnalysisRequest(prompt=PROMPT, top_k_heads=3)
+    first = jobs.run_analysis(loaded, request, settings=settings)
+    name = "L2H2"  # the head panel's Decompose and label keys of a head outside the top
+    more = request.model_copy(
+        update={
+            "model": "tiny-llama",
+            "extra_heads": [name],
+            "towers": [name],
+            "label_keys": [name],
+        }
+    )
+    analyses = []
+    monkeypatch.setattr(jobs, "analyze", lambda *a, **k: analyses.append(1) or analyze(*a, **k))
+    with counted(loaded, monkeypatch) as counts:
+        found = jobs.run_analysis(loaded, more, settings=settings)
+    assert analyses == [] and counts["forward passes"] == 1
+    assert found.request == more and found.heads == first.heads
+    expected = analyze(
+        loaded, PROMPT, top_k_heads=3, extra_heads=[name], towers=[name], label_keys=[name]
+    )
+    close(dumped(found), dumped(expected.model_copy(update={"request": more})))
+    other = tiny_llama(seed=1)  # another model (the same empty fingerprint): analysed afresh
+    jobs.run_analysis(other, more, settings=settings)
+    assert analyses == [1]
