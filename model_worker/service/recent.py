@@ -24,7 +24,7 @@ KEPT = 4
 
 #: The request fields that only choose which heads are detailed and how (and the model's
 #: name: a stored request may name the served model or not).
-DETAIL_OPTIONS = {
+DETAIL_OPTIONS: dict[str, object] = {
     "model": None,
     "extra_heads": [],
     "towers": [],
