@@ -4,6 +4,7 @@ results (`icl_heads.results`)."""
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from model_worker.contracts import analysis as contracts
 from model_worker.experiments import job as engine_experiments
 from model_worker.model import loading
 from model_worker.run import analyze as engine_analyze
+from model_worker.run import more_heads
 
 
 @contextmanager
@@ -48,14 +50,12 @@ def load_model(*args: Any, **kwargs: Any) -> loading.LoadedModel:
 def analyze(*args: Any, **kwargs: Any) -> AnalysisResult:
     result = AnalysisResult.of(engine_analyze.analyze(*args, **kwargs))
     if kwargs.get("label_keys") != "all":  # a head's label keys: computed when it is opened
-        again = {key: value for key, value in kwargs.items() if key != "on_heads"}
+        asked = inspect.signature(engine_analyze.analyze).bind(*args, **kwargs).arguments
+        loaded, k = asked["loaded"], asked.get("top_k_tokens", 10)
 
         def complete(name: str) -> contracts.HeadDetail:
-            extra = [*(again.get("extra_heads") or []), name]
-            found = engine_analyze.analyze(
-                *args, **{**again, "extra_heads": extra, "label_keys": [name]}
-            )
-            return found.head_details[name]
+            """Its label-key tables from one forward pass of the prompt (not an analysis)."""
+            return more_heads.with_label_keys(loaded, result, name, k)
 
         result._complete = complete
     return result

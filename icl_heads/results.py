@@ -54,8 +54,8 @@ class UnknownHead(KeyError):
 class AnalysisResult(contracts.AnalysisResult):
     """An analysis in a notebook: tokens, layer chart, heatmap and top heads; tables."""
 
-    #: computes a detailed head's whole detail, label-key tables included (which analyses
-    #: compute on demand), when the result came from `icl_heads.analyze` here; else None
+    #: a detailed head's detail with its label-key tables (which analyses compute on demand),
+    #: from one forward pass, when the result came from `icl_heads.analyze` here; else None
     _complete: Callable[[str], contracts.HeadDetail] | None = PrivateAttr(default=None)
 
     @classmethod
@@ -85,8 +85,7 @@ class AnalysisResult(contracts.AnalysisResult):
         if entry.kind == "analysis":
             figure = entry.build(self)
         else:
-            detail = self.head(head or self.top_heads[0]).detail
-            figure = entry.build(self, detail)
+            figure = entry.build(self, self._detail(head or self.top_heads[0]))
         if figure is None:
             raise UnknownHead(f"no figure {name!r} in this analysis: {entry.missing}")
         return notebook_chart(figure)
@@ -108,26 +107,32 @@ class AnalysisResult(contracts.AnalysisResult):
     def head(self, name: str) -> Head:
         """Head `name` (`L23H1`) of those this analysis detailed, tied to it; UnknownHead (a
         KeyError) naming the valid heads and what to do for any other name. Its label-key
-        tables, computed on demand, are computed now where this result can (`_complete`) and
-        kept with it."""
-        detailed = list(self.head_details)
-        found = self.head_details.get(name)
-        if found is not None and found.keys is None and self._complete is not None:
+        tables, computed on demand, are computed now where this result can (`_complete`: that
+        head's alone, from one forward pass) and kept with it."""
+        found = self._detail(name)
+        if found.keys is None and self._complete is not None:
             self.head_details[name] = self._complete(name)
-        shown = ", ".join(detailed[:12]) + (" …" if len(detailed) > 12 else "")
-        if name not in self.head_details:
-            if self.has_head(name):
-                raise UnknownHead(
-                    f"{name} is not detailed in this analysis (detailed: {shown}); analyse "
-                    f"again with extra_heads=[{name!r}] to see it, or read its summary in "
-                    "result.heads_frame()"
-                )
-            last = f"L{self.n_layers - 1}H{self.n_heads - 1}"
-            raise UnknownHead(
-                f"{name!r} is not a head of {self.model} (L0H0 … {last}: {self.n_layers} layers "
-                f"× {self.n_heads} heads); detailed here: {shown}"
-            )
         return Head(**dict(contracts.AnalysisCore.head(self, name)), analysis=self)
+
+    def _detail(self, name: str) -> contracts.HeadDetail:
+        """Detailed head `name`'s detail as computed (nothing computed now); UnknownHead naming
+        the valid heads and the remedy for any other name."""
+        found = self.head_details.get(name)
+        if found is not None:
+            return found
+        detailed = list(self.head_details)
+        shown = ", ".join(detailed[:12]) + (" …" if len(detailed) > 12 else "")
+        if self.has_head(name):
+            raise UnknownHead(
+                f"{name} is not detailed in this analysis (detailed: {shown}); analyse "
+                f"again with extra_heads=[{name!r}] to see it, or read its summary in "
+                "result.heads_frame()"
+            )
+        last = f"L{self.n_layers - 1}H{self.n_heads - 1}"
+        raise UnknownHead(
+            f"{name!r} is not a head of {self.model} (L0H0 … {last}: {self.n_layers} layers "
+            f"× {self.n_heads} heads); detailed here: {shown}"
+        )
 
     def heads_frame(self) -> DataFrame:
         """One row per head (layer, head, name, rank, increase, attn_true, attn_false), by rank."""

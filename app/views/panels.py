@@ -165,10 +165,11 @@ class TopHeadsPanel(Panel):
     def fields_of(cls, result: Analysis) -> dict[str, Any]:
         mrr = detail_mrr(result)
         fields = HeadSummary.model_fields
+        summaries = {summary.name: summary for summary in result.heads}  # summaries only
         return {
             "top_heads": [
                 {
-                    **{key: getattr(result.head(name), key) for key in fields},
+                    **{key: getattr(summaries[name], key) for key in fields},
                     "value_mrr": mrr.get(name, []),
                 }
                 for name in result.top_heads
@@ -234,7 +235,8 @@ class HeadPanel(_Linked):
         cls, result: AnalysisCore, detail: HeadDetail, job_id: str = "", source_id: str = ""
     ) -> HeadPanel:
         """Head `detail.name` of `result` (analysis `job_id`; its detail from `source_id`)."""
-        panel = cls(job=source_id, summary=result.head(detail.name), detail=detail)
+        summary = AnalysisCore.head(result, detail.name)  # the summary alone, computing nothing
+        panel = cls(job=source_id, summary=summary, detail=detail)
         panel._result, panel._job_id = result, job_id
         return panel
 

@@ -35,10 +35,13 @@ def head_details(
     heads: list[tuple[int, int]],
     increases: Tensor,
     label_keys: list[tuple[int, int]] | None = None,
+    studied: list[tuple[int, int]] | None = None,
 ) -> list[HeadDetail]:
     """Per-position contributions and the Table 1 vocabulary views of `heads`, batched; the
     label-key tables of those in `label_keys` only (None: of every head), the others' `keys`
-    None (computed on demand)."""
+    None (computed on demand). `studied`: every head the analysis details (default: `heads`),
+    which a layer's random baseline head is drawn outside of, so that a few of an analysis'
+    heads detailed later (`model_worker.run.more_heads`) get the baseline the whole would."""
     if not heads:
         return []
     c, g = run.cache, run.loaded.geometry
@@ -56,7 +59,8 @@ def head_details(
     w_o = {layer: run.w_o(layer) for layer in layers}
     adapter, model = run.loaded.adapter, run.loaded.model
     w_k = {layer: adapter.w_k(model, layer, g) for layer in layers}
-    randoms = random_heads(heads, g.n_heads)
+    drawn = random_heads(heads if studied is None else studied, g.n_heads)
+    randoms = {layer: drawn[layer] for layer in layers if layer in drawn}
     random_layers = list(randoms)
     room = room_for(c.v.device, UNEMBEDDING_SHARE, 0)  # U_h for every head this analysis projects
     unit = g.d_head * run.projector.vocab * 4

@@ -33,6 +33,7 @@ from model_worker.model.loading import LoadedModel, load_model
 from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
 from model_worker.run.factored import unembedding_builder
+from model_worker.run.more_heads import detail_more
 from model_worker.service.queue.keys import COMPUTED_KEY, heads_stage_key, result_key
 from model_worker.service.queue.reaper import rq_queue
 from model_worker.service.queue.redis_values import as_bytes, as_text
@@ -44,6 +45,7 @@ from model_worker.service.queue.result_parts import (
     result_parts,
 )
 from model_worker.service.queue.signing import ResultSigner, request_digest, result_signer
+from model_worker.service.recent import RECENT
 
 #: Seconds between two progress writes to Redis (the last one is always written).
 PROGRESS_EVERY_S = 0.25
@@ -109,8 +111,24 @@ def run_analysis(
 ) -> AnalysisResult:
     """Analyse `request` on the loaded model, within the prompt limit and budget of `settings`.
     `on_heads` receives the result of the per-head stage (no head details yet, `request` set)
-    first."""
+    first. A request for more of an analysis this worker computed lately (the same prompt and
+    options, other heads detailed, label keys or decompositions: `RECENT`) computes only those
+    details, from one forward pass (then `on_heads` is not called: the whole result is due)."""
     within_budget(loaded, request, settings)
+    base = RECENT.get(loaded, request)
+    if base is not None:
+        result = detail_more(
+            loaded,
+            base,
+            extra_heads=request.extra_heads,
+            towers=request.towers,
+            towers_position=request.towers_position,
+            towers_versus=request.towers_versus,
+            label_keys=request.label_keys,
+            top_k_tokens=request.top_k_tokens,
+        )
+        RECENT.put(loaded, request, result)
+        return result.model_copy(update={"request": request})
 
     def heads_stage(partial: AnalysisResult) -> None:
         if on_heads is not None:
@@ -133,6 +151,7 @@ def run_analysis(
         rank_by=request.rank_by,
         on_heads=heads_stage,
     )
+    RECENT.put(loaded, request, result)
     return result.model_copy(update={"request": request})
 
 
