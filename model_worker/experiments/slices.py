@@ -19,18 +19,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from model_worker.common.errors import UserInputError
-
 #: About how many prompts one slice holds (rounded up to whole batches).
 SLICE_PROMPTS = 32
 #: One prompt's outcome in a pass: field name -> number, bool, None or tensor (torch.save-able
 #: with weights_only=True).
 Record = dict[str, Any]
 ComputeSlice = Callable[[int], list[Record]]
-
-
-class JobCancelled(UserInputError):
-    """The job was cancelled (its message says by whom); raised at a slice boundary."""
 
 
 def slice_size(batch_size: int) -> int:
