@@ -23,6 +23,7 @@ from app.routes import (
     families,
     figures,
     health,
+    jobs,
     pages,
     panels,
     patching,
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(experiments.router)
     app.include_router(families.router)
     app.include_router(pins.router)
+    app.include_router(jobs.router)
     app.include_router(patching.router)
     app.include_router(atlas.router)
     security.install(app, settings)

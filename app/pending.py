@@ -8,6 +8,7 @@ every operation holds one lock: a position is never read from a list being chang
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 
 class PendingJobs:
@@ -39,6 +40,25 @@ class PendingJobs:
             job_id = self._order.pop(0)
             self._ahead.discard(job_id)
             return job_id
+
+    def take_first(self, wanted: Callable[[str], bool]) -> str | None:
+        """Take the first queued job for which `wanted(job_id)` holds (None when none does)."""
+        with self._lock:
+            for job_id in self._order:
+                if wanted(job_id):
+                    self._order.remove(job_id)
+                    self._ahead.discard(job_id)
+                    return job_id
+            return None
+
+    def remove(self, job_id: str) -> bool:
+        """Take `job_id` off the queue; False when it was not queued."""
+        with self._lock:
+            if job_id not in self._order:
+                return False
+            self._order.remove(job_id)
+            self._ahead.discard(job_id)
+            return True
 
     def position(self, job_id: str) -> int | None:
         """Where `job_id` waits (0: next), None when it is not queued."""

@@ -4,8 +4,11 @@ Same Backend interface as the Redis workers, for a laptop or a talk. The model l
 worker thread at start-up; a request submitted meanwhile answers 503 + Retry-After at once
 (after LOADING_WAIT_S) with the time the model is expected to need (`loading_eta_s`).
 Experiments run in the same thread (one forward pass at a time), reporting progress into
-their JobState. The queue is capped (`ICL_QUEUE_CAP`, and a share per client); finished
-results stay in a memory bounded in bytes (`ICL_RESULT_MEMORY_BYTES`) in front of the durable
+their JobState, in slices (model_worker.experiments.slices): between two slices the thread runs
+every waiting interactive job (analysis, patch) first, and stops an experiment cancelled
+meanwhile (`cancel`: its owner or an admin). The queue is capped (`ICL_QUEUE_CAP`, and a
+share per client); finished results stay in a memory bounded in bytes
+(`ICL_RESULT_MEMORY_BYTES`) in front of the durable
 store (app.store), which also keeps every accepted request: a job the process lost (a
 restart) is computed again when it is polled.
 """
@@ -26,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from app.job_news import JobNews, News
 from app.pending import PendingJobs
-from app.queue.interface import BackendError, InProcessEngine, PartsReader, client_limit
+from app.queue.interface import (
+    BackendError,
+    InProcessEngine,
+    PartsReader,
+    client_limit,
+    display_client,
+)
 from app.store import (
     DONE,
     FAILED,
@@ -38,7 +47,7 @@ from app.store import (
     open_store,
 )
 from model_worker.checks.budget import BudgetError, check_experiment
-from model_worker.common.errors import UserInputError
+from model_worker.common.errors import JobCancelled, UserInputError, cancelled_message
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
 from model_worker.contracts.experiments import ExperimentRequest
@@ -124,6 +133,8 @@ class EmbeddedBackend(PartsReader):
         self._works: dict[str, Work] = {}  # what each queued job runs
         self._owners: dict[str, str] = {}  # queued or running job -> the client that asked
         self._heads: dict[str, bytes] = {}  # running analysis -> its per-head stage's core
+        self._cancelled: dict[str, str] = {}  # running job -> who cancelled it
+        self._submitters: dict[str, set[str]] = {}  # job -> every client that submitted it
         self._news = JobNews()  # wakes the long polls of a job when it changes
 
     def _timed_load(self) -> LoadedModel:
@@ -243,9 +254,19 @@ class EmbeddedBackend(PartsReader):
 
         def work(progress: Progress) -> Parts:
             if isinstance(request, ExperimentRequest):
-                return result_parts(self._engine.experiment(loaded, request, progress))
+
+                def between_slices() -> None:
+                    self._between_slices(job_id)
+
+                experiment = self._engine.experiment(loaded, request, progress, between_slices)
+                return result_parts(experiment)
             if isinstance(request, PatchRequest):
-                return result_parts(self._engine.patch(loaded, request, progress))
+
+                def patch_progress(fraction: float, message: str) -> None:
+                    self._stop_if_cancelled(job_id)
+                    progress(fraction, message)
+
+                return result_parts(self._engine.patch(loaded, request, patch_progress))
 
             def heads_stage(partial: AnalysisResult) -> None:
                 self._heads[job_id] = analysis_parts(partial)[CORE]
@@ -303,6 +324,7 @@ class EmbeddedBackend(PartsReader):
         ahead = client is not None and client not in list(self._owners.values())
         if client is not None:
             self._owners[job_id] = client
+            self._submitters.setdefault(job_id, set()).add(client)
         state = JobState(id=job_id, status=JobStatus.QUEUED)
         self._set(state)
         position = self._pending.place(job_id, ahead)
@@ -313,7 +335,10 @@ class EmbeddedBackend(PartsReader):
     def _run_next(self) -> None:
         """Run the job at the head of the queue (one call per enqueued job); then, while no
         other waits, the engine's idle work."""
-        job_id = self._pending.pop_next()
+        try:
+            job_id = self._pending.pop_next()
+        except IndexError:  # run between two slices of an experiment, or cancelled
+            return
         self._run(job_id, self._works.pop(job_id))
         if self._model.done() and self._model.exception() is None:
             self._engine.idle_work(self._model.result(), lambda: len(self._pending) > 0)
@@ -333,7 +358,8 @@ class EmbeddedBackend(PartsReader):
             self._store.save(job_id, parts)
             self._jobs.pop(job_id, None)  # done: read from the memory or the store from now on
         except Exception as exc:  # one failing job must not stop the worker
-            log.warning("job %s failed: %s", job_id, exc, exc_info=True)
+            if not isinstance(exc, JobCancelled):
+                log.warning("job %s failed: %s", job_id, exc, exc_info=True)
             error = self._engine.failure_message(exc)
             self._set(JobState(id=job_id, status=JobStatus.FAILED, error=error))
             try:
@@ -343,6 +369,44 @@ class EmbeddedBackend(PartsReader):
         finally:
             self._owners.pop(job_id, None)
             self._heads.pop(job_id, None)
+            self._cancelled.pop(job_id, None)
+            self._submitters.pop(job_id, None)
+
+    def _between_slices(self, experiment_id: str) -> None:
+        """Between two slices of a running experiment: stop it if cancelled, else run every
+        interactive job that waits (analyses and patches never wait behind a whole experiment)."""
+        self._stop_if_cancelled(experiment_id)
+        while (job_id := self._pending.take_first(lambda job: not is_experiment(job))) is not None:
+            self._run(job_id, self._works.pop(job_id))
+        self._stop_if_cancelled(experiment_id)
+
+    def _stop_if_cancelled(self, job_id: str) -> None:
+        who = self._cancelled.get(job_id)
+        if who is not None:
+            raise JobCancelled(cancelled_message(who))
+
+    async def cancel(self, job_id: str, client: str, admin: bool = False) -> JobState | None:
+        """Cancel a queued or running job of `client` (any job for an `admin`): a queued one
+        at once, a running one at its next slice; None for a job this server does not run.
+        403 for another client's job, 409 for a finished one."""
+        state = await self.status(job_id, recover=False)
+        if state is None:
+            return None
+        if state.status in (JobStatus.DONE, JobStatus.FAILED):
+            raise BackendError(f"the job is already {state.status.value}", status=409)
+        if not admin and client not in self._submitters.get(job_id, set()):
+            raise BackendError("only who submitted this job, or an admin, may cancel it", 403)
+        who = display_client(client)
+        if self._pending.remove(job_id):
+            self._works.pop(job_id, None)
+            self._owners.pop(job_id, None)
+            self._submitters.pop(job_id, None)
+            error = cancelled_message(who)
+            self._set(JobState(id=job_id, status=JobStatus.FAILED, error=error))
+            await self._stored(self._store.fail, job_id, error)
+            return self._jobs[job_id]
+        self._cancelled[job_id] = who
+        return state.model_copy(update={"message": f"cancelling (asked by {who})"})
 
     async def status(self, job_id: str, recover: bool = True) -> JobState | None:
         if self._memory.get(job_id) is not None:  # done, also while the store saves it

@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.job_news import News, polled
+from app.security.clients import USER_PREFIX
 from model_worker.contracts.analysis import (
     AnalysisRequest,
     AnalysisResult,
@@ -54,7 +55,9 @@ class InProcessEngine(Protocol):
         loaded: LoadedModel,
         request: ExperimentRequest,
         progress: Callable[[float, str], None],
-    ) -> ExperimentResult: ...
+        between_slices: Callable[[], None] | None = None,
+    ) -> ExperimentResult:
+        """Run the experiment, `between_slices()` before each slice of its passes."""
 
     def check_patch(self, loaded: LoadedModel, request: PatchRequest) -> None:
         """Raise UserInputError for a patching request that cannot run as given (prompts of
@@ -239,6 +242,13 @@ class Backend(Protocol):
         """The request accepted as `job_id` (None: none was, or it was pruned)."""
         ...
 
+    async def cancel(self, job_id: str, client: str, admin: bool = False) -> JobState | None:
+        """Cancel a queued or running job that `client` submitted (any job for an `admin`): a
+        queued one at once, a running one within one slice of its work, nothing of it kept as
+        a result; its state then says who cancelled it. None for an unknown job; BackendError
+        403 for another client's job, 409 for a finished one."""
+        ...
+
     async def pin(self, job_id: str, pinned: bool = True) -> bool:
         """Keep (or stop keeping) a job's result whatever the store's retention removes;
         False when no such job was accepted."""
@@ -251,6 +261,14 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Release threads and connections."""
         ...
+
+
+def display_client(client: str) -> str:
+    """How a page names a client: a named user by name; anyone else (an address, never shown
+    to others) as "its submitter"."""
+    if client.startswith(USER_PREFIX):
+        return client[len(USER_PREFIX) :]
+    return "its submitter"
 
 
 def client_limit(experiment: bool, active: int, settings_limit: int) -> BackendError | None:

@@ -34,13 +34,13 @@ from rq.job import JobStatus as RqStatus
 from app.job_news import News
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
-from app.queue.interface import BackendError, PartsReader, client_limit
+from app.queue.interface import BackendError, PartsReader, client_limit, display_client
 from app.queue.job_watch import JobWatch
 from app.queue.prompt_limit import PromptLimit
 from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
 from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
 from model_worker.checks.patch_pairs import check_heads, check_pair
-from model_worker.common.errors import UserInputError
+from model_worker.common.errors import UserInputError, cancelled_message
 from model_worker.common.log_safety import redact
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest
@@ -49,15 +49,19 @@ from model_worker.contracts.patching import PatchRequest
 from model_worker.service.queue.heartbeats import WorkerBeat, last_beat, live_beats
 from model_worker.service.queue.keys import (
     analysis_job_id,
+    cancel_key,
     claim_key,
     client_jobs_key,
     experiment_job_id,
     heads_stage_key,
+    interactive_queue_name,
     is_experiment,
     job_kind,
     patching_job_id,
     queue_name,
     result_key,
+    slice_claims_key,
+    slices_key,
 )
 from model_worker.service.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from model_worker.service.queue.redis_values import as_bytes, as_text
@@ -258,7 +262,10 @@ class RedisBackend(PartsReader):
         if not self._claim(job_id):
             return self._twin(job_id)
         try:
-            queue = rq_queue(queue_name(model), self._redis)
+            # experiments go in chunks on the batch queue; every worker serves the interactive
+            # queue (analyses, patches) first
+            name = queue_name(model) if experiment else interactive_queue_name(model)
+            queue = rq_queue(name, self._redis)
             queued = queue.count
             if queued >= self._settings.queue_cap:
                 raise BackendError(
@@ -280,8 +287,9 @@ class RedisBackend(PartsReader):
                 ahead = not any(active.values())
             kind = job_kind(job_id)
             self._store.remember(job_id, kind, model, fingerprint, request.model_dump_json())
-            if known is not None:  # a failed earlier attempt: start afresh
+            if known is not None:  # a failed (or cancelled) earlier attempt: start afresh
                 fetch_job(job_id, self._redis).delete()
+                self._redis.delete(cancel_key(job_id))
             timeout = (
                 self._settings.job_timeout_s
                 if kind == "analysis"
@@ -540,6 +548,33 @@ class RedisBackend(PartsReader):
     async def pin(self, job_id: str, pinned: bool = True) -> bool:
         return await self._call(self._store.pin, job_id, pinned)
 
+    async def cancel(self, job_id: str, client: str, admin: bool = False) -> JobState | None:
+        return await self._call(self._cancel, job_id, client, admin)
+
+    def _cancel(self, job_id: str, client: str, admin: bool) -> JobState | None:
+        """A queued job leaves its queue now; a running one is asked to stop (its worker reads
+        `cancel_key` between two slices, and fails the job saying who cancelled it)."""
+        state = self._stored_status(job_id)
+        if state is None:
+            return None
+        if state.status in (JobStatus.DONE, JobStatus.FAILED):
+            raise BackendError(f"the job is already {state.status.value}", status=409)
+        if not admin and self._redis.zscore(client_jobs_key(client), job_id) is None:
+            raise BackendError("only who submitted this job, or an admin, may cancel it", 403)
+        who = display_client(client)
+        self._redis.set(cancel_key(job_id), who, ex=self._settings.experiment_timeout_s)
+        job = fetch_job(job_id, self._redis)
+        if job.get_status() not in QUEUED:
+            return state.model_copy(update={"message": f"cancelling (asked by {who})"})
+        error = cancelled_message(who)
+        job.meta["error"] = error
+        job.save_meta()
+        job.cancel()
+        self._redis.delete(slices_key(job_id), slice_claims_key(job_id))
+        self._store.fail(job_id, error)
+        self._remember_persisted(job_id)
+        return JobState(id=job_id, status=JobStatus.FAILED, error=error)
+
     async def maintain(self) -> None:
         """One pass over the store's pending jobs: results copied, failures recorded, lost
         jobs enqueued again (so nothing depends on a client polling)."""
@@ -608,8 +643,15 @@ class RedisBackend(PartsReader):
         if status in QUEUED:
             position = job.get_position()
             message = f"waiting for a worker for {job.meta.get('model', '?')}" if waiting else None
+            progress = job.meta.get("progress")
+            if progress is not None and message is None:  # an experiment between two chunks
+                message = f"{job.meta.get('message', '')} (paused between chunks)".lstrip()
             return JobState(
-                id=job_id, status=JobStatus.QUEUED, position_in_queue=position, message=message
+                id=job_id,
+                status=JobStatus.QUEUED,
+                position_in_queue=position,
+                message=message,
+                progress=progress,
             )
         if status == RqStatus.FINISHED:  # finished, but its result expired or was never written
             return self._done(job_id) if self._finished(job_id) else None
@@ -625,7 +667,8 @@ class RedisBackend(PartsReader):
             reap_abandoned(queue, {beat.name for beat in beats}, results=self._results)
             status = job.get_status(refresh=True)
             job.refresh()
-        if status in QUEUED and not any(beat.queue == job.origin for beat in beats):
+        served = {beat.queue for beat in beats} | {interactive_queue_name(b.model) for b in beats}
+        if status in QUEUED and job.origin not in served:
             model = str(job.meta.get("model", "?"))
             if self._remembered(model) is not None:
                 return status, True
@@ -660,7 +703,11 @@ class RedisBackend(PartsReader):
     def _health(self) -> dict[str, Any]:
         self._redis.ping()
         beats = self._beats()
-        queues = {beat.model: rq_queue(beat.queue, self._redis).count for beat in beats}
+        queues = {
+            beat.model: rq_queue(beat.queue, self._redis).count
+            + rq_queue(interactive_queue_name(beat.model), self._redis).count
+            for beat in beats
+        }
         warnings = []
         for model in queues:
             prints = {beat.fingerprint for beat in beats if beat.model == model}

@@ -20,3 +20,13 @@ class ModelLoadError(UserInputError):
 class UnsupportedModelError(ModelLoadError):
     """A model_type without a spec in the family registry
     (`model_worker/model/adapters/families/`)."""
+
+
+class JobCancelled(UserInputError):
+    """The job was cancelled (its message says by whom): raised where it stops, between two
+    slices of its work (model_worker.experiments.slices)."""
+
+
+def cancelled_message(who: str) -> str:
+    """What a cancelled job's page says: cancelled, and by whom."""
+    return f"cancelled by {who}"

@@ -56,6 +56,16 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")
     queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
     experiment_timeout_s: int = Field(4 * 3600, ge=1, description="Timeout of experiment jobs.")
+    admin_users: str = Field(
+        "",
+        description="Named users (ICL_USERS) who may cancel anyone's job, comma-separated.",
+    )
+    experiment_chunk_s: float = Field(
+        20.0,
+        gt=0,
+        description="About how long one chunk of an experiment runs on a lab server's worker "
+        "before it hands the worker back (interactive jobs go first between chunks).",
+    )
     worker_heartbeat_s: float = Field(
         2.0, gt=0, description="Worker heartbeat period; a worker silent for 5 periods is dead."
     )

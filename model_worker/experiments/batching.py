@@ -8,9 +8,10 @@ need more read the RunCache of each batch through an `extra` callback.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 import torch
@@ -22,6 +23,7 @@ from model_worker.analysis.projection import unembed_matmul
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.datasets import IclPrompt
 from model_worker.experiments.progress import ProgressFn, no_progress
+from model_worker.experiments.slices import Record, current_slicer, cut, merged
 from model_worker.model.capture import RunCache, run_with_cache
 from model_worker.model.loading import LoadedModel
 from model_worker.model.prompting import LabelReading, read_prompt, target_id
@@ -249,15 +251,89 @@ def run_prompts(
     label: str = "prompts",
 ) -> list[PromptRun]:
     """Forward every prompt (batched) and summarise each at its last real token; with
-    `label_increases`, the prompts that get head increases also get their label increases."""
+    `label_increases`, the prompts that get head increases also get their label increases.
+
+    The prompts go in slices (model_worker.experiments.slices) through the experiment's slicer:
+    computed here in order, or shared with other workers; merged in prompt order."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+    parts = cut(len(items), batch_size)
+    total = len(items)
+    progress(0.0, f"{label}: 0/{total}")
+
+    def compute(i: int) -> list[Record]:
+        part = parts[i]
+        runs = _run_part(
+            loaded,
+            items[part.start : part.stop],
+            batch_size=batch_size,
+            increases=increases,
+            label_increases=label_increases,
+            intervene=intervene,
+            extra=extra,
+            progress=progress,
+            label=label,
+            offset=part.start,
+            total=total,
+        )
+        return [to_record(run) for run in runs]
+
+    def on_slice(i: int) -> None:
+        progress(parts[i].stop / max(1, total), f"{label}: {parts[i].stop}/{total}")
+
+    flags = (label, batch_size, increases, label_increases, intervene is None, extra is None)
+    digest = pass_digest(items, repr(flags))
+    records = merged(current_slicer().run(digest, len(parts), compute, on_slice))
+    if len(records) != total:
+        raise RuntimeError(f"a pass over {total} prompts came back with {len(records)}")
+    return [from_record(item, record) for item, record in zip(items, records, strict=True)]
+
+
+#: The fields of a PromptRun kept in its Record (its prompt is known to every worker).
+RECORD_FIELDS = tuple(f.name for f in fields(PromptRun) if f.name != "item")
+
+
+def to_record(run: PromptRun) -> Record:
+    """What a slice keeps of one prompt's run: numbers and tensors only."""
+    return {name: getattr(run, name) for name in RECORD_FIELDS}
+
+
+def from_record(item: Prepared, record: Record) -> PromptRun:
+    """The PromptRun of `item` from its Record."""
+    return PromptRun(item=item, **{name: record[name] for name in RECORD_FIELDS})
+
+
+def pass_digest(items: Sequence[Prepared], options: str) -> str:
+    """A name for a pass: its prompts' tokens, labels and options (a replayed experiment must
+    ask for the same passes in the same order)."""
+    digest = hashlib.sha256(options.encode())
+    for item in items:
+        digest.update(item.ids.numpy().tobytes())
+        digest.update(repr((item.label_positions, item.label_true, item.true_id)).encode())
+        digest.update(repr(item.false_id).encode())
+    return digest.hexdigest()[:32]
+
+
+def _run_part(
+    loaded: LoadedModel,
+    items: Sequence[Prepared],
+    *,
+    batch_size: int = 16,
+    increases: IncreaseMode = "none",
+    label_increases: bool = False,
+    intervene: Intervene | None = None,
+    extra: Extra | None = None,
+    progress: ProgressFn = no_progress,
+    label: str = "prompts",
+    offset: int = 0,
+    total: int = 0,
+) -> list[PromptRun]:
+    """`run_prompts` of one slice: `items` are prompts offset.. of `total`."""
     pad_id = loaded.tokenizer.pad_token_id or 0
     g = loaded.geometry
     kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
     runs: list[PromptRun] = []
     wanted: dict[int, LastToken] = {}
-    progress(0.0, f"{label}: 0/{len(items)}")
     for batch in make_batches(items, batch_size, pad_id):
         cache = forward(loaded, batch, intervene)
         extras = extra(batch, cache) if extra is not None else [None] * len(batch.items)
@@ -277,9 +353,10 @@ def run_prompts(
                     if label_increases
                     else None,
                 )
-        progress(len(runs) / max(1, len(items)), f"{label}: {len(runs)}/{len(items)}")
+        done = offset + len(runs)
+        progress(done / max(1, total), f"{label}: {done}/{total}")
     if wanted:
-        progress(1.0, f"{label}: head increases of {len(wanted)} prompts")
+        progress(done / max(1, total), f"{label}: head increases of {len(wanted)} prompts")
         table = head_increase_table(loaded, list(wanted.values()))
         label_table = None
         if label_increases:

@@ -13,6 +13,7 @@ from model_worker.experiments.context import Context
 from model_worker.experiments.data import ExperimentInputError, resolve_dataset
 from model_worker.experiments.progress import Heartbeat, ProgressFn, no_progress
 from model_worker.experiments.seeds import combine_seeds
+from model_worker.experiments.slices import Slicer, slicing
 from model_worker.experiments.stats import Interval
 from model_worker.model.loading import LoadedModel
 
@@ -33,13 +34,17 @@ def run_experiment(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    slicer: Slicer | None = None,
 ) -> ExperimentResult:
     """Run experiment `request.name` on `loaded`; `progress(fraction, message)` as it goes;
-    every prompt within `max_tokens` tokens (and the model's context).
+    every prompt within `max_tokens` tokens (and the model's context); its passes' slices
+    through `slicer` (model_worker.experiments.slices; None: computed here in order).
 
     Raises ExperimentInputError (a UserInputError: one clear line) for a bad dataset or request.
     """
-    return run_keeping(loaded, request, progress, batch_size=batch_size, max_tokens=max_tokens)[0]
+    return run_keeping(
+        loaded, request, progress, batch_size=batch_size, max_tokens=max_tokens, slicer=slicer
+    )[0]
 
 
 def run_seeds(
@@ -72,6 +77,7 @@ def run_keeping(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    slicer: Slicer | None = None,
 ) -> tuple[ExperimentResult, dict[str, Interval]]:
     """`run_experiment`, and the run's intervals with what they were computed from."""
     if batch_size < 1:
@@ -79,7 +85,10 @@ def run_keeping(
     if request.name not in EXPERIMENTS:
         raise ExperimentInputError(f"unknown experiment {request.name!r}")
     dataset = resolve_dataset(request)
-    with Heartbeat(progress) as beating:  # a report at least every second, even mid-batch
+    with (
+        slicing(slicer or Slicer()),
+        Heartbeat(progress) as beating,  # a report at least every second, even mid-batch
+    ):
         ctx = Context(loaded, request, dataset, batch_size, beating, max_tokens)
         result = with_sample_caveat(_runner(request.name)(ctx))
         beating(1.0, "done")

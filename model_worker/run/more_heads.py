@@ -22,7 +22,7 @@ from model_worker.contracts.analysis import AnalysisResult, HeadDetail
 from model_worker.contracts.common import head_name
 from model_worker.model.capture import KEEP_ALL, Keep, run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import Encoded, parse_head_names
+from model_worker.model.prompting import Encoded, LabelReading, ReadPrompt, parse_head_names
 from model_worker.resources.gc_pause import without_gc
 from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
@@ -48,9 +48,14 @@ def rerun(loaded: LoadedModel, result: AnalysisResult, k: int, keep: Keep) -> Pr
             keep=keep,
         )
     projector = final_projector(loaded, cache.resid_final[0, -1], result.norm)
-    structure = IclStructure(result.separator, spans)
-    encoded = Encoded(ids=ids, offsets=[], texts=texts)
-    return PromptRun(loaded, cache, encoded, projector, result.target.id, structure, k)
+    read = ReadPrompt(  # the prompt as the analysis read it: its tokens, labels, demonstrations
+        text=result.prompt,
+        reading=LabelReading(result.prompt, notes=list(result.notes)),  # details read none of it
+        encoded=Encoded(ids=ids, offsets=[], texts=texts),
+        structure=IclStructure(result.separator, spans),
+        demonstrations=[label.demonstration for label in result.labels],
+    )
+    return PromptRun(loaded, cache, read, projector, result.target.id, k)
 
 
 def keep_for(result: AnalysisResult, keys: bool, towers: bool) -> Keep:

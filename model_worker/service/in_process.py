@@ -80,12 +80,23 @@ class InProcessEngine:
         return run_analysis(loaded, request, on_heads, settings=self._settings)
 
     def experiment(
-        self, loaded: LoadedModel, request: ExperimentRequest, progress: Progress
+        self,
+        loaded: LoadedModel,
+        request: ExperimentRequest,
+        progress: Progress,
+        between_slices: Callable[[], None] | None = None,
     ) -> ExperimentResult:
+        """Run the experiment, calling `between_slices()` before each slice of its passes (the
+        embedded backend runs waiting interactive jobs there, or stops a cancelled one)."""
         from model_worker.experiments.job import run_experiment
+        from model_worker.experiments.slices import Slicer
 
         return run_experiment(
-            loaded, request, progress, max_tokens=self._settings.max_prompt_tokens
+            loaded,
+            request,
+            progress,
+            max_tokens=self._settings.max_prompt_tokens,
+            slicer=Slicer(between_slices),
         )
 
     def _own_tokenizer(self, loaded: LoadedModel) -> PreTrainedTokenizerBase:

@@ -14,7 +14,12 @@ from model_worker.service import jobs
 #: Dotted names of the only functions a worker runs (what the web tier enqueues).
 ALLOWED_JOBS = frozenset(
     f"{function.__module__}.{function.__qualname__}"
-    for function in (jobs.analysis_job, jobs.experiment_job, jobs.patching_job)
+    for function in (
+        jobs.analysis_job,
+        jobs.experiment_job,
+        jobs.experiment_helper_job,
+        jobs.patching_job,
+    )
 )
 #: Longest job-function name quoted back in a refusal.
 MAX_SHOWN = 120

@@ -18,24 +18,39 @@ from typing import TypeVar
 import torch
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
-from rq import get_current_job
-from rq.job import Job
+from rq import Retry, get_current_job
+from rq import Retry as JobRetry
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 from rq.timeouts import JobTimeoutException
 
 from model_worker.analysis.kernels import recheck_due, recheck_now
 from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
-from model_worker.common.errors import UserInputError
+from model_worker.common.errors import JobCancelled, UserInputError, cancelled_message
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
-from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
 from model_worker.contracts.patching import PatchRequest
+from model_worker.experiments.progress import no_progress
 from model_worker.model.loading import LoadedModel, load_model
 from model_worker.resources.unembedding_cache import HeadUnembeddings
 from model_worker.run.analyze import analyze
 from model_worker.run.factored import unembedding_builder
 from model_worker.run.more_heads import detail_more
-from model_worker.service.queue.keys import COMPUTED_KEY, heads_stage_key, result_key
-from model_worker.service.queue.reaper import rq_queue
+from model_worker.service.chunks import OPEN, ChunkOver, ChunkSlicer, drop_slices, open_slices
+from model_worker.service.queue.heartbeats import live_beats
+from model_worker.service.queue.keys import (
+    COMPUTED_KEY,
+    cancel_key,
+    experiment_of,
+    heads_stage_key,
+    helper_job_id,
+    interactive_queue_name,
+    queue_name,
+    result_key,
+    slices_key,
+)
+from model_worker.service.queue.reaper import fetch_job, rq_queue
 from model_worker.service.queue.redis_values import as_bytes, as_text
 from model_worker.service.queue.result_parts import (
     CORE,
@@ -56,6 +71,10 @@ MAX_BACKOFF_S = 5.0
 #: How long a job's failure reason is offered again while Redis refuses writes (out of memory).
 REFUSED_RETRY_S = 30.0
 
+#: Most chunks one experiment runs (each hands its worker back: RQ's Retry, counted by RQ).
+MAX_CHUNKS = 1_000_000
+#: The helper job function, as its RQ job names it.
+HELPER_FUNC = "model_worker.service.jobs.experiment_helper_job"
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -339,13 +358,14 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         result = run_analysis(loaded, request, publish, settings=settings)
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
-    idle_work(loaded, lambda: _jobs_waiting(job.connection, job.origin))
+    queues = (job.origin, queue_name(loaded.name))
+    idle_work(loaded, lambda: _jobs_waiting(job.connection, queues))
 
 
-def _jobs_waiting(connection: Redis, queue: str) -> bool:
-    """A job waits on `queue` (or Redis cannot say: then stop idle work too)."""
+def _jobs_waiting(connection: Redis, queues: tuple[str, ...]) -> bool:
+    """A job waits on one of `queues` (or Redis cannot say: then stop idle work too)."""
     try:
-        return rq_queue(queue, connection).count > 0
+        return any(rq_queue(queue, connection).count > 0 for queue in queues)
     except RedisError:
         return True
 
@@ -388,22 +408,127 @@ def build_seen_heads(loaded: LoadedModel, should_stop: Callable[[], bool]) -> in
     return len(built)
 
 
-def experiment_job(request_json: str, result_ttl_s: int) -> None:
-    """RQ job: run one dataset experiment, publishing its progress in the job's meta."""
+def experiment_job(request_json: str, result_ttl_s: int) -> Retry | None:
+    """RQ job: one chunk of a dataset experiment (model_worker.service.chunks), publishing its
+    progress in the job's meta; queued again (RQ's Retry) until its last chunk stores the
+    result. Its helpers (`experiment_helper_job`) share the slices on the model's other
+    workers."""
     job, connection = _current()
     with _job_context(job):
-        from model_worker.experiments.job import run_experiment
-
         request = ExperimentRequest.model_validate_json(request_json)
         loaded, settings = _served()
         signer, digest = result_signer(settings), request_digest(request)
         if _computed(connection, job.id, signer, digest):
-            return
+            return None
         within_budget(loaded, request, settings)
-        progress = progress_reporter(job)
-        result = run_experiment(loaded, request, progress, max_tokens=settings.max_prompt_tokens)
+        queue_redis = job.connection
+        open_slices(queue_redis, job.id, settings.experiment_timeout_s + result_ttl_s)
+        ensure_helpers(job, loaded.name, request_json, result_ttl_s, settings)
+        slicer = _slicer(job, job.id, loaded.name, digest, settings, driver=True)
+        try:
+            result = _experiment(loaded, request, progress_reporter(job), slicer, settings)
+        except ChunkOver:
+            return Retry(max=MAX_CHUNKS)
+        except BaseException:
+            drop_slices(queue_redis, job.id)  # cancelled or failed: nothing of it is kept
+            raise
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
+        drop_slices(queue_redis, job.id)
+    return None
+
+
+def experiment_helper_job(request_json: str, result_ttl_s: int) -> Retry | None:
+    """RQ job: one chunk of help with an experiment's slices (model_worker.service.chunks), on
+    a worker other than the driver's; queued again while the experiment runs."""
+    job, _ = _current()
+    with _job_context(job):
+        request = ExperimentRequest.model_validate_json(request_json)
+        loaded, settings = _served()
+        experiment_id = experiment_of(job.id)
+        if not job.connection.hexists(slices_key(experiment_id), OPEN):
+            return None  # over (or not started: its driver asks again)
+        digest = request_digest(request)
+        slicer = _slicer(job, experiment_id, loaded.name, digest, settings, driver=False)
+        try:
+            _experiment(loaded, request, no_progress, slicer, settings)
+        except ChunkOver as over:
+            return Retry(max=MAX_CHUNKS) if over.again else None
+        except JobCancelled:
+            return None
+    return None
+
+
+def _experiment(
+    loaded: LoadedModel,
+    request: ExperimentRequest,
+    progress: Callable[[float, str], None],
+    slicer: ChunkSlicer,
+    settings: Settings,
+) -> ExperimentResult:
+    from model_worker.experiments.job import run_experiment
+
+    return run_experiment(
+        loaded, request, progress, max_tokens=settings.max_prompt_tokens, slicer=slicer
+    )
+
+
+def _slicer(
+    job: Job, experiment_id: str, model: str, digest: str, settings: Settings, *, driver: bool
+) -> ChunkSlicer:
+    interactive = interactive_queue_name(model)
+    connection = job.connection
+
+    def interactive_waiting() -> bool:
+        try:
+            return bool(connection.llen(rq_queue(interactive, connection).key))
+        except RedisError:
+            return False
+
+    return ChunkSlicer(
+        connection,
+        experiment_id,
+        digest,
+        result_signer(settings),
+        job.worker_name or "",
+        interactive_waiting,
+        driver,
+        chunk_s=settings.experiment_chunk_s,
+    )
+
+
+def ensure_helpers(
+    job: Job, model: str, request_json: str, result_ttl_s: int, settings: Settings
+) -> int:
+    """Queue a helper chunk job for each other live worker of `model` that has none queued or
+    running for this experiment; how many were queued."""
+    connection = job.connection
+    workers = [beat for beat in live_beats(connection) if beat.model == model]
+    queue = rq_queue(job.origin, connection)
+    queued = 0
+    for number in range(1, len(workers)):
+        helper_id = helper_job_id(job.id, number)
+        try:
+            status = fetch_job(helper_id, connection).get_status()
+        except NoSuchJobError:
+            status = None
+        if status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED):
+            continue
+        if status is not None:
+            connection.delete(Job.key_for(helper_id))
+        queue.enqueue(
+            HELPER_FUNC,
+            request_json,
+            result_ttl_s,
+            job_id=helper_id,
+            job_timeout=settings.experiment_timeout_s,
+            result_ttl=0,
+            failure_ttl=3600,
+            retry=JobRetry(max=1),
+            description=f"helper {number} of {job.id}",
+        )
+        queued += 1
+    return queued
 
 
 def patching_job(request_json: str, result_ttl_s: int) -> None:
@@ -418,7 +543,13 @@ def patching_job(request_json: str, result_ttl_s: int) -> None:
         signer, digest = result_signer(settings), request_digest(request)
         if _computed(connection, job.id, signer, digest):
             return
-        result = patch(loaded, request, settings.max_prompt_tokens, progress_reporter(job))
+        report = progress_reporter(job)
+
+        def progress(fraction: float, message: str) -> None:
+            stop_if_cancelled(job)  # a cancelled patch stops at its next step
+            report(fraction, message)
+
+        result = patch(loaded, request, settings.max_prompt_tokens, progress)
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
 
@@ -442,16 +573,30 @@ def heads_publisher(
     return publish
 
 
+def stop_if_cancelled(job: Job) -> None:
+    """JobCancelled (saying by whom) when the job was cancelled (`cancel_key`)."""
+    try:
+        who = job.connection.get(cancel_key(job.id))
+    except RedisError:
+        return
+    if who is not None:
+        raise JobCancelled(cancelled_message(as_text(who)))
+
+
 def progress_reporter(job: Job) -> Callable[[float, str], None]:
-    """A `progress(fraction, message)` that writes to the job's meta, at most 4 times a second."""
+    """A `progress(fraction, message)` that writes to the job's meta, at most 4 times a second,
+    never lower than the job's progress so far (a chunk replays what earlier chunks did)."""
     last = 0.0
+    reached = float(job.meta.get("progress") or 0.0)  # by earlier chunks of the same job
 
     def progress(fraction: float, message: str) -> None:
-        nonlocal last
+        nonlocal last, reached
         now = time.monotonic()
         if now - last < PROGRESS_EVERY_S and fraction < 1.0:
             return
-        last = now
+        if fraction < reached:  # a later chunk replaying what earlier ones did: never back
+            return
+        last, reached = now, fraction
         job.meta["progress"] = max(0.0, min(1.0, float(fraction)))
         job.meta["message"] = message
         try:

@@ -1,4 +1,6 @@
-"""`icl-heads worker`: serve one loaded model's queue through RQ until stopped.
+"""`icl-heads worker`: serve one loaded model's queues through RQ until stopped: its
+interactive queue (analyses, patches) first, then its batch queue (experiments, in chunks:
+model_worker.service.chunks).
 
 RQ's SimpleWorker (model_worker.service.rq_worker, the one module using RQ's internals) runs each
 job in this process (no fork after CUDA is initialised, so the model stays loaded). A heartbeat
@@ -33,7 +35,12 @@ from model_worker.model.loading import LoadedModel
 from model_worker.model.prompting import token_limit
 from model_worker.service.jobs import STATE, serve_model
 from model_worker.service.queue.heartbeats import WorkerBeat, live_beats, remove_beat, write_beat
-from model_worker.service.queue.keys import queue_name, result_key, tokenizer_key
+from model_worker.service.queue.keys import (
+    interactive_queue_name,
+    queue_name,
+    result_key,
+    tokenizer_key,
+)
 from model_worker.service.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from model_worker.service.queue.signing import result_signer
 from model_worker.service.rq_worker import RqWorker, no_retry_after_exception
@@ -70,6 +77,8 @@ class ModelWorker:
         )
         self.name = name or f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
         self.queue = rq_queue(queue_name(loaded.name), connection)
+        #: served first: analyses and patches never wait behind an experiment's chunks
+        self.interactive = rq_queue(interactive_queue_name(loaded.name), connection)
         self.beat = WorkerBeat(
             name=self.name,
             model=loaded.name,
@@ -101,7 +110,8 @@ class ModelWorker:
         write_beat(self.connection, beat, self.settings.worker_heartbeat_s)
         self._publish_tokenizer()
         live = {other.name for other in live_beats(self.connection)}
-        reap_abandoned(self.queue, live, results=self.results)
+        for queue in (self.interactive, self.queue):
+            reap_abandoned(queue, live, results=self.results)
 
     def _publish_tokenizer(self) -> None:
         """Share the tokenizer (once per fingerprint, again after Redis lost it), so the web
@@ -145,7 +155,7 @@ class ModelWorker:
         """RQ's work loop, started again (same name) each time it breaks off on Redis."""
         while True:
             worker = RqWorker(
-                [self.queue],
+                [self.interactive, self.queue],  # in this order: interactive jobs first
                 connection=self.connection,
                 name=self.name,
                 serializer=self.queue.serializer,
@@ -193,18 +203,20 @@ class ModelWorker:
         try:
             stored = fetch_job(job.id, self.connection)
         except NoSuchJobError:
-            self.queue.enqueue_job(job)
+            lost = self.interactive if job.origin == self.interactive.name else self.queue
+            lost.enqueue_job(job)
             log.warning("job %s was lost with Redis's data: enqueued again", job.id)
             return
         status = stored.get_status()
+        queue = self.interactive if stored.origin == self.interactive.name else self.queue
         if status == JobStatus.QUEUED and stored.get_position() is None:
-            self.connection.lrem(self.queue.intermediate_queue_key, 0, job.id)
-            self.queue.enqueue_job(stored)  # taken off the queue, never started
+            self.connection.lrem(queue.intermediate_queue_key, 0, job.id)
+            queue.enqueue_job(stored)  # taken off the queue, never started
             log.warning("job %s queued again after losing Redis", job.id)
         elif status == JobStatus.STARTED:
             live = {beat.name for beat in live_beats(self.connection)} - {self.name}
             for _ in range(40):  # another reaper may hold the lock for a moment
-                if job.id in reap_abandoned(self.queue, live, LOST_REDIS, self.results):
+                if job.id in reap_abandoned(queue, live, LOST_REDIS, self.results):
                     log.warning("job %s handed back after losing Redis", job.id)
                     return
                 time.sleep(0.25)

@@ -147,3 +147,41 @@ def session_key(session_digest: str) -> str:
 def queue_name(model: str) -> str:
     """One queue per model id."""
     return _key("queue", _short_hash(model))
+
+
+def interactive_queue_name(model: str) -> str:
+    """The queue of a model's interactive jobs (analyses, patches): every worker of the model
+    takes from it before its batch queue (`queue_name`: experiments, in chunks)."""
+    return _key("interactive", _short_hash(model))
+
+
+def helper_job_id(experiment_id: str, number: int) -> str:
+    """The id of an experiment's helper chunk job `number` (model_worker.service.chunks)."""
+    return f"{experiment_id}.h{number}"
+
+
+def experiment_of(job_id: str) -> str:
+    """The experiment a job works for: a helper's experiment, else the job itself."""
+    return job_id.partition(".")[0]
+
+
+def slices_key(experiment_id: str) -> str:
+    """The finished slices of a running experiment's passes (a hash: `pass:slice` -> signed
+    records), and `open` while the experiment runs."""
+    return _key("slices", experiment_id)
+
+
+def slice_claims_key(experiment_id: str) -> str:
+    """Which worker computes each slice of a running experiment (a hash)."""
+    return _key("slice-claims", experiment_id)
+
+
+def cancel_key(job_id: str) -> str:
+    """Who cancelled a running job (its workers stop at their next slice)."""
+    return _key("cancel", job_id)
+
+
+#: Counter of experiment slices stored (each slice once, whoever computed it).
+SLICES_STORED_KEY = f"{PREFIX}:stats:slices"
+#: Counter of experiment slices computed (a slice computed twice, after a worker died, twice).
+SLICES_COMPUTED_KEY = f"{PREFIX}:stats:slices-computed"
