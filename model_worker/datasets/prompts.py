@@ -9,9 +9,17 @@ Design (the order of the true and false demonstrations, its *arrangement*, e.g. 
   demonstrations per label; the label assignment alternates every prompt and the input class
   every two), so every arrangement comes equally often, each with both label assignments and
   both input classes (exactly so in every 24 prompts for two classes); a model that answers
-  from the label sequence alone scores chance;
+  from the label sequence alone scores chance. With more demonstrations per label (4 or 8:
+  70 or 12,870 orders, too many to cycle through) each block of eight prompts draws one
+  arrangement at random, the first four prompts get it and the next four its mirror (T and F
+  swapped), so every position holds a true and a false demonstration equally often;
 - "fftt": the paper's design, the false demonstrations first and the true ones nearest the
   input, in every prompt.
+
+Labels: "arbitrary" (default, the paper's) labels the classes with the semantically unrelated
+"foo" and "bar", the assignment alternating between prompts; "meaningful" labels every
+demonstration with its class's own name (`animal`, `country`), a fixed assignment, so a model
+may also answer from what it knows of the words without reading the demonstrations.
 
 Variants of a prompt keep its texts and change only the demonstrations: "imbalanced" drops the
 true demonstration nearest the input (the true label is the minority); "minority-false" drops
@@ -20,10 +28,11 @@ the false one nearest the input instead (the control: the minority label is the 
 FTFT → TFTF), each keeping its own order.
 """
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import permutations
+from itertools import combinations
 from typing import Literal
 
 from model_worker.datasets.dataset import Dataset
@@ -33,7 +42,13 @@ Variant = Literal["balanced", "imbalanced", "minority-false", "reordered"]
 VARIANTS: tuple[Variant, ...] = ("balanced", "imbalanced", "minority-false", "reordered")
 Design = Literal["counterbalanced", "fftt"]
 DESIGNS: tuple[Design, ...] = ("counterbalanced", "fftt")
+LabelStyle = Literal["arbitrary", "meaningful"]
+LABEL_STYLES: tuple[LabelStyle, ...] = ("arbitrary", "meaningful")
 LABELS: tuple[str, str] = ("foo", "bar")
+#: demonstrations per label a request may ask for (4, 8 or 16 demonstrations in all at most)
+MAX_DEMOS_PER_LABEL = 8
+#: orders of the true/false demonstrations cycled through in turn up to this many (2 + 2: 6)
+MAX_CYCLED_ORDERS = 6
 SEPARATOR = " : "
 MAX_PROMPTS = 1000
 
@@ -121,16 +136,34 @@ def _sample_excluding(pool: Sequence[str], k: int, excluded: str, rng: random.Ra
 
 def orders(n_true: int = 2, n_false: int = 2) -> list[str]:
     """Every distinct sequence of T/F demonstrations (`FFTT`, `FTFT`, …), sorted."""
-    return sorted({"".join(p) for p in permutations("T" * n_true + "F" * n_false)})
+    size = n_true + n_false
+    found = []
+    for slots in combinations(range(size), n_true):
+        found.append("".join("T" if k in slots else "F" for k in range(size)))
+    return sorted(found)
+
+
+def _drawn(block: int, n_true: int, n_false: int) -> str:
+    """A random arrangement, the same for the same block and counts whatever the seed."""
+    sides = list("T" * n_true + "F" * n_false)
+    random.Random(f"arrangement {n_true} {n_false} {block}").shuffle(sides)
+    return "".join(sides)
 
 
 def arrangement_of(i: int, design: Design, n_true: int, n_false: int) -> str:
     """The arrangement of prompt i: cycling through every order, each kept for four prompts
-    (both label assignments × two input classes), or the paper's false-then-true."""
+    (both label assignments × two input classes); beyond MAX_CYCLED_ORDERS orders a random one
+    per eight prompts, its mirror for the second four (module docstring); or the paper's
+    false-then-true."""
     if design == "fftt":
         return "F" * n_false + "T" * n_true
-    every = orders(n_true, n_false)
-    return every[(i // 4) % len(every)]
+    if math.comb(n_true + n_false, n_true) <= MAX_CYCLED_ORDERS:
+        every = orders(n_true, n_false)
+        return every[(i // 4) % len(every)]
+    if n_true != n_false:
+        return _drawn(i // 4, n_true, n_false)
+    drawn = _drawn(i // 8, n_true, n_false)
+    return _swap(drawn) if (i // 4) % 2 else drawn
 
 
 def _drop_last(arrangement: str, side: str) -> str:
@@ -167,6 +200,7 @@ def _check_request(
     n: int,
     variant: str,
     design: str,
+    labels: str,
     demos_per_label: int,
     foo_class: str | None,
     true_label: str | None,
@@ -178,8 +212,14 @@ def _check_request(
         raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")
     if design not in DESIGNS:
         raise ValueError(f"unknown design {design!r}; expected one of {', '.join(DESIGNS)}")
-    if demos_per_label < 1:
-        raise ValueError(f"demos_per_label must be at least 1, got {demos_per_label}")
+    if labels not in LABEL_STYLES:
+        raise ValueError(f"unknown labels {labels!r}; expected one of {', '.join(LABEL_STYLES)}")
+    if not 1 <= demos_per_label <= MAX_DEMOS_PER_LABEL:
+        raise ValueError(
+            f"demos_per_label must be 1 to {MAX_DEMOS_PER_LABEL}, got {demos_per_label}"
+        )
+    if labels == "meaningful" and true_label is not None:
+        raise ValueError("true_label fixes foo or bar: it applies to arbitrary labels only")
     if foo_class is not None and true_label is not None:
         raise ValueError("give foo_class or true_label, not both")
     if foo_class is not None and foo_class not in dataset.classes:
@@ -206,6 +246,7 @@ def build_prompts(
     variant: Variant = "balanced",
     demos_per_label: int = 2,
     design: Design = "counterbalanced",
+    labels: LabelStyle = "arbitrary",
 ) -> list[IclPrompt]:
     """Return min(n, MAX_PROMPTS) prompts built deterministically from `seed`.
 
@@ -213,24 +254,31 @@ def build_prompts(
     `true_label` instead fixes the label of the input's class (the paper uses "foo"). With
     neither, both label assignments are used, alternating, and inputs cycle through the classes.
     `design` orders the demonstrations (module docstring); the texts drawn do not depend on it,
-    so prompt i of either design has the same input and demonstrations.
+    so prompt i of either design has the same input and demonstrations. `labels`: foo/bar, or
+    each class's own name ("meaningful"; `foo_class` then only sets which class half of the
+    inputs come from).
     """
     pools = {
         c: tuple(dict.fromkeys(one_line(t) for t in texts))
         for c, texts in dataset.texts_by_class().items()
     }
-    _check_request(dataset, pools, n, variant, design, demos_per_label, foo_class, true_label)
+    _check_request(
+        dataset, pools, n, variant, design, labels, demos_per_label, foo_class, true_label
+    )
     rng = random.Random(seed)
     decks = {c: _Deck(texts, rng) for c, texts in pools.items()}
     prompts = []
     for i in range(min(n, MAX_PROMPTS)):
         c_true, c_false, label = _class_pair(i, dataset.classes, rng, foo_class, true_label)
+        other = _other(label)
+        if labels == "meaningful":
+            label, other = one_line(c_true), one_line(c_false)
         query = decks[c_true].draw()
         true_texts = _sample_excluding(pools[c_true], demos_per_label, query, rng)
         false_texts = _sample_excluding(pools[c_false], demos_per_label, query, rng)
         demos = _arrange(
             [(t, label) for t in true_texts],
-            [(t, _other(label)) for t in false_texts],
+            [(t, other) for t in false_texts],
             arrangement_of(i, design, len(true_texts), len(false_texts)),
             variant,
         )
@@ -239,7 +287,7 @@ def build_prompts(
                 text=format_prompt(demos, query),
                 input=query,
                 true_label=label,
-                false_label=_other(label),
+                false_label=other,
                 demonstrations=demos,
                 variant=variant,
             )
