@@ -132,14 +132,28 @@ CLAIMS: tuple[tuple[str, str, str, str], ...] = (
         "top20_false_attention_rise_rate_minus_half",
     ),
     (
-        "reordered prompts lower the located heads' true-label attention",
+        "reordered prompts lower the located heads' true-label attention (FFTT → TTFF, the "
+        "paper's comparison)",
+        paper.REORDER,
+        "reorder",
+        "located_attn_true_drop_fftt_ttff",
+    ),
+    (
+        "… every arrangement against its mirror, sign-aligned (FFTT → TTFF, FTFT → TFTF, "
+        "TFFT → FTTF pooled)",
         paper.REORDER,
         "reorder",
         "located_attn_true_drop",
     ),
     (
-        "reordered prompts: true-label attention drops in most of the top-20 heads (rate over "
-        "heads)",
+        "reordered prompts (FFTT → TTFF): true-label attention drops in most of the top-20 "
+        "heads (rate over heads)",
+        paper.REORDER,
+        "reorder",
+        "top20_true_attention_drop_rate_fftt_ttff_minus_half",
+    ),
+    (
+        "… every arrangement against its mirror, sign-aligned (rate over heads)",
         paper.REORDER,
         "reorder",
         "top20_true_attention_drop_rate_minus_half",
@@ -340,8 +354,15 @@ NOTES = {
         "prompts make the minority label the wrong answer."
     ),
     "reorder": (
-        "`top20_…_rate`: the share of the top 20 heads by increase whose true-label attention "
-        "drops (false-label attention rises), resampling prompts."
+        "Reordering swaps the true and false slots, which maps the six arrangements onto each "
+        "other in mirror pairs (FFTT↔TTFF, FTFT↔TFTF, TFFT↔FTTF): over counterbalanced prompts "
+        "a raw balanced − reordered change sums each pair in both directions and cancels by "
+        "construction. Each change is therefore read in the paper's direction, from the "
+        "arrangement whose demonstration nearest the input is true to its mirror "
+        "(sign-aligned); `…_fftt_ttff` is the paper's comparison alone, the unsuffixed "
+        "quantities pool every pair, and `by_mirror_pair` lists each pair. `top20_…_rate`: the "
+        "share of the top 20 heads by increase whose true-label attention drops (false-label "
+        "attention rises), resampling prompts."
     ),
 }
 
@@ -410,6 +431,12 @@ def section(data: dict[str, Any]) -> list[str]:
         lines += [f"Per demonstration arrangement (seed {data['seed']}):", ""]
         first = ["arrangement", "n"]
         lines += _table(arrangements, first + [c for c in arrangements[0] if c not in first])
+        lines.append("")
+    mirrored = data["tables"].get("by_mirror_pair")
+    if mirrored:
+        lines += [f"Per mirror pair, sign-aligned (seed {data['seed']}):", ""]
+        first = ["pair", "n"]
+        lines += _table(mirrored, first + [c for c in mirrored[0] if c not in first])
         lines.append("")
     lines += _location(data)
     return lines

@@ -155,6 +155,8 @@ class AtlasHeadPanel:
     n_heads: int
     lines: list[ScoreLine]
     function_vector_exact: float | None
+    #: Todd et al.'s average indirect effect (exact, Δ probability of the correct answer)
+    function_vector_aie: float | None
     in_context: bool
 
     @classmethod
@@ -177,12 +179,13 @@ class AtlasHeadPanel:
                     percentile=None if rank is None or value is None else (n - int(rank) + 1) / n,
                 )
             )
-        exact = row.get("function_vector_exact")
+        exact, aie = row.get("function_vector_exact"), row.get("function_vector_aie")
         return cls(
             job_id=job_id,
             name=name,
             n_heads=n,
             lines=lines,
             function_vector_exact=None if exact is None else float(exact),
+            function_vector_aie=None if aie is None else float(aie),
             in_context=name in located(result),
         )

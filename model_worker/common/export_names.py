@@ -22,6 +22,7 @@ NAMES = frozenset(
         "attention_vs_increase",
         "bins",
         "by_arrangement",
+        "by_mirror_pair",
         "by_slot",
         "components",
         "delta_parts",

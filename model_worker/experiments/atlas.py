@@ -8,20 +8,22 @@ Scores per head (L·H rows):
   that comes from the label positions;
 - `induction`, `previous_token`: attention scores on random token sequences repeated once
   (model_worker.analysis.atlas);
-- `function_vector`: Todd et al.'s indirect effect: the mean head output at the last position
-  over the ICL prompts patched into prompts with shuffled labels; the change of
-  LD = logit[true] − logit[false], by attribution patching (every head), and exactly for the top
-  heads;
+- `function_vector`: the function-vector *screen* (first order, not Todd et al.'s measure):
+  each head's mean output at the last position, over the ICL prompts with the same label
+  assignment (which class each label stands for), patched into prompts with shuffled labels;
+  the change of LD = logit[true] − logit[false] by attribution patching, for every head. For
+  the top `FV_EXACT` heads by the screen, Todd et al.'s *average indirect effect*, exact
+  (`function_vector_aie`): the change in the correct answer's probability when that head alone
+  is patched so, averaged over the prompts (and the exact LD change, `function_vector_exact`);
 - `saliency`: Wang et al.'s label-word flow |A ⊙ ∂L/∂A| from the labels to the last token;
 - `sink`: attention from the last position to position 0.
 
-Correlations: Spearman's ρ between two scores over the heads, 95% interval by bootstrap over
-heads (the heads are the units ranked; table `atlas_correlations`), and the same ρ with its
-interval from resampling the prompts, every score recomputed per resample
-(`atlas_correlations_prompts`, model_worker.experiments.atlas_prompts: the atlas page's).
-Verdicts ("in-context heads are X heads on this model") from the heads interval: supported if
-its low end > 0, not supported if its high end < 0.3 (no more than a weak correlation),
-inconclusive otherwise.
+Correlations: Spearman's ρ between two scores over the heads (table `atlas_correlations`: the
+estimates), with one 95% interval, from resampling the prompts, every score recomputed per
+resample (`atlas_correlations_prompts`, model_worker.experiments.atlas_prompts: the interval the
+page, the report and the verdicts all show). Verdicts ("in-context heads are X heads on this
+model") from that interval: supported if its low end > 0, not supported if its high end < 0.3
+(no more than a weak correlation), inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from model_worker.analysis.atlas import (
 from model_worker.contracts.common import head_name
 from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import IclPrompt, format_prompt
+from model_worker.datasets.prompts import one_line
 from model_worker.experiments import atlas_prompts, stats
 from model_worker.experiments.batching import Batch, PromptRun, run_prompts
 from model_worker.experiments.context import Context, Row
+from model_worker.experiments.data import class_of
 from model_worker.experiments.evidence import Evidence, adequacy
 from model_worker.experiments.figure_data import bar_chart, scatter
 from model_worker.experiments.locate import n_located, zeroing
@@ -94,11 +98,30 @@ PAPER = (
 )
 
 
-def _last_row(loaded_runs: list[PromptRun]) -> tuple[Tensor, Tensor]:
-    """Mean z at the last position [L, H·d] and mean sink attention [L, H] over the runs."""
-    z = torch.stack([r.extra[0] for r in loaded_runs]).mean(0)
-    sink = torch.stack([r.extra[1] for r in loaded_runs]).mean(0)
-    return z, sink
+#: a prompt's label assignment: (class, label) pairs, sorted
+Assignment = tuple[tuple[str, str], ...]
+
+
+def assignment(prompt: IclPrompt, classes: dict[str, str]) -> Assignment:
+    """Which class each label stands for in `prompt` (its demonstrations and its query): prompts
+    with the same assignment do the same task; the two assignments of a two-class dataset are
+    opposite tasks, whose mean head outputs must not be averaged together."""
+    found = {(classes.get(one_line(t), one_line(t)), label) for t, label in prompt.demonstrations}
+    found.add((classes.get(one_line(prompt.input), one_line(prompt.input)), prompt.true_label))
+    return tuple(sorted(found))
+
+
+def mean_outputs(runs: list[PromptRun], classes: dict[str, str]) -> dict[Assignment, Tensor]:
+    """Mean z at the last position [L, H·d] over the runs of each label assignment."""
+    groups: dict[Assignment, list[Tensor]] = {}
+    for r in runs:
+        groups.setdefault(assignment(r.item.prompt, classes), []).append(r.extra[0])
+    return {key: torch.stack(zs).mean(0) for key, zs in groups.items()}
+
+
+def _sink(loaded_runs: list[PromptRun]) -> Tensor:
+    """Mean sink attention [L, H] over the runs."""
+    return torch.stack([r.extra[1] for r in loaded_runs]).mean(0)
 
 
 def _within(stage: ProgressFn, i: int, n: int, fraction: float, message: str) -> None:
@@ -120,6 +143,31 @@ def shuffled(prompt: IclPrompt, rng: random.Random) -> IclPrompt:
         false_label=prompt.false_label,
         demonstrations=demos,
         variant=prompt.variant,
+    )
+
+
+#: how tables and figures name a score where its key does not say it
+SCORE_LABELS = {"function_vector": "function-vector screen (first order, ΔLD)"}
+#: the scores the in-context score is tested against, as the verdicts name them
+VERSUS = {
+    "function_vector": "function-vector (first-order screen)",
+    "induction": "induction",
+    "previous_token": "previous-token",
+    "saliency": "saliency",
+}
+
+
+def _interval_of(row: Row) -> stats.Interval:
+    """A prompt-bootstrap correlation row's interval (undefined bounds stay undefined)."""
+    low, high, rho = row["low"], row["high"], row["spearman"]
+    nan = float("nan")
+    return stats.Interval(
+        nan if rho is None else float(rho),
+        nan if low is None else float(low),
+        nan if high is None else float(high),
+        int(row["prompts"] or 0),
+        stats.PROMPT_BOOTSTRAP,
+        undefined=None if row.get("undefined") is None else str(row["undefined"]),
     )
 
 
@@ -164,7 +212,8 @@ def run(ctx: Context) -> ExperimentResult:
     label_increase = torch.stack(
         [r.label_increases for r in runs if r.label_increases is not None]
     ).mean(0)
-    mean_z, sink = _last_row(runs)
+    classes = class_of(ctx.dataset)
+    mean_z, sink = mean_outputs(runs, classes), _sink(runs)
     share = torch.where(increase > 0, label_increase / increase.clamp(min=1e-12), torch.nan)
 
     stages.stage("sequences")(0.0, "random repeated sequences")
@@ -182,27 +231,30 @@ def run(ctx: Context) -> ExperimentResult:
     fv_items = ctx.prepare([shuffled(item.prompt, rng) for item in subset])
     fv_stage = stages.stage("function vectors")
     fv_estimates, fv_bases = [], []
-    for i, item in enumerate(fv_items):
+    for i, (item, original) in enumerate(zip(fv_items, subset, strict=True)):
         fv_stage(i / len(fv_items), f"prompt {i + 1} of {len(fv_items)}")
+        task_z = mean_z[assignment(original.prompt, classes)]  # this prompt's task's mean
         base = record(loaded, item.ids)
         sites = dict(base.sites)
         for layer in range(g.n_layers):
             z = sites[("z", layer)].clone()
-            z[item.last] = mean_z[layer].to(z.device, z.dtype)
+            z[item.last] = task_z[layer].to(z.device, z.dtype)
             sites[("z", layer)] = z
         source = Activations(sites, base.logits)
         found = attribution(loaded, item.ids, source, item.true_id, item.false_id)
         fv_estimates.append(found.z[:, item.last].flatten().double())
         fv_bases.append(source)
-    function_vector = torch.stack(fv_estimates).mean(0)  # [L·H], LD change
+    function_vector = torch.stack(fv_estimates).mean(0)  # [L·H], the screen: LD change
     fv_top = top_k(function_vector.numpy(), min(FV_EXACT, n_heads))
-    exact_fv = np.zeros(len(fv_top))
+    exact_fv, aie = np.zeros(len(fv_top)), np.zeros(len(fv_top))
     for item, source in zip(fv_items, fv_bases, strict=True):
         rows: list[list[Patch]] = [[]]
         rows += [[Patch("z", h // g.n_heads, h % g.n_heads, (item.last,))] for h in fv_top]
         logits = run_patched(loaded, item.ids, source, rows).logits
         ld = (logits[:, item.true_id] - logits[:, item.false_id]).double().numpy()
         exact_fv += (ld[1:] - ld[0]) / len(fv_items)
+        p = torch.softmax(logits.double(), -1)[:, item.true_id].numpy()
+        aie += (p[1:] - p[0]) / len(fv_items)
 
     sal_stage = stages.stage("saliency")
     saliencies = []
@@ -222,6 +274,7 @@ def run(ctx: Context) -> ExperimentResult:
     }
     values = {name: columns[name].double().numpy() for name in SCORES}
     exact_of = dict(zip(fv_top, exact_fv.tolist(), strict=True))
+    aie_of = dict(zip(fv_top, aie.tolist(), strict=True))
     rank_of = {
         name: np.argsort(np.argsort(-np.nan_to_num(v, nan=-np.inf))) for name, v in values.items()
     }
@@ -234,37 +287,22 @@ def run(ctx: Context) -> ExperimentResult:
             row[name] = None if np.isnan(value) else value
             row[f"{name}_rank"] = int(rank_of[name][flat]) + 1
         row["function_vector_exact"] = exact_of.get(flat)
+        row["function_vector_aie"] = aie_of.get(flat)
         head_rows.append(row)
 
     evidence = Evidence(adequacy=adequacy(runs, ctx.request.design))
     correlations: list[Row] = []
     for a, b in combinations(SCORES, 2):
         keep = ~(np.isnan(values[a]) | np.isnan(values[b]))
-        pair = np.stack([values[a][keep], values[b][keep]])
-        interval = stats.bootstrap_stat(pair, spearman, seed=ctx.seed)
+        rho = float(spearman(np.stack([values[a][keep], values[b][keep]])))
         correlations.append(
             {
                 "score_a": a,
                 "score_b": b,
-                "spearman": interval.estimate,
-                "low": interval.low,
-                "high": interval.high,
+                "spearman": None if np.isnan(rho) else rho,
                 "heads": int(keep.sum()),
             }
         )
-        if a == "in_context" and b in (
-            "function_vector",
-            "induction",
-            "previous_token",
-            "saliency",
-        ):
-            kind = b.replace("_", "-")
-            evidence.decide(
-                f"in-context heads are {kind} heads on this model (ρ > 0 over the heads)",
-                f"spearman(in_context, {b})",
-                interval,
-                min_effect=WEAK,
-            )
 
     # the same correlations, resampling the prompts (every score recomputed per resample)
     full = [r for r in runs if r.increases is not None and r.label_increases is not None]
@@ -284,6 +322,16 @@ def run(ctx: Context) -> ExperimentResult:
         seed=ctx.seed,
     )
     by_prompt = atlas_prompts.prompt_correlations(values, draws, SCORES, len(full))
+    for row in by_prompt:  # one ρ, one interval: the prompts', wherever it is shown
+        b = str(row["score_b"])
+        if row["score_a"] != "in_context" or b not in VERSUS:
+            continue
+        evidence.decide(
+            f"in-context heads are {VERSUS[b]} heads on this model (ρ > 0 over the heads)",
+            f"spearman(in_context, {b})",
+            _interval_of(row),
+            min_effect=WEAK,
+        )
 
     k = n_located(g.n_layers, g.n_heads)
     tops = {kind: top_k(np.nan_to_num(values[col], nan=-np.inf), k) for kind, col in TYPES.items()}
@@ -317,10 +365,9 @@ def run(ctx: Context) -> ExperimentResult:
         )
 
     fv_rho = next(
-        r
-        for r in correlations
-        if r["score_b"] == "function_vector" and r["score_a"] == "in_context"
+        r for r in by_prompt if r["score_b"] == "function_vector" and r["score_a"] == "in_context"
     )
+    screen_vs_aie = float(spearman(np.stack([function_vector.numpy()[fv_top], aie])))
     metrics = {
         "heads": float(n_heads),
         "k": float(k),
@@ -329,6 +376,8 @@ def run(ctx: Context) -> ExperimentResult:
         "top_overlap_in_context_function_vector": float(
             len(set(tops["in-context"]) & set(tops["function-vector"]))
         ),
+        # how far the first-order LD screen ranks the top heads as Todd et al.'s AIE does
+        "spearman_fv_screen_aie_top": screen_vs_aie,
     }
     figures = {
         f"atlas_{b}": scatter(
@@ -343,7 +392,7 @@ def run(ctx: Context) -> ExperimentResult:
                 )
             },
             xlabel="in-context (mean direct increase)",
-            ylabel=b.replace("_", " "),
+            ylabel=SCORE_LABELS.get(b, b.replace("_", " ")),
         )
         for b in ("function_vector", "induction", "previous_token", "saliency")
     }
@@ -360,8 +409,7 @@ def run(ctx: Context) -> ExperimentResult:
     )
     outcome = {v.quantity: v.outcome for v in evidence.verdicts}
     summary = (
-        f"ρ(in-context, function vector) = {float(fv_rho['spearman'] or 0):+.2f} "
-        f"[{float(fv_rho['low'] or 0):+.2f}, {float(fv_rho['high'] or 0):+.2f}] "
+        f"ρ(in-context, function-vector screen) = {_interval_of(fv_rho).text(digits=2)} "
         f"({outcome.get('spearman(in_context, function_vector)', '—')}); top-{k} overlap "
         f"{int(metrics['top_overlap_in_context_function_vector'])}; accuracy "
         f"{pct(metrics['accuracy'])}"
@@ -373,11 +421,27 @@ def run(ctx: Context) -> ExperimentResult:
             f"{len(subset)}); induction and previous-token scores on {SEQUENCES} random "
             f"sequences of {HALF} tokens repeated once.\n",
             f"Summary: {summary}.\n",
-            "## Spearman correlations (bootstrap over heads)\n",
-            table(correlations),
+            "`function_vector` is a first-order *screen* (the LD change by attribution "
+            "patching, every head), not Todd et al.'s measure; their average indirect effect "
+            "(exact: the change in the correct answer's probability, the head's mean output over "
+            f"prompts of the same label assignment patched into shuffled-label prompts) is "
+            f"`function_vector_aie`, for the top {len(fv_top)} heads by the screen; ρ(screen, "
+            f"AIE) over those heads = {screen_vs_aie:+.2f}.\n",
+            "## Function-vector heads: the screen and the exact average indirect effect\n",
+            table(
+                [
+                    {
+                        "head": head_name(*divmod(h, g.n_heads)),
+                        "screen_ld": float(function_vector[h]),
+                        "exact_ld": exact_of[h],
+                        "aie_probability": aie_of[h],
+                    }
+                    for h in fv_top
+                ]
+            ),
             "",
-            "## Spearman correlations (bootstrap over prompts, every score recomputed; "
-            "induction and previous-token fixed: random sequences)\n",
+            "## Spearman correlations over the heads (95% intervals: bootstrap over prompts, "
+            "every score recomputed; induction and previous-token fixed: random sequences)\n",
             table(by_prompt),
             "",
             "## Ablation: top-k of one type zeroed, another's top-k kept\n",

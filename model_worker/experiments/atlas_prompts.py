@@ -79,8 +79,8 @@ def prompt_correlations(
     """Spearman's ρ of every pair of `scores` over the heads (the estimate from the full data
     `values` [H], over the heads where both are defined) with its interval from the resampled
     scores `draws` [R, H] (a resample with an undefined score on one of those heads is left
-    out)."""
-    tail = 100 * (1 - level) / 2
+    out). An interval the resamples cannot support (fewer than half usable, or no spread) is
+    undefined: `low`/`high` None, `undefined` saying why (never [x, x])."""
     rows: list[Row] = []
     for a, b in combinations(scores, 2):
         keep = ~(np.isnan(values[a]) | np.isnan(values[b]))
@@ -89,12 +89,20 @@ def prompt_correlations(
         defined = ~np.isnan(pair).any(axis=(1, 2))
         rho = spearman(np.where(np.isnan(pair), 0.0, pair))
         rho = np.where(defined, rho, np.nan)
-        used = int((~np.isnan(rho)).sum())
-        low, high = (
-            (None, None)
-            if used == 0
-            else (float(x) for x in np.nanpercentile(rho, [tail, 100 - tail]))
-        )
+        found = stats.from_draws(estimate, rho, n_prompts, stats.PROMPT_BOOTSTRAP, level=level)
+        usable = rho[~np.isnan(rho)]
+        if found.undefined is None and usable.size and np.ptp(usable) == 0:
+            found = stats.Interval(
+                estimate,
+                np.nan,
+                np.nan,
+                n_prompts,
+                stats.PROMPT_BOOTSTRAP,
+                level,
+                "every resample gives the same ρ (the prompts do not vary)",
+            )
+        used = int(usable.size)
+        low, high = (None, None) if found.undefined else (found.low, found.high)
         rows.append(
             {
                 "score_a": a,
@@ -105,6 +113,7 @@ def prompt_correlations(
                 "heads": int(keep.sum()),
                 "prompts": n_prompts,
                 "resamples": used,
+                "undefined": found.undefined,
             }
         )
     return rows

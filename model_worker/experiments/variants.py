@@ -14,6 +14,15 @@ FTFT → TFTF, …). Hypotheses, each with a paired bootstrap interval over prom
 falls; the located heads' mean attention on true labels falls; on false labels it rises (per
 prompt, balanced minus variant, or variant minus balanced).
 
+Reordering maps the six arrangements onto each other in mirror pairs (FFTT↔TTFF, FTFT↔TFTF,
+TFFT↔FTTF), so "balanced minus reordered" over counterbalanced prompts sums each pair's effect
+in both directions: a position effect cancels by construction. The reorder hypotheses are
+therefore sign-aligned: each pair is read in the paper's direction, from the arrangement whose
+demonstration nearest the input is true to its mirror (`MIRROR_PAIRS`: FFTT → TTFF, the paper's
+comparison, first), so a prompt whose balanced arrangement ends in F counts as variant minus
+balanced. Verdicts: the paper's pair FFTT → TTFF alone (`…_fftt_ttff`), then all pairs pooled
+(sign-aligned); the table `by_mirror_pair` gives every pair with its intervals.
+
 An imbalanced prompt has one true label fewer, so its summed true-label attention falls partly
 by construction. Two corrections are reported beside the raw drop (`located_attn_true_drop`):
 - per label occurrence (`..._per_label`): the attention summed over the true labels divided by
@@ -62,6 +71,36 @@ TOP = 20
 CONTROL: Variant = "minority-false"
 #: a rate over the top heads is "most of them" above this share
 MOST = 0.5
+
+
+#: the reorder's mirror pairs, each read from the arrangement whose nearest demonstration is
+#: true to its mirror (true demonstrations moved away from the input); the paper's first
+MIRROR_PAIRS: tuple[tuple[str, str], ...] = (("FFTT", "TTFF"), ("FTFT", "TFTF"), ("TFFT", "FTTF"))
+#: the paper's comparison (Fig. 9/11): every prompt FFTT, reordered TTFF
+PAPER_PAIR = "FFTT→TTFF"
+
+
+def pair_of(arrangement: str) -> tuple[str, float]:
+    """The mirror pair `from→to` that an arrangement belongs to, and the sign that reads its
+    balanced − reordered change in that pair's direction (+1 from the `from` side, −1 from the
+    `to` side)."""
+    for first, second in MIRROR_PAIRS:
+        if arrangement in (first, second):
+            return f"{first}→{second}", 1.0 if arrangement == first else -1.0
+    # other demonstration counts: read from the side whose nearest demonstration is true
+    mirror = arrangement.translate(str.maketrans("TF", "FT"))
+    first, second = (arrangement, mirror) if arrangement.endswith("T") else (mirror, arrangement)
+    return f"{first}→{second}", 1.0 if arrangement == first else -1.0
+
+
+def sign_aligned(arrangements: Sequence[str], changes: Sequence[float]) -> list[float]:
+    """Per prompt, its balanced − reordered change read in its mirror pair's direction
+    (`pair_of`): over counterbalanced prompts the raw changes of a pair cancel by
+    construction, the aligned ones add up."""
+    return [
+        change * pair_of(arrangement)[1]
+        for arrangement, change in zip(arrangements, changes, strict=True)
+    ]
 
 
 def _mean(runs: Sequence[PromptRun], head: Head, true: bool) -> float:
@@ -179,10 +218,31 @@ def run(ctx: Context) -> ExperimentResult:
         ]
         metrics["accuracy_control"] = accuracy(control)
         evidence.add("accuracy_control", accuracy_interval(control))
+    reordered = variant == "reordered"
+    arrangements_of = [b.item.prompt.arrangement for b in balanced]
+    pairs = [pair_of(a)[0] for a in arrangements_of] if reordered else []
+    signs = sign_aligned(arrangements_of, [1.0] * len(balanced)) if reordered else None
+    aligned = [
+        (hypothesis, quantity, sign_aligned(arrangements_of, values) if reordered else values)
+        for hypothesis, quantity, values in checks
+    ]
+    if reordered:  # the paper's comparison first, then every pair pooled
+        for hypothesis, quantity, values in aligned:
+            paper_values = [v for v, p in zip(values, pairs, strict=True) if p == PAPER_PAIR]
+            if paper_values:
+                evidence.decide(
+                    f"reordered {PAPER_PAIR} (the paper's comparison): {hypothesis}",
+                    f"{quantity}_fftt_ttff",
+                    stats.bootstrap_mean(paper_values),
+                    min_effect=0.05 if quantity == "accuracy_drop" else 0.02,
+                )
     arrangement_rows: dict[str, Row] = {}
-    for hypothesis, quantity, values in checks:
+    pair_rows: dict[str, Row] = {}
+    for hypothesis, quantity, values in aligned:
         evidence.decide(
-            f"{variant}: {hypothesis}",
+            f"reordered, each arrangement vs its mirror (sign-aligned, pooled): {hypothesis}"
+            if reordered
+            else f"{variant}: {hypothesis}",
             quantity,
             stats.bootstrap_mean(values),
             min_effect=0.05 if quantity == "accuracy_drop" else 0.02,
@@ -194,9 +254,29 @@ def run(ctx: Context) -> ExperimentResult:
             row = arrangement_rows.setdefault(
                 arrangement, {"arrangement": arrangement, "n": len(members)}
             )
+            if reordered:
+                row["pair"] = pair_of(arrangement)[0]
             row.update(interval_columns(quantity, stats.bootstrap_mean(members)))
+        by_pair: dict[str, list[float]] = {}
+        for p, v in zip(pairs, values, strict=False):
+            by_pair.setdefault(p, []).append(v)
+        for pair in sorted(by_pair, key=lambda p: (p != PAPER_PAIR, p)):
+            row = pair_rows.setdefault(pair, {"pair": pair, "n": len(by_pair[pair])})
+            row.update(interval_columns(quantity, stats.bootstrap_mean(by_pair[pair])))
     arrangements = list(arrangement_rows.values())
-    rates = _head_rates(evidence, variant, balanced, changed, location.top(TOP), control)
+    top = location.top(TOP)
+    rates = _head_rates(evidence, variant, balanced, changed, top, control, signs=signs)
+    if reordered:
+        paper_set = [i for i, p in enumerate(pairs) if p == PAPER_PAIR]
+        _head_rates(
+            evidence,
+            f"reordered {PAPER_PAIR} (the paper's comparison)",
+            [balanced[i] for i in paper_set],
+            [changed[i] for i in paper_set],
+            top,
+            None,
+            suffix="_fftt_ttff",
+        )
     metrics.update({name: found.estimate for name, found in rates.items()})
     figures = {
         f"{variant}_located": bar_chart(
@@ -231,8 +311,21 @@ def run(ctx: Context) -> ExperimentResult:
             f"Accuracy: balanced {pct(metrics['accuracy_balanced'])}, {variant} "
             f"{pct(metrics[f'accuracy_{variant}'])} ({len(balanced)} paired prompts).\n",
             table(rows),
-            "\n### Per demonstration arrangement of the balanced prompt (paired changes)\n",
+            "\n### Per demonstration arrangement of the balanced prompt (paired changes"
+            + (
+                ", sign-aligned: each read from its pair's first arrangement)\n"
+                if reordered
+                else ")\n"
+            ),
             table(arrangements),
+            *(
+                [
+                    "\n### Per mirror pair (sign-aligned; the paper's FFTT → TTFF first)\n",
+                    table(list(pair_rows.values())),
+                ]
+                if reordered
+                else []
+            ),
             "",
             comparison(
                 [
@@ -256,9 +349,12 @@ def run(ctx: Context) -> ExperimentResult:
             ),
         ]
     )
+    tables = {"attention": rows, "by_arrangement": arrangements, "location": location.candidates}
+    if reordered:
+        tables["by_mirror_pair"] = list(pair_rows.values())
     return ctx.result(
         metrics,
-        {"attention": rows, "by_arrangement": arrangements, "location": location.candidates},
+        tables,
         figures,
         report,
         evidence,
@@ -348,11 +444,15 @@ def _head_rates(
     changed: Sequence[PromptRun],
     heads: Sequence[Head],
     control: Sequence[PromptRun] | None,
+    *,
+    signs: Sequence[float] | None = None,
+    suffix: str = "",
 ) -> dict[str, stats.Interval]:
     """The share of the top heads whose true-label attention drops (false-label attention
     rises), with prompt-bootstrap intervals and verdicts against "more than half"; for the
     imbalanced prompts also the true-label drop per label occurrence, position-matched
-    ("kept") and against the matched control."""
+    ("kept") and against the matched control. `signs`: per prompt, the sign that aligns its
+    change (the reorder's mirror pairs); `suffix`: added to every quantity's name."""
     if not heads or not balanced:
         return {}
     above = stats.share_above(0.0)
@@ -366,9 +466,11 @@ def _head_rates(
         ]
     for kind, true, words in kinds:
         rows = head_changes(balanced, changed, heads, true, kind=kind, control=control)
+        if signs is not None:
+            rows = [[v * s for v in row] for row, s in zip(rows, signs, strict=True)]
         what, verb = ("true", "drop") if true else ("false", "rise")
-        suffix = "" if kind == "raw" else f"_{kind}"
-        quantity = f"top{TOP}_{what}_attention_{verb}_rate{suffix}"
+        how = "" if kind == "raw" else f"_{kind}"
+        quantity = f"top{TOP}_{what}_attention_{verb}_rate{how}{suffix}"
         share = stats.bootstrap_over_heads(rows, above)
         found[quantity] = evidence.add(quantity, share)
         evidence.decide(

@@ -38,15 +38,31 @@ def _full(per_prompt: dict, subset: dict, fixed: dict) -> dict[str, np.ndarray]:
     }
 
 
-def test_without_prompt_variation_the_interval_has_no_width() -> None:
+def test_without_prompt_variation_the_interval_is_undefined_not_x_x() -> None:
+    """Issue 38.4: resamples that cannot differ give no interval ([x, x] before)."""
     per_prompt, subset, fixed = _data(noise=0.0)
     values = _full(per_prompt, subset, fixed)
     rows = prompt_correlations(
         values, resampled_scores(per_prompt, subset, fixed, resamples=200), SCORES, 20
     )
     for row in rows:
-        assert row["low"] == pytest.approx(row["spearman"])
-        assert row["high"] == pytest.approx(row["spearman"])
+        assert row["low"] is None and row["high"] is None
+        assert row["undefined"] is not None
+    assert any("same ρ" in str(row["undefined"]) for row in rows)
+
+
+def test_too_few_usable_resamples_give_an_undefined_interval() -> None:
+    """Issue 38.4: at n = 8 the function-vector rows used 1 of 1,000 resamples and printed
+    [0.173, 0.173]; a ρ defined in under half the resamples now has no interval."""
+    per_prompt, subset, fixed = _data(noise=0.5)
+    values = _full(per_prompt, subset, fixed)
+    draws = resampled_scores(per_prompt, subset, fixed, resamples=400)
+    draws["function_vector"] = draws["function_vector"].copy()
+    draws["function_vector"][1:] = np.nan  # defined in 1 resample of 400
+    rows = {(r["score_a"], r["score_b"]): r for r in prompt_correlations(values, draws, SCORES, 8)}
+    pair = rows[("in_context", "function_vector")]
+    assert pair["low"] is None and pair["high"] is None and pair["resamples"] == 1
+    assert pair["undefined"] == "1 of 400 resamples usable"
 
 
 def test_with_prompt_variation_the_interval_holds_the_estimate() -> None:

@@ -52,9 +52,12 @@ def test_the_matrix_has_one_panel_per_pair_with_its_interval(result: ExperimentR
     labels = params["rhoLabels"]
     assert len(labels) == n * (n - 1) // 2 == len([r for r in rows if r.get("t")])
     first = result.tables[BY_PROMPT][0]
-    assert labels[0] == (
-        f"ρ = {first['spearman']:+.2f} [{first['low']:+.2f}, {first['high']:+.2f}]"
-    )
+    if first["low"] is None:  # n = 4: an interval the resamples cannot support says why
+        assert labels[0] == f"ρ = {first['spearman']:+.2f} [undefined: {first['undefined']}]"
+    else:
+        assert labels[0] == (
+            f"ρ = {first['spearman']:+.2f} [{first['low']:+.2f}, {first['high']:+.2f}]"
+        )
     points = [r for r in rows if not r.get("t")]
     assert {p["x"] for p in points} <= set(range(1, 13))
     heads = {r["name"]: r for r in result.tables["atlas"]}

@@ -26,7 +26,7 @@ NAMES = {
     "label_share": "label share",
     "induction": "induction",
     "previous_token": "previous token",
-    "function_vector": "function vector",
+    "function_vector": "function-vector screen (first order)",
     "saliency": "saliency",
     "sink": "sink",
 }
@@ -78,7 +78,8 @@ def _interval(row: dict[str, Any]) -> str:
     if rho is None:
         return "ρ undefined"
     if low is None or high is None:
-        return f"ρ = {rho:+.2f}"
+        why = row.get("undefined")
+        return f"ρ = {rho:+.2f} [undefined{': ' + str(why) if why else ''}]"
     return f"ρ = {rho:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
