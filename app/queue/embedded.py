@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.job_news import JobNews, News
 from app.pending import PendingJobs
+from app.queue.batch_work import is_batch
 from app.queue.interface import BackendError, InProcessEngine, PartsReader, client_limit
 from app.store import (
     DONE,
@@ -46,7 +47,6 @@ from model_worker.contracts.patching import PatchRequest
 from model_worker.service.queue.keys import (
     analysis_job_id,
     experiment_job_id,
-    is_experiment,
     job_kind,
     patching_job_id,
 )
@@ -227,7 +227,7 @@ class EmbeddedBackend(PartsReader):
         model_name, loaded = await self._model_for(request.model)
         try:
             self._engine.check_patch(loaded, request)
-        except UserInputError as exc:
+        except (UserInputError, BudgetError) as exc:
             raise BackendError(str(exc), status=422) from exc
         job_id = patching_job_id(model_name, loaded.fingerprint, request)
         return await self._enqueue(job_id, request, loaded, client)
@@ -264,16 +264,14 @@ class EmbeddedBackend(PartsReader):
                 status=429,
                 retry_after=5,
             )
-        experiment = is_experiment(job_id)
+        batch = is_batch(job_id)
         active = sum(
             1
             for other, owner in list(self._owners.items())  # copied: the worker thread pops
-            if owner == client and is_experiment(other) == experiment
+            if owner == client and is_batch(other) == batch
         )
-        limit = (
-            self._settings.client_experiments if experiment else self._settings.client_queued_jobs
-        )
-        refusal = client_limit(experiment, active, limit)
+        limit = self._settings.client_experiments if batch else self._settings.client_queued_jobs
+        refusal = client_limit(batch, active, limit)
         if refusal is not None:
             raise refusal
 

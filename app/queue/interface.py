@@ -253,18 +253,19 @@ class Backend(Protocol):
         ...
 
 
-def client_limit(experiment: bool, active: int, settings_limit: int) -> BackendError | None:
-    """429 when a client already has `settings_limit` jobs of this kind queued or running."""
+def client_limit(batch: bool, active: int, settings_limit: int) -> BackendError | None:
+    """429 when a client already has `settings_limit` jobs of this share (batch work:
+    experiments and patching; else analyses) queued or running."""
     if active < settings_limit:
         return None
     what, knob = (
-        ("experiments", "ICL_CLIENT_EXPERIMENTS")
-        if experiment
+        ("experiments and patching jobs", "ICL_CLIENT_EXPERIMENTS")
+        if batch
         else ("analyses", "ICL_CLIENT_QUEUED_JOBS")
     )
     return BackendError(
         f"you already have {active} {what} queued or running (the limit per client is "
         f"{settings_limit}, {knob}); wait for one to finish, then submit again",
         status=429,
-        retry_after=10 if experiment else 2,
+        retry_after=10 if batch else 2,
     )

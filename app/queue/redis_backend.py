@@ -32,6 +32,7 @@ from rq.job import Job
 from rq.job import JobStatus as RqStatus
 
 from app.job_news import News
+from app.queue.batch_work import is_batch, price_patch
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit
@@ -53,7 +54,6 @@ from model_worker.service.queue.keys import (
     client_jobs_key,
     experiment_job_id,
     heads_stage_key,
-    is_experiment,
     job_kind,
     patching_job_id,
     queue_name,
@@ -224,8 +224,9 @@ class RedisBackend(PartsReader):
         return self._enqueue(job_id, request, model, fingerprint, beats, client)
 
     def _check_patch(self, request: PatchRequest, beats: list[WorkerBeat]) -> None:
-        """422 (one sentence) for a pair that cannot be patched or a head the model lacks,
-        with the workers' published tokenizer and geometry (without them the worker checks,
+        """422 (one sentence) for a pair that cannot be patched, a head the model lacks or a
+        job over the budget (app.queue.batch_work), with the workers' published tokenizer and
+        geometry (without them the worker checks,
         and the job fails with the same sentence)."""
         try:
             sizes = [(beat.n_layers, beat.n_heads) for beat in beats]
@@ -237,6 +238,8 @@ class RedisBackend(PartsReader):
                 check_pair(request, encode)
         except UserInputError as exc:
             raise BackendError(str(exc), status=422) from exc
+        n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
+        price_patch(request, beats, n_tokens, self._settings.max_patch_cost)
 
     def _enqueue(
         self,
@@ -249,7 +252,7 @@ class RedisBackend(PartsReader):
     ) -> JobState:
         """Queue `request` as `job_id` unless it is done (in Redis or the store) or in flight;
         `client` None: a stored request enqueued again (no per-client limit)."""
-        experiment = isinstance(request, ExperimentRequest)
+        batch = is_batch(job_id)
         known = self._stored_status(job_id)
         if known is not None and known.status != JobStatus.FAILED:
             return known
@@ -270,11 +273,11 @@ class RedisBackend(PartsReader):
             if client is not None:
                 limit = (
                     self._settings.client_experiments
-                    if experiment
+                    if batch
                     else self._settings.client_queued_jobs
                 )
                 active = self._active(client)
-                refusal = client_limit(experiment, active[experiment], limit)
+                refusal = client_limit(batch, active[batch], limit)
                 if refusal is not None:
                     raise refusal
                 ahead = not any(active.values())
@@ -311,8 +314,8 @@ class RedisBackend(PartsReader):
         return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=position)
 
     def _active(self, client: str) -> dict[bool, int]:
-        """How many of `client`'s jobs are queued or running, by kind (True: experiments);
-        forgets the rest."""
+        """How many of `client`'s jobs are queued or running, by share (True: batch work,
+        app.queue.batch_work); forgets the rest."""
         key = client_jobs_key(client)
         ids = [as_text(member) for member in self._redis.zrange(key, 0, -1)]
         if not ids:
@@ -331,8 +334,8 @@ class RedisBackend(PartsReader):
         if ended:
             self._redis.zrem(key, *ended)
         waiting_ids = [i for i in ids if i not in ended]
-        experiments = sum(1 for i in waiting_ids if is_experiment(i))
-        return {True: experiments, False: len(waiting_ids) - experiments}
+        batch = sum(1 for i in waiting_ids if is_batch(i))
+        return {True: batch, False: len(waiting_ids) - batch}
 
     def _claim(self, job_id: str) -> bool:
         """Take the enqueue lock of `job_id`. Its value is a token of ours: when redis-py retries

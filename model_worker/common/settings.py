@@ -100,11 +100,19 @@ class Settings(BaseSettings):
         description="Budget of one analysis: tokens × detailed heads × (2 × top_k_tokens + 4).",
     )
     max_experiment_n: int = Field(1000, ge=1, description="Most prompts one experiment runs.")
+    max_patch_cost: int = Field(
+        150_000,
+        ge=1,
+        description="Budget of one patching job: forward passes × prompt tokens.",
+    )
     client_queued_jobs: int = Field(
         20, ge=1, description="Analyses one client may have queued or running (429 beyond)."
     )
     client_experiments: int = Field(
-        2, ge=1, description="Experiments one client may have queued or running (429 beyond)."
+        2,
+        ge=1,
+        description="Batch jobs (experiments and patching) one client may have queued or "
+        "running (429 beyond).",
     )
     result_memory_bytes: int = Field(
         256 * 1024 * 1024, ge=1024, description="Embedded: bytes of results kept in memory."
