@@ -37,6 +37,7 @@ from app.store import (
     StoredJob,
     StoreError,
     open_store,
+    pin_caps,
 )
 from model_worker.checks.budget import BudgetError, check_experiment
 from model_worker.common.errors import UserInputError
@@ -92,6 +93,13 @@ class PartsMemory:
         if parts is not None:
             self._items.move_to_end(job_id)
         return parts
+
+    def forget(self, job_ids: list[str]) -> None:
+        """Drop the results of `job_ids` (pruned from the store)."""
+        for job_id in job_ids:
+            dropped = self._items.pop(job_id, None)
+            if dropped is not None:
+                self._bytes -= size(dropped)
 
     def put(self, job_id: str, parts: Parts) -> None:
         if job_id in self._items or size(parts) > self._max_bytes:
@@ -411,12 +419,16 @@ class EmbeddedBackend(PartsReader):
     ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
         return await self._stored(self._store.accepted_request, job_id)
 
-    async def pin(self, job_id: str, pinned: bool = True) -> bool:
-        return bool(await self._stored(self._store.pin, job_id, pinned))
+    async def pin(
+        self, job_id: str, pinned: bool = True, owner: str = "", admin: bool = True
+    ) -> bool:
+        caps = pin_caps(self._settings)
+        return bool(await self._stored(self._store.pin, job_id, pinned, owner, admin, caps))
 
     async def maintain(self) -> None:
-        """The store's retention (the worker thread stores each result itself)."""
-        await self._stored(self._retention.run)
+        """The store's retention (the worker thread stores each result itself); a pruned
+        result leaves the memory too."""
+        self._memory.forget(await self._stored(self._retention.run))
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

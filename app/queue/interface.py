@@ -239,9 +239,12 @@ class Backend(Protocol):
         """The request accepted as `job_id` (None: none was, or it was pruned)."""
         ...
 
-    async def pin(self, job_id: str, pinned: bool = True) -> bool:
-        """Keep (or stop keeping) a job's result whatever the store's retention removes;
-        False when no such job was accepted."""
+    async def pin(
+        self, job_id: str, pinned: bool = True, owner: str = "", admin: bool = True
+    ) -> bool:
+        """Keep (or stop keeping) a job's result whatever the store's retention removes, as
+        `owner` (app.store.ResultStore.pin: PinRefused for someone else's pin unless `admin`,
+        or over a pin quota); False when no such job was accepted."""
         ...
 
     async def health(self) -> dict[str, Any]:

@@ -38,7 +38,15 @@ from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit
 from app.queue.job_watch import JobWatch
 from app.queue.prompt_limit import PromptLimit
-from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
+from app.store import (
+    FAILED,
+    ResultStore,
+    Retention,
+    StoredJob,
+    StoreError,
+    open_store,
+    pin_caps,
+)
 from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
 from model_worker.checks.patch_pairs import check_heads, check_pair
 from model_worker.common.errors import UserInputError
@@ -452,7 +460,9 @@ class RedisBackend(PartsReader):
         Anything else (unsigned, altered, for a job never accepted, in an old format) is
         deleted from Redis with a log line: the job is then computed again."""
         if job_id in self._persisted:
-            return True
+            if self._store.has_result(job_id):
+                return True
+            self._persisted.discard(job_id)  # pruned (by this web process or another)
         try:
             raw = self._results.hgetall(result_key(job_id))
         except ResponseError:  # not a hash: not written by a worker of this version
@@ -467,13 +477,16 @@ class RedisBackend(PartsReader):
             log.warning("discarded the result of job %s found in Redis (%s)", job_id, why)
             self._results.delete(result_key(job_id))
             return False
-        self._save(job_id, parts)
+        if not self._save(job_id, parts):  # its job row is gone (pruned): so is its result
+            log.warning("discarded the result of job %s found in Redis (pruned)", job_id)
+            self._results.delete(result_key(job_id))
+            return False
         self._results.expire(result_key(job_id), min(ADOPTED_TTL_S, self._settings.result_ttl_s))
         return True
 
     def _finished(self, job_id: str) -> bool:
         """The job's result is in the store (adopted from Redis if a worker just left it)."""
-        if job_id in self._persisted or self._store.has_result(job_id):
+        if self._store.has_result(job_id):  # (not this process's memory: another may prune)
             return True
         return bool(self._results.exists(result_key(job_id))) and self._adopt(job_id)
 
@@ -493,9 +506,13 @@ class RedisBackend(PartsReader):
             self._remember_persisted(job_id)
         return state
 
-    def _save(self, job_id: str, parts: Parts) -> None:
-        self._store.save(job_id, parts)
+    def _save(self, job_id: str, parts: Parts) -> bool:
+        """Keep `parts` in the store under the job's row; False when the row is gone."""
+        if not self._store.save(job_id, parts):
+            self._digests.pop(job_id, None)
+            return False
         self._remember_persisted(job_id)
+        return True
 
     def _remember_persisted(self, job_id: str) -> None:
         if len(self._persisted) > 100_000:
@@ -541,8 +558,11 @@ class RedisBackend(PartsReader):
     ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
         return await self._call(self._store.accepted_request, job_id)
 
-    async def pin(self, job_id: str, pinned: bool = True) -> bool:
-        return await self._call(self._store.pin, job_id, pinned)
+    async def pin(
+        self, job_id: str, pinned: bool = True, owner: str = "", admin: bool = True
+    ) -> bool:
+        caps = pin_caps(self._settings)
+        return await self._call(self._store.pin, job_id, pinned, owner, admin, caps)
 
     async def maintain(self) -> None:
         """One pass over the store's pending jobs: results copied, failures recorded, lost
@@ -550,7 +570,7 @@ class RedisBackend(PartsReader):
         await self._call(self._maintain)
 
     def _maintain(self) -> None:
-        self._persisted.difference_update(self._retention.run())
+        self._forget(self._retention.run())
         # a job's result waits in Redis up to the TTL after the job ends (older: on a poll)
         settings = self._settings
         since = time.time() - settings.experiment_timeout_s - settings.result_ttl_s
@@ -559,6 +579,18 @@ class RedisBackend(PartsReader):
                 self._status(stored.id)
             except BackendError:  # e.g. a twin enqueuing it right now: next pass
                 continue
+
+    def _forget(self, pruned: list[str]) -> None:
+        """Pruned from the store: their Redis copies go too (else the next read would adopt
+        them again), and this process's memory of them."""
+        self._persisted.difference_update(pruned)
+        self._bodies.forget(pruned)
+        for start in range(0, len(pruned), 500):
+            batch = pruned[start : start + 500]
+            self._results.delete(*(result_key(job_id) for job_id in batch))
+            self._results.delete(*(heads_stage_key(job_id) for job_id in batch))
+            for job_id in batch:
+                self._digests.pop(job_id, None)
 
     def _done(self, job_id: str) -> JobState:
         return JobState(id=job_id, status=JobStatus.DONE)

@@ -211,6 +211,22 @@ class Settings(BaseSettings):
         description="Bytes the durable store may hold; the oldest unpinned results go first "
         "(0 = unbounded).",
     )
+    pin_max_bytes: int = Field(
+        2 * 2**30,
+        ge=0,
+        description="Bytes all pinned results may hold: their own room within "
+        "ICL_STORE_MAX_BYTES (at most half of it), never taken from unpinned results.",
+    )
+    pin_max_bytes_per_user: int = Field(
+        256 * 2**20,
+        ge=0,
+        description="Bytes the results one client (named user or address) pinned may hold "
+        "(0 = no cap).",
+    )
+    admins: list[str] = Field(
+        default_factory=list,
+        description="Named users (ICL_USERS) who may un-pin anyone's pins.",
+    )
     store_max_age_days: float = Field(
         0.0,
         ge=0,
