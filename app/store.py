@@ -12,8 +12,10 @@ them in a thread).
 
 The store is bounded (`prune`): finished results older than `ICL_STORE_MAX_AGE_DAYS` go, then
 the oldest until it holds at most `ICL_STORE_MAX_BYTES`; pinned permalinks (`pin`) and jobs still
-pending stay. An uploaded dataset is kept once, by the SHA-256 of its text, however many
-experiments use it.
+pending stay. A pin has an owner (only they or an admin un-pin it) and pins are capped per owner
+and in all (`ICL_PIN_MAX_BYTES_PER_USER`, `ICL_PIN_MAX_BYTES`, their own room within the store's
+bound). Parts are written only under their job's row, and parts without one are swept. An
+uploaded dataset is kept once, by the SHA-256 of its text, however many experiments use it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,34 @@ PENDING, DONE, FAILED = "pending", "done", "failed"
 
 class StoreError(Exception):
     """The store could not be reached or written (the web tier answers 503)."""
+
+
+class PinRefused(Exception):
+    """A pin or un-pin this client may not make: `status` 403 (someone else's pin) or 409
+    (over a pin quota, the message names the knob)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PinCaps(NamedTuple):
+    """Bytes that pinned results may hold: per owner and in all (0: no cap)."""
+
+    per_owner: int = 0
+    total: int = 0
+
+
+NO_CAPS = PinCaps()
+
+
+def pin_caps(settings: Settings) -> PinCaps:
+    """The pin quotas of the settings (ICL_PIN_MAX_BYTES_PER_USER, ICL_PIN_MAX_BYTES), pins
+    holding at most half of a bounded store (ICL_STORE_MAX_BYTES)."""
+    total, bound = settings.pin_max_bytes, settings.store_max_bytes
+    if bound:
+        total = min(total or bound // 2, bound // 2)
+    return PinCaps(settings.pin_max_bytes_per_user, total)
 
 
 class StoredJob(NamedTuple):
@@ -80,6 +110,8 @@ _ADDED_COLUMNS = (
     ("pinned", "INTEGER NOT NULL DEFAULT 0"),
     ("bytes", "BIGINT NOT NULL DEFAULT 0"),
     ("dataset_digest", "TEXT"),
+    ("pinned_by", "TEXT"),
+    ("pinned_at", "DOUBLE PRECISION"),
 )
 _JOB_COLUMNS = (
     "j.id, j.kind, j.model, j.fingerprint, j.request, j.state, j.error, j.created_at, "
@@ -231,15 +263,95 @@ class ResultStore:
         )
         return [_stored_job(row) for row in rows]
 
-    def pin(self, job_id: str, pinned: bool = True) -> bool:
-        """Keep (or stop keeping) `job_id` whatever `prune` removes; False if there is no such
-        job."""
+    def pin(
+        self,
+        job_id: str,
+        pinned: bool = True,
+        owner: str = "",
+        admin: bool = True,
+        caps: PinCaps = NO_CAPS,
+    ) -> bool:
+        """Keep (or stop keeping) `job_id` whatever `prune` removes, as `owner`; False if
+        there is no such job. PinRefused when someone else pinned it and `owner` is no `admin`
+        (un-pinning), or when pinning it would take `owner`'s pins or all pins over `caps`."""
+        stored = self._run("SELECT pinned, pinned_by FROM icl_jobs WHERE id = ?", (job_id,), True)
+        if not stored:
+            return False
+        was_pinned, pinned_by = bool(stored[0][0]), stored[0][1]
+        theirs = was_pinned and pinned_by not in (None, owner)
+        if theirs and not admin:
+            if pinned:
+                return True  # pinned already, and it stays theirs
+            raise PinRefused(f"{job_id} was pinned by someone else: only they may un-pin it", 403)
+        if not pinned:
+            self._run(
+                "UPDATE icl_jobs SET pinned = 0, pinned_by = NULL, pinned_at = NULL WHERE id = ?",
+                (job_id,),
+            )
+            return True
+        if was_pinned:
+            return True
+        self._check_pin_caps(job_id, owner, caps)
+        self._run(
+            "UPDATE icl_jobs SET pinned = 1, pinned_by = ?, pinned_at = ? WHERE id = ?",
+            (owner or None, time.time(), job_id),
+        )
+        return True
+
+    def _check_pin_caps(self, job_id: str, owner: str, caps: PinCaps) -> None:
+        """PinRefused (409) when pinning `job_id` takes `owner`'s or all pins over `caps`."""
         rows = self._run(
-            "UPDATE icl_jobs SET pinned = ? WHERE id = ? RETURNING id",
-            (int(pinned), job_id),
+            "SELECT (SELECT bytes + LENGTH(request) FROM icl_jobs WHERE id = ?), "
+            "(SELECT COALESCE(SUM(bytes + LENGTH(request)), 0) FROM icl_jobs "
+            "WHERE pinned = 1 AND pinned_by = ?), "
+            "(SELECT COALESCE(SUM(bytes + LENGTH(request)), 0) FROM icl_jobs WHERE pinned = 1)",
+            (job_id, owner),
             fetch=True,
         )
-        return bool(rows)
+        held, mine, everyone = (int(value or 0) for value in rows[0])
+        for cap, pinned, knob, whose in (
+            (caps.per_owner, mine, "ICL_PIN_MAX_BYTES_PER_USER", "your pins"),
+            (caps.total, everyone, "ICL_PIN_MAX_BYTES", "all pins"),
+        ):
+            if cap and pinned + held > cap:
+                raise PinRefused(
+                    f"pinning {job_id} ({held:,} bytes) would take {whose} to "
+                    f"{pinned + held:,} bytes, over the {cap:,} of {knob}; un-pin another "
+                    "result first",
+                    409,
+                )
+
+    def _unpin_over(self, caps: PinCaps) -> list[str]:
+        """Un-pin the most recent pins past `caps` (a pin made while its job was pending grows
+        when the result arrives): the ids un-pinned."""
+        if not (caps.per_owner or caps.total):
+            return []
+        rows = self._run(
+            "SELECT id, COALESCE(pinned_by, ''), bytes + LENGTH(request) FROM icl_jobs "
+            "WHERE pinned = 1 ORDER BY COALESCE(pinned_at, 0), id",
+            fetch=True,
+        )
+        by_owner: dict[str, int] = {}
+        total, over = 0, []
+        for job_id, owner, held in rows:
+            mine = by_owner.get(owner, 0) + int(held)
+            if (caps.per_owner and mine > caps.per_owner) or (
+                caps.total and total + int(held) > caps.total
+            ):
+                over.append(job_id)
+                continue
+            by_owner[owner], total = mine, total + int(held)
+        for job_id in over:
+            log.warning("un-pinned %s: its owner's pins are over their quota", job_id)
+            self.pin(job_id, False)
+        return over
+
+    def pinned_bytes(self) -> int:
+        rows = self._run(
+            "SELECT COALESCE(SUM(bytes + LENGTH(request)), 0) FROM icl_jobs WHERE pinned = 1",
+            fetch=True,
+        )
+        return int(rows[0][0])
 
     def size(self) -> int:
         """Bytes held: results' parts, requests and datasets (text lengths)."""
@@ -250,17 +362,21 @@ class ResultStore:
         )
         return int(rows[0][0])
 
-    def prune(self, max_bytes: int, max_age_s: float = 0.0) -> list[str]:
+    def prune(self, max_bytes: int, max_age_s: float = 0.0, caps: PinCaps = NO_CAPS) -> list[str]:
         """Delete finished (done or failed), unpinned jobs: those that ended over `max_age_s`
         ago (0: none for age), then the oldest until the store holds at most `max_bytes` (0:
-        unbounded); then the datasets no job uses. The ids deleted."""
+        unbounded); then parts without a job row and the datasets no job uses. Pins past
+        `caps` are un-pinned first; `caps.total` is the pins' own room, so pins never take the
+        room of unpinned results. The ids deleted."""
+        self._unpin_over(caps)
         rows = self._run(
             "SELECT id, COALESCE(finished_at, created_at), bytes + LENGTH(request) FROM icl_jobs "
             "WHERE state <> ? AND pinned = 0 ORDER BY COALESCE(finished_at, created_at), id",
             (PENDING,),
             fetch=True,
         )
-        excess = self.size() - max_bytes if max_bytes else 0
+        pin_room = max(0, caps.total - self.pinned_bytes()) if caps.total else 0
+        excess = self.size() + pin_room - max_bytes if max_bytes else 0
         oldest = time.time() - max_age_s if max_age_s else None
         doomed: list[str] = []
         for job_id, ended_at, held in rows:
@@ -276,6 +392,10 @@ class ResultStore:
                     (f"DELETE FROM icl_jobs WHERE id IN ({marks})", batch),
                 ]
             )
+        self._run(  # orphans: parts of a job whose row is gone (a writer raced its pruning)
+            "DELETE FROM icl_parts WHERE NOT EXISTS "
+            "(SELECT 1 FROM icl_jobs WHERE icl_jobs.id = icl_parts.job_id)"
+        )
         if doomed:
             self._run(
                 "DELETE FROM icl_datasets WHERE digest NOT IN (SELECT dataset_digest FROM "
@@ -283,23 +403,26 @@ class ResultStore:
             )
         return doomed
 
-    def save(self, job_id: str, parts: Parts) -> None:
-        """Keep a finished result's parts, all at once (written once: results never change)."""
+    def save(self, job_id: str, parts: Parts) -> bool:
+        """Keep a finished result's parts, all at once (written once: results never change),
+        only under the job's row: False (nothing written) when there is none (never accepted,
+        or pruned meanwhile), so no part is ever outside what `size` and `prune` see."""
+        live = "EXISTS (SELECT 1 FROM icl_jobs WHERE id = ?)"
         insert = (
-            "INSERT INTO icl_parts (job_id, name, data) VALUES (?, ?, ?) "
+            f"INSERT INTO icl_parts (job_id, name, data) SELECT ?, ?, ? WHERE {live} "
             "ON CONFLICT (job_id, name) DO NOTHING"
         )
         statements: list[tuple[str, Sequence[Any]]] = [
-            (insert, (job_id, name, data)) for name, data in parts.items()
+            (insert, (job_id, name, data, job_id)) for name, data in parts.items()
         ]
         statements.append(
             (
                 "UPDATE icl_jobs SET state = ?, error = NULL, finished_at = ?, bytes = ? "
-                "WHERE id = ?",
+                "WHERE id = ? RETURNING id",
                 (DONE, time.time(), size(parts), job_id),
             )
         )
-        self._transaction(statements)
+        return bool(self._transaction(statements, fetch=True))
 
     def fail(self, job_id: str, error: str) -> None:
         """Record why a pending job failed."""
@@ -376,7 +499,8 @@ class Retention:
             return []
         self._last = now
         max_age_s = self._settings.store_max_age_days * 86400
-        pruned = self._store.prune(self._settings.store_max_bytes, max_age_s)
+        caps = pin_caps(self._settings)
+        pruned = self._store.prune(self._settings.store_max_bytes, max_age_s, caps)
         if pruned:
             log.info("the store dropped %d old results (retention)", len(pruned))
         return pruned

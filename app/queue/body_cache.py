@@ -39,6 +39,12 @@ class BodyCache:
         while self._bytes > self._max_bytes:
             self._drop(next(iter(self._items)))
 
+    def forget(self, keys: list[str]) -> None:
+        """Drop the bodies of `keys` (results pruned from the store)."""
+        for key in keys:
+            if key in self._items:
+                self._drop(key)
+
     def _drop(self, key: str) -> None:
         _, body = self._items.pop(key)
         self._bytes -= len(body)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.job_news import JobNews, News
 from app.pending import PendingJobs
+from app.queue.batch_work import is_batch
 from app.queue.interface import (
     BackendError,
     InProcessEngine,
@@ -45,6 +46,7 @@ from app.store import (
     StoredJob,
     StoreError,
     open_store,
+    pin_caps,
 )
 from model_worker.checks.budget import BudgetError, check_experiment
 from model_worker.common.errors import JobCancelled, UserInputError, cancelled_message
@@ -101,6 +103,13 @@ class PartsMemory:
         if parts is not None:
             self._items.move_to_end(job_id)
         return parts
+
+    def forget(self, job_ids: list[str]) -> None:
+        """Drop the results of `job_ids` (pruned from the store)."""
+        for job_id in job_ids:
+            dropped = self._items.pop(job_id, None)
+            if dropped is not None:
+                self._bytes -= size(dropped)
 
     def put(self, job_id: str, parts: Parts) -> None:
         if job_id in self._items or size(parts) > self._max_bytes:
@@ -238,7 +247,7 @@ class EmbeddedBackend(PartsReader):
         model_name, loaded = await self._model_for(request.model)
         try:
             self._engine.check_patch(loaded, request)
-        except UserInputError as exc:
+        except (UserInputError, BudgetError) as exc:
             raise BackendError(str(exc), status=422) from exc
         job_id = patching_job_id(model_name, loaded.fingerprint, request)
         return await self._enqueue(job_id, request, loaded, client)
@@ -285,16 +294,14 @@ class EmbeddedBackend(PartsReader):
                 status=429,
                 retry_after=5,
             )
-        experiment = is_experiment(job_id)
+        batch = is_batch(job_id)
         active = sum(
             1
             for other, owner in list(self._owners.items())  # copied: the worker thread pops
-            if owner == client and is_experiment(other) == experiment
+            if owner == client and is_batch(other) == batch
         )
-        limit = (
-            self._settings.client_experiments if experiment else self._settings.client_queued_jobs
-        )
-        refusal = client_limit(experiment, active, limit)
+        limit = self._settings.client_experiments if batch else self._settings.client_queued_jobs
+        refusal = client_limit(batch, active, limit)
         if refusal is not None:
             raise refusal
 
@@ -477,12 +484,16 @@ class EmbeddedBackend(PartsReader):
     ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
         return await self._stored(self._store.accepted_request, job_id)
 
-    async def pin(self, job_id: str, pinned: bool = True) -> bool:
-        return bool(await self._stored(self._store.pin, job_id, pinned))
+    async def pin(
+        self, job_id: str, pinned: bool = True, owner: str = "", admin: bool = True
+    ) -> bool:
+        caps = pin_caps(self._settings)
+        return bool(await self._stored(self._store.pin, job_id, pinned, owner, admin, caps))
 
     async def maintain(self) -> None:
-        """The store's retention (the worker thread stores each result itself)."""
-        await self._stored(self._retention.run)
+        """The store's retention (the worker thread stores each result itself); a pruned
+        result leaves the memory too."""
+        self._memory.forget(await self._stored(self._retention.run))
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

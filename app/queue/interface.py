@@ -249,9 +249,12 @@ class Backend(Protocol):
         403 for another client's job, 409 for a finished one."""
         ...
 
-    async def pin(self, job_id: str, pinned: bool = True) -> bool:
-        """Keep (or stop keeping) a job's result whatever the store's retention removes;
-        False when no such job was accepted."""
+    async def pin(
+        self, job_id: str, pinned: bool = True, owner: str = "", admin: bool = True
+    ) -> bool:
+        """Keep (or stop keeping) a job's result whatever the store's retention removes, as
+        `owner` (app.store.ResultStore.pin: PinRefused for someone else's pin unless `admin`,
+        or over a pin quota); False when no such job was accepted."""
         ...
 
     async def health(self) -> dict[str, Any]:
@@ -271,18 +274,19 @@ def display_client(client: str) -> str:
     return "its submitter"
 
 
-def client_limit(experiment: bool, active: int, settings_limit: int) -> BackendError | None:
-    """429 when a client already has `settings_limit` jobs of this kind queued or running."""
+def client_limit(batch: bool, active: int, settings_limit: int) -> BackendError | None:
+    """429 when a client already has `settings_limit` jobs of this share (batch work:
+    experiments and patching; else analyses) queued or running."""
     if active < settings_limit:
         return None
     what, knob = (
-        ("experiments", "ICL_CLIENT_EXPERIMENTS")
-        if experiment
+        ("experiments and patching jobs", "ICL_CLIENT_EXPERIMENTS")
+        if batch
         else ("analyses", "ICL_CLIENT_QUEUED_JOBS")
     )
     return BackendError(
         f"you already have {active} {what} queued or running (the limit per client is "
         f"{settings_limit}, {knob}); wait for one to finish, then submit again",
         status=429,
-        retry_after=10 if experiment else 2,
+        retry_after=10 if batch else 2,
     )

@@ -32,12 +32,21 @@ from rq.job import Job
 from rq.job import JobStatus as RqStatus
 
 from app.job_news import News
+from app.queue.batch_work import is_batch, price_patch
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit, display_client
 from app.queue.job_watch import JobWatch
 from app.queue.prompt_limit import PromptLimit
-from app.store import FAILED, ResultStore, Retention, StoredJob, StoreError, open_store
+from app.store import (
+    FAILED,
+    ResultStore,
+    Retention,
+    StoredJob,
+    StoreError,
+    open_store,
+    pin_caps,
+)
 from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
 from model_worker.checks.patch_pairs import check_heads, check_pair
 from model_worker.common.errors import UserInputError, cancelled_message
@@ -228,8 +237,9 @@ class RedisBackend(PartsReader):
         return self._enqueue(job_id, request, model, fingerprint, beats, client)
 
     def _check_patch(self, request: PatchRequest, beats: list[WorkerBeat]) -> None:
-        """422 (one sentence) for a pair that cannot be patched or a head the model lacks,
-        with the workers' published tokenizer and geometry (without them the worker checks,
+        """422 (one sentence) for a pair that cannot be patched, a head the model lacks or a
+        job over the budget (app.queue.batch_work), with the workers' published tokenizer and
+        geometry (without them the worker checks,
         and the job fails with the same sentence)."""
         try:
             sizes = [(beat.n_layers, beat.n_heads) for beat in beats]
@@ -241,6 +251,8 @@ class RedisBackend(PartsReader):
                 check_pair(request, encode)
         except UserInputError as exc:
             raise BackendError(str(exc), status=422) from exc
+        n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
+        price_patch(request, beats, n_tokens, self._settings.max_patch_cost)
 
     def _enqueue(
         self,
@@ -253,7 +265,7 @@ class RedisBackend(PartsReader):
     ) -> JobState:
         """Queue `request` as `job_id` unless it is done (in Redis or the store) or in flight;
         `client` None: a stored request enqueued again (no per-client limit)."""
-        experiment = isinstance(request, ExperimentRequest)
+        batch, experiment = is_batch(job_id), is_experiment(job_id)
         known = self._stored_status(job_id)
         if known is not None and known.status != JobStatus.FAILED:
             return known
@@ -277,11 +289,11 @@ class RedisBackend(PartsReader):
             if client is not None:
                 limit = (
                     self._settings.client_experiments
-                    if experiment
+                    if batch
                     else self._settings.client_queued_jobs
                 )
                 active = self._active(client)
-                refusal = client_limit(experiment, active[experiment], limit)
+                refusal = client_limit(batch, active[batch], limit)
                 if refusal is not None:
                     raise refusal
                 ahead = not any(active.values())
@@ -319,8 +331,8 @@ class RedisBackend(PartsReader):
         return JobState(id=job_id, status=JobStatus.QUEUED, position_in_queue=position)
 
     def _active(self, client: str) -> dict[bool, int]:
-        """How many of `client`'s jobs are queued or running, by kind (True: experiments);
-        forgets the rest."""
+        """How many of `client`'s jobs are queued or running, by share (True: batch work,
+        app.queue.batch_work); forgets the rest."""
         key = client_jobs_key(client)
         ids = [as_text(member) for member in self._redis.zrange(key, 0, -1)]
         if not ids:
@@ -339,8 +351,8 @@ class RedisBackend(PartsReader):
         if ended:
             self._redis.zrem(key, *ended)
         waiting_ids = [i for i in ids if i not in ended]
-        experiments = sum(1 for i in waiting_ids if is_experiment(i))
-        return {True: experiments, False: len(waiting_ids) - experiments}
+        batch = sum(1 for i in waiting_ids if is_batch(i))
+        return {True: batch, False: len(waiting_ids) - batch}
 
     def _claim(self, job_id: str) -> bool:
         """Take the enqueue lock of `job_id`. Its value is a token of ours: when redis-py retries
@@ -456,7 +468,9 @@ class RedisBackend(PartsReader):
         Anything else (unsigned, altered, for a job never accepted, in an old format) is
         deleted from Redis with a log line: the job is then computed again."""
         if job_id in self._persisted:
-            return True
+            if self._store.has_result(job_id):
+                return True
+            self._persisted.discard(job_id)  # pruned (by this web process or another)
         try:
             raw = self._results.hgetall(result_key(job_id))
         except ResponseError:  # not a hash: not written by a worker of this version
@@ -471,13 +485,16 @@ class RedisBackend(PartsReader):
             log.warning("discarded the result of job %s found in Redis (%s)", job_id, why)
             self._results.delete(result_key(job_id))
             return False
-        self._save(job_id, parts)
+        if not self._save(job_id, parts):  # its job row is gone (pruned): so is its result
+            log.warning("discarded the result of job %s found in Redis (pruned)", job_id)
+            self._results.delete(result_key(job_id))
+            return False
         self._results.expire(result_key(job_id), min(ADOPTED_TTL_S, self._settings.result_ttl_s))
         return True
 
     def _finished(self, job_id: str) -> bool:
         """The job's result is in the store (adopted from Redis if a worker just left it)."""
-        if job_id in self._persisted or self._store.has_result(job_id):
+        if self._store.has_result(job_id):  # (not this process's memory: another may prune)
             return True
         return bool(self._results.exists(result_key(job_id))) and self._adopt(job_id)
 
@@ -497,9 +514,13 @@ class RedisBackend(PartsReader):
             self._remember_persisted(job_id)
         return state
 
-    def _save(self, job_id: str, parts: Parts) -> None:
-        self._store.save(job_id, parts)
+    def _save(self, job_id: str, parts: Parts) -> bool:
+        """Keep `parts` in the store under the job's row; False when the row is gone."""
+        if not self._store.save(job_id, parts):
+            self._digests.pop(job_id, None)
+            return False
         self._remember_persisted(job_id)
+        return True
 
     def _remember_persisted(self, job_id: str) -> None:
         if len(self._persisted) > 100_000:
@@ -545,8 +566,11 @@ class RedisBackend(PartsReader):
     ) -> AnalysisRequest | ExperimentRequest | PatchRequest | None:
         return await self._call(self._store.accepted_request, job_id)
 
-    async def pin(self, job_id: str, pinned: bool = True) -> bool:
-        return await self._call(self._store.pin, job_id, pinned)
+    async def pin(
+        self, job_id: str, pinned: bool = True, owner: str = "", admin: bool = True
+    ) -> bool:
+        caps = pin_caps(self._settings)
+        return await self._call(self._store.pin, job_id, pinned, owner, admin, caps)
 
     async def cancel(self, job_id: str, client: str, admin: bool = False) -> JobState | None:
         return await self._call(self._cancel, job_id, client, admin)
@@ -581,7 +605,7 @@ class RedisBackend(PartsReader):
         await self._call(self._maintain)
 
     def _maintain(self) -> None:
-        self._persisted.difference_update(self._retention.run())
+        self._forget(self._retention.run())
         # a job's result waits in Redis up to the TTL after the job ends (older: on a poll)
         settings = self._settings
         since = time.time() - settings.experiment_timeout_s - settings.result_ttl_s
@@ -590,6 +614,18 @@ class RedisBackend(PartsReader):
                 self._status(stored.id)
             except BackendError:  # e.g. a twin enqueuing it right now: next pass
                 continue
+
+    def _forget(self, pruned: list[str]) -> None:
+        """Pruned from the store: their Redis copies go too (else the next read would adopt
+        them again), and this process's memory of them."""
+        self._persisted.difference_update(pruned)
+        self._bodies.forget(pruned)
+        for start in range(0, len(pruned), 500):
+            batch = pruned[start : start + 500]
+            self._results.delete(*(result_key(job_id) for job_id in batch))
+            self._results.delete(*(heads_stage_key(job_id) for job_id in batch))
+            for job_id in batch:
+                self._digests.pop(job_id, None)
 
     def _done(self, job_id: str) -> JobState:
         return JobState(id=job_id, status=JobStatus.DONE)

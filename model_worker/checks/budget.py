@@ -9,13 +9,23 @@ Its cost, in units that track both:
 
 with detailed heads = top_k_heads + extra_heads. The default request on a 512-token prompt
 (20 heads, 10 tokens) costs 245,760; the limit is `ICL_MAX_ANALYSIS_COST` (300,000: about
-10 MB of result JSON). An experiment's cost is its `n` (prompts), limited by `ICL_MAX_EXPERIMENT_N`.
+10 MB of result JSON). A head whose score is decomposed (`towers`, docs/towers.md) is a
+detailed head and costs TOWERS_HEADS more: an on-demand detail or decomposition is an extra
+analysis, priced whole. An experiment's cost is its `n` (prompts), limited by
+`ICL_MAX_EXPERIMENT_N`.
+
+Activation patching is priced in forward passes × prompt tokens (a backward pass counted as
+one more forward pass), `ICL_MAX_PATCH_COST`: per direction, attribution (2 passes) and one
+batched row per exact patch (the unpatched base, the top_k heads, each layer's attention and
+FFN, each per-position head at every position, the query, keys and values of qkv_heads), plus
+the clean and corrupted recordings and the direct effects (3 passes).
 """
 
 from __future__ import annotations
 
 from model_worker.contracts.analysis import AnalysisRequest
 from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.contracts.patching import PatchRequest
 
 #: Per (token, head): one projection for the per-position increase, plus the views' overhead.
 FIXED_UNITS = 4
@@ -25,15 +35,22 @@ class BudgetError(ValueError):
     """A request over the budget; the message names the knob to lower and by how much."""
 
 
+#: What decomposing one head's score costs, in detailed heads (two key positions, each a
+#: query-side × key-side component table and a token matrix).
+TOWERS_HEADS = 2
+#: The knob of the patching budget.
+PATCH_KNOB = "ICL_MAX_PATCH_COST"
+
+
 def named_heads(request: AnalysisRequest) -> set[str]:
-    """The heads a request has detailed beyond the top K: its extra heads and those whose
-    label keys it asks for."""
+    """The heads a request has detailed beyond the top K: its extra heads, those whose label
+    keys it asks for and those it decomposes."""
     keyed = [] if request.label_keys == "all" else request.label_keys
-    return set(request.extra_heads) | set(keyed)
+    return set(request.extra_heads) | set(keyed) | set(request.towers)
 
 
 def detailed_heads(request: AnalysisRequest) -> int:
-    return request.top_k_heads + len(named_heads(request))
+    return request.top_k_heads + len(named_heads(request)) + TOWERS_HEADS * len(request.towers)
 
 
 def analysis_cost(n_tokens: int, request: AnalysisRequest) -> int:
@@ -47,7 +64,7 @@ def check_analysis(n_tokens: int, request: AnalysisRequest, limit: int) -> None:
     if cost <= limit:
         return
     heads, per_token = detailed_heads(request), 2 * request.top_k_tokens + FIXED_UNITS
-    extra = len(named_heads(request))
+    extra = heads - request.top_k_heads
     max_heads = limit // (n_tokens * per_token) - extra
     max_k = (limit // (n_tokens * heads) - FIXED_UNITS) // 2
     options = []
@@ -70,3 +87,46 @@ def check_experiment(request: ExperimentRequest, max_n: int) -> None:
             f"this experiment is over the budget: n = {request.n} prompts, the limit is {max_n} "
             "(ICL_MAX_EXPERIMENT_N); lower n"
         )
+
+
+def patch_rows(request: PatchRequest, n_tokens: int, n_layers: int, n_heads: int) -> int:
+    """Exactly patched rows of one direction (each a forward pass over the prompt)."""
+    top_k = min(request.top_k, n_layers * n_heads)
+    per_position = max(1, len(request.heads)) * n_tokens
+    return 1 + top_k + 2 * n_layers + per_position + 3 * request.qkv_heads
+
+
+def patch_passes(request: PatchRequest, n_tokens: int, n_layers: int, n_heads: int) -> int:
+    """Forward passes of a patching job (a backward pass counted as one)."""
+    per_direction = 2 + patch_rows(request, n_tokens, n_layers, n_heads)
+    return 3 + len(request.directions) * per_direction
+
+
+def check_patch(
+    request: PatchRequest, n_tokens: int, n_layers: int, n_heads: int, limit: int
+) -> None:
+    """BudgetError when patching `request` on a prompt of `n_tokens` tokens costs more than
+    `limit` forward passes × tokens, naming the knobs to lower (the largest share first)."""
+    passes = patch_passes(request, n_tokens, n_layers, n_heads)
+    cost = passes * n_tokens
+    if cost <= limit:
+        return
+    directions = len(request.directions)
+    per_position = max(1, len(request.heads))
+    shares = [  # (passes a knob adds, how to lower it)
+        (
+            directions * per_position * n_tokens,
+            f"heads patched per position ({per_position} × {n_tokens} positions)"
+            + ("; each costs a pass per token" if request.heads else ": the default is one"),
+        ),
+        (directions * min(request.top_k, n_layers * n_heads), f"top_k ({request.top_k})"),
+        (directions * 3 * request.qkv_heads, f"qkv_heads ({request.qkv_heads})"),
+    ]
+    options = [how for added, how in sorted(shares, reverse=True) if added > 0]
+    if directions > 1:
+        options.append("directions to one of denoising, noising")
+    options.append("the prompt's length")
+    raise BudgetError(
+        f"this patching job is over the budget: {passes:,} forward passes × {n_tokens} prompt "
+        f"tokens = {cost:,}, the limit is {limit:,} ({PATCH_KNOB}); lower " + ", ".join(options)
+    )

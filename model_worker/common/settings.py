@@ -110,11 +110,19 @@ class Settings(BaseSettings):
         description="Budget of one analysis: tokens × detailed heads × (2 × top_k_tokens + 4).",
     )
     max_experiment_n: int = Field(1000, ge=1, description="Most prompts one experiment runs.")
+    max_patch_cost: int = Field(
+        150_000,
+        ge=1,
+        description="Budget of one patching job: forward passes × prompt tokens.",
+    )
     client_queued_jobs: int = Field(
         20, ge=1, description="Analyses one client may have queued or running (429 beyond)."
     )
     client_experiments: int = Field(
-        2, ge=1, description="Experiments one client may have queued or running (429 beyond)."
+        2,
+        ge=1,
+        description="Batch jobs (experiments and patching) one client may have queued or "
+        "running (429 beyond).",
     )
     result_memory_bytes: int = Field(
         256 * 1024 * 1024, ge=1024, description="Embedded: bytes of results kept in memory."
@@ -212,6 +220,22 @@ class Settings(BaseSettings):
         ge=0,
         description="Bytes the durable store may hold; the oldest unpinned results go first "
         "(0 = unbounded).",
+    )
+    pin_max_bytes: int = Field(
+        2 * 2**30,
+        ge=0,
+        description="Bytes all pinned results may hold: their own room within "
+        "ICL_STORE_MAX_BYTES (at most half of it), never taken from unpinned results.",
+    )
+    pin_max_bytes_per_user: int = Field(
+        256 * 2**20,
+        ge=0,
+        description="Bytes the results one client (named user or address) pinned may hold "
+        "(0 = no cap).",
+    )
+    admins: list[str] = Field(
+        default_factory=list,
+        description="Named users (ICL_USERS) who may un-pin anyone's pins.",
     )
     store_max_age_days: float = Field(
         0.0,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from model_worker.analysis.icl import label_words
 from model_worker.checks.budget import check_analysis
+from model_worker.checks.budget import check_patch as check_patch_cost
 from model_worker.common.errors import UserInputError
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
@@ -107,7 +108,8 @@ class InProcessEngine:
     def check_patch(self, loaded: LoadedModel, request: PatchRequest) -> None:
         """Raise a UserInputError (one sentence) for a patching request whose prompts do not
         pair (model_worker.checks.patch_pairs), a head the model does not have or a prompt over the
-        limit. Runs in the event loop's thread, on the tokenizer copy of `check_analysis`."""
+        limit; a BudgetError for one over the budget (ICL_MAX_PATCH_COST). Runs in the event
+        loop's thread, on the tokenizer copy of `check_analysis`."""
         from model_worker.checks.patch_pairs import check_heads, check_pair
         from model_worker.model.prompting import check_length, token_limit
 
@@ -121,12 +123,17 @@ class InProcessEngine:
             return found["input_ids"], [(int(a), int(b)) for a, b in found["offset_mapping"]]
 
         check_pair(request, encode)
+        n_tokens = len(tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
+        g = loaded.geometry
+        check_patch_cost(request, n_tokens, g.n_layers, g.n_heads, self._settings.max_patch_cost)
 
     def patch(
         self, loaded: LoadedModel, request: PatchRequest, progress: Progress
     ) -> PatchingResult:
         from model_worker.patching.run import patch
+        from model_worker.service.jobs import within_budget
 
+        within_budget(loaded, request, self._settings)  # also a stored request run again
         return patch(loaded, request, self._settings.max_prompt_tokens, progress)
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None:

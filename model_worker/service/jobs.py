@@ -25,7 +25,12 @@ from rq.job import Job, JobStatus
 from rq.timeouts import JobTimeoutException
 
 from model_worker.analysis.kernels import recheck_due, recheck_now
-from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
+from model_worker.checks.budget import (
+    BudgetError,
+    check_analysis,
+    check_experiment,
+    check_patch,
+)
 from model_worker.common.errors import JobCancelled, UserInputError, cancelled_message
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
@@ -107,13 +112,19 @@ def until_redis_answers(write: Callable[[], T], what: str, refused_for_s: float 
 
 
 def within_budget(
-    loaded: LoadedModel, request: AnalysisRequest | ExperimentRequest, settings: Settings
+    loaded: LoadedModel,
+    request: AnalysisRequest | ExperimentRequest | PatchRequest,
+    settings: Settings,
 ) -> None:
     """UserInputError when `request` is over the budget of `settings` (the web tier checks it
     first when it can count tokens; this holds for every path to a worker)."""
     try:
         if isinstance(request, ExperimentRequest):
             check_experiment(request, settings.max_experiment_n)
+        elif isinstance(request, PatchRequest):
+            n_tokens = len(loaded.tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
+            g, limit = loaded.geometry, settings.max_patch_cost
+            check_patch(request, n_tokens, g.n_layers, g.n_heads, limit)
         else:
             ids = loaded.tokenizer(request.prompt, add_special_tokens=True)["input_ids"]
             check_analysis(len(ids), request, settings.max_analysis_cost)
@@ -543,6 +554,7 @@ def patching_job(request_json: str, result_ttl_s: int) -> None:
         signer, digest = result_signer(settings), request_digest(request)
         if _computed(connection, job.id, signer, digest):
             return
+        within_budget(loaded, request, settings)
         report = progress_reporter(job)
 
         def progress(fraction: float, message: str) -> None:

@@ -185,3 +185,26 @@ def test_the_diff_panel_refuses_a_patching_id(client: TestClient, narrow: str) -
     page = soup(panel.text)
     assert "not an analysis" in panel.text
     assert not page.select("[hx-get]")  # no poller: it polled "running" for ever
+
+
+# --- 1: on-demand decompositions are priced whole -------------------------------------------
+
+
+def test_a_decomposition_on_demand_is_priced_with_its_towers(
+    client: TestClient, narrow: str
+) -> None:
+    """The extra analysis of a head with its score decomposed costs the analysis plus the
+    decomposition: a budget that covers the plain extra analysis (n tokens × 2 detailed heads
+    × 24) refuses the decomposed one (422 naming the knob); before, `towers` cost nothing."""
+    n_tokens = len(client.get(f"/api/analyses/{narrow}").json()["result"]["tokens"])
+    settings = Settings(
+        model="tiny-llama", write_rate_limit_per_minute=0, max_analysis_cost=60 * n_tokens
+    )
+    with embedded_client(settings) as priced:
+        job = analysed(priced, EXAMPLE_PROMPT, top_k_heads=1)
+        name = undetailed(priced, job)
+        plain = priced.post(f"/api/analyses/{job}/heads/{name}")
+        assert plain.status_code in (200, 202), plain.text
+        decomposed = priced.post(f"/api/analyses/{job}/heads/{name}?towers=true")
+        assert decomposed.status_code == 422, decomposed.text
+        assert "ICL_MAX_ANALYSIS_COST" in decomposed.text
