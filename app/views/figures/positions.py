@@ -77,7 +77,8 @@ def fit_rows(spec: dict[str, object], width: int) -> None:
     for param in spec.get("params") or []:  # type: ignore[attr-defined]
         if isinstance(param, dict) and param.get("name") == "perRow":
             param["value"] = -(-n // rows)
-    inner["width"] = {"step": max(2, step // max(1, int(series or 1)))}
+    series = max(1, int(series or 1))  # side by side, with the padding between positions
+    inner["width"] = {"step": max(2, int((0.85 * step if series > 1 else step) // series))}
 
 
 def position_chart(
