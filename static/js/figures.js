@@ -257,6 +257,7 @@
     var step = Math.max(Math.ceil(1.5 * size), Math.min(12 * size, Math.floor(room / n)));
     var rows = Math.ceil(n / Math.max(1, Math.floor(room / step)));
     var perRow = Math.ceil(n / rows);
+    step = Math.max(step, Math.min(12 * size, Math.floor(room / perRow))); // the rows fill the card
     spec.params.forEach(function (param) {
       if (param.name === "perRow") param.value = perRow;
     });

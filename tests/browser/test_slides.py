@@ -254,3 +254,40 @@ def test_an_experiment_page_has_a_heading_every_bar_label_and_no_sideways_scroll
     for name, n_categories, shown in bars:
         assert shown == n_categories, (name, n_categories, shown)
     page.context.close()
+
+
+@pytest.mark.parametrize(("size", "present"), [SIZES[3], SIZES[2]], ids=[IDS[3], IDS[2]])
+def test_the_patching_and_compare_figures_fit_their_slide(
+    browser: Browser, slides_url: str, artifacts: Path, size: tuple[int, int], present: bool
+) -> None:
+    """The patching page's figures (the two heatmaps, agreement, sites, q/k/v) and the compare
+    page's (both heatmaps and their difference) at 1280 × 720."""
+    page = analysed(browser, slides_url, size, present)
+    first = page.url
+    form = page.locator("form[data-patch-against]")
+    form.locator("select[name=corruption]").select_option("swap-labels")
+    form.locator("button[type=submit]").click()
+    for name in ("effects", "direct", "agreement"):
+        expect(page.locator(f".vl-figure[data-figure={name}]")).to_have_attribute(
+            "data-drawn", "true", timeout=120_000
+        )
+    page.wait_for_timeout(500)
+    tag = f"{size[0]}{'-present' if present else ''}"
+    page.screenshot(path=artifacts / f"slides-patching-{tag}.png", full_page=True)
+    assert page.evaluate(ESCAPED_TEXT) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+
+    page.goto(slides_url + "/")
+    page.fill("textarea[name=prompt]", prompt(12))
+    page.click("#analyse")
+    expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=60_000)
+    page.fill("form[data-compare-with] input[name=b]", first)
+    page.click("form[data-compare-with] button[type=submit]")
+    expect(page.locator(".compare-body[data-status=done]")).to_be_visible(timeout=60_000)
+    drawn = page.locator(".compare-body .vl-figure[data-drawn=true]")
+    expect(drawn.first).to_be_visible(timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=artifacts / f"slides-compare-{tag}.png", full_page=True)
+    assert page.evaluate(ESCAPED_TEXT) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+    page.context.close()
