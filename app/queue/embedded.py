@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import math
+import statistics
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -80,8 +81,9 @@ MAX_JOBS = 2_000
 LOADING_WAIT_S = 2.0
 #: Load time assumed for a model this data folder never loaded (SmolLM2 on a CPU: ~1 min).
 FIRST_LOAD_S = 60.0
-#: Where the last load time of each model is remembered (in ICL_DATA_DIR).
+#: Where the last load times of each model are remembered (in ICL_DATA_DIR), and how many.
 LOAD_TIMES_FILE = "load_seconds.json"
+LOADS_KEPT = 5
 Progress = Callable[[float, str], None]
 Work = Callable[[Progress], Parts]
 
@@ -153,11 +155,12 @@ class EmbeddedBackend(PartsReader):
         return loaded
 
     def loading_eta_s(self) -> float | None:
-        """Seconds the model is expected to go on loading (None once loaded or failed): its
-        last load time in this data folder (else FIRST_LOAD_S) less the time spent so far."""
+        """Seconds the model is expected to go on loading (None once loaded or failed): the
+        median of its last loads in this data folder (else FIRST_LOAD_S) less the time spent
+        so far."""
         if self._model.done():
             return None
-        expected = _load_times(self._settings.data_dir).get(self.default_model, FIRST_LOAD_S)
+        expected = expected_load_s(self._settings.data_dir, self.default_model)
         return max(1.0, expected - (time.monotonic() - self._load_started))
 
     async def _ready(self) -> LoadedModel:
@@ -500,19 +503,35 @@ class EmbeddedBackend(PartsReader):
         self._store.close()
 
 
-def _load_times(folder: Path) -> dict[str, float]:
-    """The remembered load time of each model (empty when none or unreadable)."""
+def _load_times(folder: Path) -> dict[str, list[float]]:
+    """The remembered load times of each model, oldest first (empty when none or unreadable;
+    a file from before kept one number a model: that one)."""
     try:
         times = json.loads((folder / LOAD_TIMES_FILE).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(times, dict):
         return {}
-    return {str(k): float(v) for k, v in times.items() if isinstance(v, int | float) and v > 0}
+    found: dict[str, list[float]] = {}
+    for model, value in times.items():
+        values = value if isinstance(value, list) else [value]
+        kept = [float(v) for v in values if isinstance(v, int | float) and v > 0]
+        if kept:
+            found[str(model)] = kept[-LOADS_KEPT:]
+    return found
+
+
+def expected_load_s(folder: Path, model: str) -> float:
+    """How long `model` is expected to load: the median of its last LOADS_KEPT loads in this
+    data folder (one slow first load, converting the weights, or one fast warm one does not
+    set the next estimate), else FIRST_LOAD_S."""
+    times = _load_times(folder).get(model)
+    return statistics.median(times) if times else FIRST_LOAD_S
 
 
 def _remember_load_time(folder: Path, model: str, seconds: float) -> None:
-    times = _load_times(folder) | {model: round(seconds, 1)}
+    times = _load_times(folder)
+    times[model] = [*times.get(model, []), round(seconds, 1)][-LOADS_KEPT:]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / LOAD_TIMES_FILE).write_text(json.dumps(times))

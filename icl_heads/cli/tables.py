@@ -41,7 +41,7 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         )
         console.print(f"labels (position:word, ✓ true): {marks}")
     else:
-        console.print("no ICL structure detected: label views are empty")
+        console.print("no ICL structure detected: the label columns are left out")
     for note in result.notes:
         console.print(f"[dim]note:[/] {escape(note)}", highlight=False)
     for warning in result.warnings:
@@ -56,7 +56,9 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
 
     by = "label increase" if result.rank_by == "label" else "increase"
     top = Table(title=f"Top {heads} heads by {by} (in-context heads)")
-    columns = ("rank", "head", "increase", "label", "other", "attn true", "attn false", "MRR")
+    labelled = bool(result.labels)  # without labels, their columns would only say 0
+    columns = ("rank", "head", "increase")
+    columns += ("label", "other", "attn true", "attn false", "MRR") if labelled else ()
     for column in columns:
         top.add_column(column, justify="right")
     for summary in result.heads[:heads]:
@@ -64,16 +66,16 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         mrr = (
             ", ".join(f"{m.label.strip()}={m.mrr:.3f}" for m in detail.value_mrr) if detail else ""
         )
-        top.add_row(
-            str(summary.rank),
-            summary.name,
-            f"{summary.increase:+.3f}",
-            _signed(summary.label_increase),
-            _signed(summary.other_increase),
-            f"{summary.attn_true:.3f}",
-            f"{summary.attn_false:.3f}",
-            mrr,
-        )
+        cells = [str(summary.rank), summary.name, f"{summary.increase:+.3f}"]
+        if labelled:
+            cells += [
+                _signed(summary.label_increase),
+                _signed(summary.other_increase),
+                f"{summary.attn_true:.3f}",
+                f"{summary.attn_false:.3f}",
+                mrr,
+            ]
+        top.add_row(*cells)
     console.print(top)
 
     if result.top_heads:

@@ -32,16 +32,18 @@ def analysis_warnings(result: AnalysisCore) -> list[ResultWarning]:
             ResultWarning(
                 code="no_icl_shape",
                 message="The prompt has no ICL shape (demonstrations “input : label”, then the "
-                "query and the separator): no labels are marked and the label columns are "
-                "empty. End the prompt with the separator, e.g. “great : 1 awful : 0 fine :”.",
+                "query and the separator): no labels are marked, so the label / other split, the "
+                "attention on labels, MRR and the label flow are left out. End the prompt with "
+                "the separator, e.g. “great : 1 awful : 0 fine :”.",
             )
         )
     elif not result.labels:
         warnings.append(
             ResultWarning(
                 code="no_labels",
-                message=f"No labels found after the separator {result.separator!r}: the label "
-                "columns are empty. Give the labels (e.g. “1, 0”) if the prompt has them.",
+                message=f"No labels found after the separator {quoted(result.separator)}: the "
+                "label / other split, the attention on labels, MRR and the label flow are left "
+                "out. Give the labels (e.g. “1, 0”) if the prompt has them.",
             )
         )
     if result.labels:

@@ -257,11 +257,14 @@
     var step = Math.max(Math.ceil(1.5 * size), Math.min(12 * size, Math.floor(room / n)));
     var rows = Math.ceil(n / Math.max(1, Math.floor(room / step)));
     var perRow = Math.ceil(n / rows);
+    step = Math.max(step, Math.min(12 * size, Math.floor(room / perRow))); // the rows fill the card
     spec.params.forEach(function (param) {
       if (param.name === "perRow") param.value = perRow;
     });
-    // several series side by side: the step is each bar's, a position holds them all
-    spec.spec.width = { step: Math.max(2, Math.floor(step / (spec.usermeta.series || 1))) };
+    // several series side by side: the step is each bar's, a position holds them all and the
+    // padding between positions (Vega-Lite's 0.1 of a band: 0.85 leaves room for it)
+    var series = spec.usermeta.series || 1;
+    spec.spec.width = { step: Math.max(2, Math.floor((series > 1 ? 0.85 * step : step) / series)) };
   }
 
   // A title wider than the figure is wrapped into lines that fit it (Vega would cut it off at

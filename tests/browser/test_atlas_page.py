@@ -1,6 +1,7 @@
 """The head atlas page in a real browser: an `atlas` experiment on the tiny model, then its page
 from the experiment's link: the scatter matrix draws, the table sorts by a column (and back),
-a head opens its panel from the table and from a point of the matrix."""
+a head opens its panel from the table (by mouse and by keyboard: the table is one Tab stop)
+and from a point of the matrix."""
 
 from __future__ import annotations
 
@@ -56,6 +57,23 @@ def test_the_atlas_sorts_and_opens_a_head(page: Page, base_url: str, artifacts: 
     page.click("a.sort-link[data-sort=induction]")  # again: lowest first
     expect(page.locator("#atlas-table[data-sort=induction][data-order=asc]")).to_have_count(1)
     assert column(page, "induction") == sorted(induction)
+
+    # the table is one Tab stop: ↓ / End move between its heads, Enter opens one (issue 39)
+    links = page.locator("table.atlas-table tbody a.head-link")
+    expect(page.locator("table.atlas-table tbody a.head-link[tabindex='0']")).to_have_count(1)
+    links.first.focus()
+    page.keyboard.press("ArrowDown")
+    expect(links.nth(1)).to_be_focused()
+    page.keyboard.press("End")
+    expect(links.nth(HEADS - 1)).to_be_focused()
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowDown")
+    second = links.nth(1).inner_text()
+    page.keyboard.press("Enter")
+    expect(page.locator(f"#head-panel .atlas-head[data-head={second}]")).to_be_visible(
+        timeout=30_000
+    )
+    expect(page.locator("#head-panel .atlas-head h2")).to_be_focused()
 
     name = page.locator("table.atlas-table tbody tr").first.get_attribute("data-head-name")
     page.locator("table.atlas-table tbody tr").first.locator("a.head-link").click()

@@ -212,3 +212,82 @@ def test_an_unknown_analysis_id_is_a_plain_404_page(page: Page, slides_url: str)
         assert "pattern" not in page.content() and "string_pattern" not in page.content()
     api = page.request.get(slides_url + "/api/analyses/nonsense")  # the API names the pattern
     assert api.status == 422 and "pattern" in api.text()
+
+
+#: per drawn bar figure: [figure, its categories, the category labels it shows]
+BAR_LABELS = """() => [...document.querySelectorAll(".vl-figure[data-drawn=true]")].map(host => {
+  const spec = JSON.parse(host.dataset.spec);
+  const layers = spec.layer || [spec];
+  const x = (layers[0].encoding || {}).x || {};
+  if (x.field !== "category") return null;
+  const values = [...new Set((spec.data.values || []).map(r => r.category))];
+  const axis = host.querySelector("g.role-axis.x, g[aria-label^='X-axis']") || host;
+  const shown = [...axis.querySelectorAll("g.role-axis-label text")].filter(
+    t => t.getAttribute("opacity") !== "0" && t.textContent.trim());
+  return [host.dataset.figure, values.length, shown.length];
+}).filter(Boolean)"""
+
+
+@pytest.mark.parametrize(("size", "present"), [SIZES[3], SIZES[0]], ids=[IDS[3], IDS[0]])
+def test_an_experiment_page_has_a_heading_every_bar_label_and_no_sideways_scroll(
+    browser: Browser, base_url: str, artifacts: Path, size: tuple[int, int], present: bool
+) -> None:
+    page = browser.new_context(viewport={"width": size[0], "height": size[1]}).new_page()
+    view = "present=1&theme=dark" if present else "present=0&theme=light"
+    page.goto(f"{base_url}/prefs?{view}&next=/")
+    asked = {"name": "ablation", "dataset": "sentiment-number", "n": 6}
+    job_id = str(page.request.post(f"{base_url}/api/experiments", data=asked).json()["id"])
+    page.goto(f"{base_url}/e/{job_id}")
+    expect(page.locator(".experiment-result[data-status=done]")).to_be_visible(timeout=180_000)
+    figures = page.locator(".experiment-result .vl-figure")
+    expect(figures.first).to_have_attribute("data-drawn", "true", timeout=30_000)
+    page.wait_for_timeout(500)
+    heading = page.locator("h1[data-page-title]")
+    expect(heading).to_contain_text("ablation")
+    box = heading.bounding_box()
+    assert box is not None and box["y"] < 200  # at the page's top
+    page.screenshot(path=artifacts / f"slides-experiment-{size[0]}.png", full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+    assert page.evaluate(ESCAPED_TEXT) == []
+    bars = page.evaluate(BAR_LABELS)
+    assert bars, "no bar figure"
+    for name, n_categories, shown in bars:
+        assert shown == n_categories, (name, n_categories, shown)
+    page.context.close()
+
+
+@pytest.mark.parametrize(("size", "present"), [SIZES[3], SIZES[2]], ids=[IDS[3], IDS[2]])
+def test_the_patching_and_compare_figures_fit_their_slide(
+    browser: Browser, slides_url: str, artifacts: Path, size: tuple[int, int], present: bool
+) -> None:
+    """The patching page's figures (the two heatmaps, agreement, sites, q/k/v) and the compare
+    page's (both heatmaps and their difference) at 1280 × 720."""
+    page = analysed(browser, slides_url, size, present)
+    first = page.url
+    form = page.locator("form[data-patch-against]")
+    form.locator("select[name=corruption]").select_option("swap-labels")
+    form.locator("button[type=submit]").click()
+    for name in ("effects", "direct", "agreement"):
+        expect(page.locator(f".vl-figure[data-figure={name}]")).to_have_attribute(
+            "data-drawn", "true", timeout=120_000
+        )
+    page.wait_for_timeout(500)
+    tag = f"{size[0]}{'-present' if present else ''}"
+    page.screenshot(path=artifacts / f"slides-patching-{tag}.png", full_page=True)
+    assert page.evaluate(ESCAPED_TEXT) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+
+    page.goto(slides_url + "/")
+    page.fill("textarea[name=prompt]", prompt(12))
+    page.click("#analyse")
+    expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=60_000)
+    page.fill("form[data-compare-with] input[name=b]", first)
+    page.click("form[data-compare-with] button[type=submit]")
+    expect(page.locator(".compare-body[data-status=done]")).to_be_visible(timeout=60_000)
+    drawn = page.locator(".compare-body .vl-figure[data-drawn=true]")
+    expect(drawn.first).to_be_visible(timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=artifacts / f"slides-compare-{tag}.png", full_page=True)
+    assert page.evaluate(ESCAPED_TEXT) == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+    page.context.close()

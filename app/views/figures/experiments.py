@@ -76,7 +76,7 @@ def bars(data: FigureData) -> tuple[alt.TopLevelMixin, list[Row]]:
         axis=alt.Axis(
             labelAngle=-35 if slant else 0,
             labelOverlap="greedy" if len(data.categories) > 24 else False,
-            labelLimit=160,
+            labelLimit=260,  # "random deep (5 draws)" whole at the presentation size
         ),
     )
     offset = alt.XOffset("series:N", sort=[s.name for s in data.series])

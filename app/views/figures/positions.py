@@ -73,11 +73,13 @@ def fit_rows(spec: dict[str, object], width: int) -> None:
     room = max(160, int(width - 7 * size - 24))
     step = max(math.ceil(1.5 * size), min(int(12 * size), room // n))
     rows = -(-n // max(1, room // step))
+    step = max(step, min(int(12 * size), room // -(-n // rows)))  # the rows fill the width
     series = meta.get("series", 1) if isinstance(meta, dict) else 1
     for param in spec.get("params") or []:  # type: ignore[attr-defined]
         if isinstance(param, dict) and param.get("name") == "perRow":
             param["value"] = -(-n // rows)
-    inner["width"] = {"step": max(2, step // max(1, int(series or 1)))}
+    series = max(1, int(series or 1))  # side by side, with the padding between positions
+    inner["width"] = {"step": max(2, int((0.85 * step if series > 1 else step) // series))}
 
 
 def position_chart(
