@@ -107,6 +107,7 @@ class ChunkSlicer(Slicer):
         # a pass is named by its digest and how many passes of that digest came before it
         # (not by its rank: a pass served from a process's own cache, such as a located
         # experiment's location, is skipped by one replay and not another)
+        self.passes += 1
         number = self._seen.get(digest, 0)
         self._seen[digest] = number + 1
         out: dict[int, list[Record]] = {}

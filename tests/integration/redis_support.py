@@ -96,13 +96,14 @@ def serving_workers(
     delay_s: float = 0.0,
     stop_with: int = signal.SIGTERM,
     env: dict[str, str] | None = None,
+    start_timeout: float = 90.0,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """`count` worker processes serving `model` (logs in `folder`), live for the duration, then
     stopped with `stop_with`."""
     logs = [folder / ("worker.log" if count == 1 else f"worker{n}.log") for n in range(count)]
     workers = [start_worker(model, redis_url, log, delay_s=delay_s, env=env) for log in logs]
     try:
-        wait_for_workers(redis_url, count)
+        wait_for_workers(redis_url, count, start_timeout)
         yield workers
     finally:
         for worker in workers:

@@ -33,7 +33,7 @@ from tests.integration.redis_support import (
 )
 from tests.tiny_models import EXAMPLE_PROMPT
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 SLICE_DELAY_S = 0.2
 CHUNK_S = 5.0
 WORKERS_ENV = {
@@ -72,7 +72,7 @@ class Lab:
         body: dict[str, Any] = self.client.get(f"/api/analyses/{job_id}").json()
         return body
 
-    def wait(self, job_id: str, until: tuple[str, ...], timeout: float = 240) -> dict[str, Any]:
+    def wait(self, job_id: str, until: tuple[str, ...], timeout: float = 600) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             body = self.state(job_id)
@@ -96,7 +96,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lab(model: Path, tmp_path: Path) -> Iterator[Lab]:
     with (
         private_db() as url,
-        serving_workers(model, url, tmp_path, count=2, env=WORKERS_ENV) as workers,
+        serving_workers(
+            model, url, tmp_path, count=2, env=WORKERS_ENV, start_timeout=400
+        ) as workers,
         TestClient(create_app(web_settings(model, url))) as client,
     ):
         yield Lab(model, url, client, workers)
