@@ -234,6 +234,13 @@ class Client:
             return self._finish(self._poll(job_id), ExperimentResult, None, timeout)
         return self._finish(self._poll(job_id), AnalysisResult, None, timeout)
 
+    def cancel(self, job_id: str) -> JobState:
+        """Cancel a queued or running job you submitted (an admin: anyone's): a queued one
+        leaves the queue at once, a running one stops within one slice of its work and keeps
+        nothing; its state then says `cancelled by …`. NotFound for an unknown job; ClientError
+        (409) for one already finished."""
+        return self._state(self._request("DELETE", f"/api/jobs/{job_id}"))
+
     # --- internals ------------------------------------------------------------------------
 
     @staticmethod

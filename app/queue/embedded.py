@@ -55,6 +55,7 @@ from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
 from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchRequest
+from model_worker.service.queue.eta import Rate, queued_text, wait_s, with_left
 from model_worker.service.queue.keys import (
     analysis_job_id,
     experiment_job_id,
@@ -147,6 +148,7 @@ class EmbeddedBackend(PartsReader):
         self._cancelled: dict[str, str] = {}  # running job -> who cancelled it
         self._submitters: dict[str, set[str]] = {}  # job -> every client that submitted it
         self._news = JobNews()  # wakes the long polls of a job when it changes
+        self._mean_job_s: float | None = None  # recent jobs' mean time (a queued job's wait)
 
     def _timed_load(self) -> LoadedModel:
         loaded = self._engine.load()
@@ -355,10 +357,24 @@ class EmbeddedBackend(PartsReader):
 
     def _run(self, job_id: str, work: Work) -> None:
         self._set(JobState(id=job_id, status=JobStatus.RUNNING))
+        started, rate, reached = time.monotonic(), Rate(), 0.0
 
         def progress(fraction: float, message: str) -> None:
+            """One fraction, never going back, with the time left at the measured rate."""
+            nonlocal reached
+            if fraction < reached:
+                return
+            reached = fraction
+            rate.seen(fraction)
+            left = rate.left_s(fraction)
             self._set(
-                JobState(id=job_id, status=JobStatus.RUNNING, progress=fraction, message=message)
+                JobState(
+                    id=job_id,
+                    status=JobStatus.RUNNING,
+                    progress=fraction,
+                    message=with_left(message, left),
+                    eta_s=left,
+                )
             )
 
         try:
@@ -377,6 +393,9 @@ class EmbeddedBackend(PartsReader):
             except StoreError as store_exc:
                 log.error("could not record the failure of %s: %s", job_id, store_exc)
         finally:
+            seconds = time.monotonic() - started
+            previous = self._mean_job_s
+            self._mean_job_s = seconds if previous is None else 0.8 * previous + 0.2 * seconds
             self._owners.pop(job_id, None)
             self._heads.pop(job_id, None)
             self._cancelled.pop(job_id, None)
@@ -425,7 +444,9 @@ class EmbeddedBackend(PartsReader):
         if state is not None:
             position = self._pending.position(job_id) if state.status == JobStatus.QUEUED else None
             if position is not None:
-                return state.model_copy(update={"position_in_queue": position})
+                wait = wait_s(position, self._mean_job_s)
+                update = {"position_in_queue": position, "eta_s": wait}
+                return state.model_copy(update=update | {"message": queued_text(position, wait)})
             return state
         stored = await self._stored(self._store.job, job_id)
         if stored is None:

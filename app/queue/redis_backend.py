@@ -55,6 +55,7 @@ from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest
 from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.contracts.patching import PatchRequest
+from model_worker.service.queue.eta import queued_text, wait_s
 from model_worker.service.queue.heartbeats import WorkerBeat, last_beat, live_beats
 from model_worker.service.queue.keys import (
     analysis_job_id,
@@ -140,6 +141,7 @@ class RedisBackend(PartsReader):
         self._retention = Retention(self._store, settings)
         self._digests: dict[str, str] = {}  # job -> the digest of its stored request
         self._seen: dict[str, WorkerBeat] = {}  # model -> the last beat of one of its workers
+        self._seen_beats: list[WorkerBeat] = []  # the live beats read last
 
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(
@@ -198,7 +200,7 @@ class RedisBackend(PartsReader):
 
     def _beats(self) -> list[WorkerBeat]:
         """The live workers' beats, remembered per model (for `_remembered`)."""
-        beats = live_beats(self._redis)
+        beats = self._seen_beats = live_beats(self._redis)
         for beat in beats:
             self._seen[beat.model] = beat
         return beats
@@ -675,23 +677,44 @@ class RedisBackend(PartsReader):
                 status=JobStatus.RUNNING,
                 progress=job.meta.get("progress"),
                 message=job.meta.get("message"),
+                eta_s=job.meta.get("eta_s"),
             )
         if status in QUEUED:
             position = job.get_position()
             message = f"waiting for a worker for {job.meta.get('model', '?')}" if waiting else None
             progress = job.meta.get("progress")
-            if progress is not None and message is None:  # an experiment between two chunks
-                message = f"{job.meta.get('message', '')} (paused between chunks)".lstrip()
+            wait = self._wait_s(job, position)
+            if message is None and position is not None:
+                message = queued_text(position, wait)
+            if progress is not None:  # an experiment between two of its chunks
+                waiting_text = "" if message is None else f"; {message}"
+                message = f"{job.meta.get('message', '')} (paused between chunks{waiting_text})"
             return JobState(
                 id=job_id,
                 status=JobStatus.QUEUED,
                 position_in_queue=position,
                 message=message,
                 progress=progress,
+                eta_s=wait,
             )
         if status == RqStatus.FINISHED:  # finished, but its result expired or was never written
             return self._done(job_id) if self._finished(job_id) else None
         return JobState(id=job_id, status=JobStatus.FAILED, error=_failure_reason(job))
+
+    def _wait_s(self, job: Job, position: int | None) -> float | None:
+        """About how long until a queued job starts: the jobs ahead of it (and, for an
+        experiment, the interactive jobs served first) times its workers' mean job time."""
+        if position is None:
+            return None
+        model = str(job.meta.get("model", ""))
+        beats = [beat for beat in self._seen_beats if beat.model == model]
+        means = [beat.mean_job_s for beat in beats if beat.mean_job_s is not None]
+        if not means:
+            return None
+        ahead = position
+        if job.origin == queue_name(model):
+            ahead += rq_queue(interactive_queue_name(model), self._redis).count
+        return wait_s(ahead, sum(means) / len(means), len(beats))
 
     def _check_workers(self, job: Job, status: RqStatus | None) -> tuple[RqStatus | None, bool]:
         """Hand back a job whose worker died; a queued job no live worker can take waits for

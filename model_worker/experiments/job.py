@@ -85,13 +85,19 @@ def run_keeping(
     if request.name not in EXPERIMENTS:
         raise ExperimentInputError(f"unknown experiment {request.name!r}")
     dataset = resolve_dataset(request)
+    sliced = slicer or Slicer()
+
+    def named(fraction: float, message: str) -> None:
+        """Each report names the pass it comes from (`pass 3: random: prompts 64/200`)."""
+        progress(fraction, f"pass {sliced.passes}: {message}" if sliced.passes else message)
+
     with (
-        slicing(slicer or Slicer()),
-        Heartbeat(progress) as beating,  # a report at least every second, even mid-batch
+        slicing(sliced),
+        Heartbeat(named) as beating,  # a report at least every second, even mid-batch
     ):
         ctx = Context(loaded, request, dataset, batch_size, beating, max_tokens)
         result = with_sample_caveat(_runner(request.name)(ctx))
-        beating(1.0, "done")
+        progress(1.0, "done")
     return result, ctx.kept
 
 

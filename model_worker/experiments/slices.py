@@ -43,6 +43,8 @@ class Slicer:
 
     def __init__(self, checkpoint: Callable[[], None] | None = None) -> None:
         self._checkpoint = checkpoint
+        #: passes asked for so far (what progress messages number)
+        self.passes = 0
 
     def checkpoint(self) -> None:
         if self._checkpoint is not None:
@@ -57,6 +59,7 @@ class Slicer:
     ) -> list[list[Record]]:
         """The records of every slice of one pass (`digest` names the pass's prompts and
         options), `on_slice(i)` once slice i is in hand."""
+        self.passes += 1
         out = []
         for i in range(n_slices):
             self.checkpoint()

@@ -31,6 +31,7 @@ from model_worker.common.errors import JobCancelled, cancelled_message
 from model_worker.experiments.slices import ComputeSlice, Record, Slicer
 from model_worker.service.queue.heartbeats import live_beats
 from model_worker.service.queue.keys import (
+    SLICES_BY_WORKER_KEY,
     SLICES_COMPUTED_KEY,
     SLICES_STORED_KEY,
     cancel_key,
@@ -63,8 +64,8 @@ class ChunkSlicer(Slicer):
     """The slices of one experiment's passes through Redis (module docstring).
 
     `worker`: this worker's name (what a claim records); `interactive_waiting()`: an interactive
-    job waits for this model; `driver`: this job is the experiment's own (it waits for slices
-    others compute; a helper leaves instead)."""
+    job waits for this model; `driver`: this job is the experiment's own (a helper stops once
+    the experiment is over)."""
 
     connection: Redis
     experiment_id: str
@@ -75,8 +76,11 @@ class ChunkSlicer(Slicer):
     driver: bool
     chunk_s: float = CHUNK_SECONDS
     computed: int = 0
-    _passes: int = 0
-    _started: float = field(default_factory=time.monotonic)
+    #: how many passes of each digest this replay has asked for so far
+    _seen: dict[str, int] = field(default_factory=dict)
+    #: when this chunk computed its first slice (its time counts from there: a replay of what
+    #: earlier chunks did is not work, and every chunk computes at least one slice)
+    _started: float | None = None
 
     def __post_init__(self) -> None:
         super().__init__(None)
@@ -90,7 +94,7 @@ class ChunkSlicer(Slicer):
             raise ChunkOver("the experiment is over", again=False)
         if self.interactive_waiting():
             raise ChunkOver("an interactive job waits")
-        if time.monotonic() - self._started >= self.chunk_s:
+        if self._started is not None and time.monotonic() - self._started >= self.chunk_s:
             raise ChunkOver("chunk time spent")
 
     def run(
@@ -100,15 +104,19 @@ class ChunkSlicer(Slicer):
         compute: ComputeSlice,
         on_slice: Callable[[int], None],
     ) -> list[list[Record]]:
-        number = self._passes
-        self._passes += 1
+        # a pass is named by its digest and how many passes of that digest came before it
+        # (not by its rank: a pass served from a process's own cache, such as a located
+        # experiment's location, is skipped by one replay and not another)
+        self.passes += 1
+        number = self._seen.get(digest, 0)
+        self._seen[digest] = number + 1
         out: dict[int, list[Record]] = {}
         while len(out) < n_slices:
             progressed = False
             for i in range(n_slices):
                 if i in out:
                     continue
-                field_name = f"{number}:{i}"
+                field_name = f"{digest}:{number}:{i}"
                 kept = self._read(field_name, digest)
                 if kept is None:
                     self.checkpoint()  # before claiming: a chunk ends between two slices
@@ -126,6 +134,8 @@ class ChunkSlicer(Slicer):
         self, field_name: str, digest: str, compute: ComputeSlice, i: int
     ) -> list[Record]:
         """Slice i computed by this worker and kept; its claim released if it fails."""
+        if self._started is None:
+            self._started = time.monotonic()
         try:
             records = compute(i)
         except BaseException:
@@ -135,10 +145,10 @@ class ChunkSlicer(Slicer):
         return records
 
     def _wait_for_others(self) -> None:
-        """Every missing slice is being computed elsewhere: a helper leaves; the driver waits
-        (looking for cancels and interactive work) until one arrives."""
-        if not self.driver:
-            raise ChunkOver("every slice left is taken", again=False)
+        """Every missing slice is being computed elsewhere: wait (looking for cancels and
+        interactive work) until one arrives."""
+        if self._started is None:
+            self._started = time.monotonic()
         self.checkpoint()
         time.sleep(WAIT_POLL_S)
 
@@ -171,7 +181,8 @@ class ChunkSlicer(Slicer):
         with self.connection.pipeline() as pipe:
             pipe.hsetnx(slices_key(self.experiment_id), field_name, signed)
             pipe.incr(SLICES_COMPUTED_KEY)
-            stored, _ = pipe.execute()
+            pipe.hincrby(SLICES_BY_WORKER_KEY, self.worker, 1)
+            stored, *_ = pipe.execute()
         if stored:
             self.connection.incr(SLICES_STORED_KEY)
         self.connection.hdel(slice_claims_key(self.experiment_id), field_name)

@@ -43,6 +43,7 @@ from model_worker.run.analyze import analyze
 from model_worker.run.factored import unembedding_builder
 from model_worker.run.more_heads import detail_more
 from model_worker.service.chunks import OPEN, ChunkOver, ChunkSlicer, drop_slices, open_slices
+from model_worker.service.queue.eta import Rate, with_left
 from model_worker.service.queue.heartbeats import live_beats
 from model_worker.service.queue.keys import (
     COMPUTED_KEY,
@@ -600,6 +601,7 @@ def progress_reporter(job: Job) -> Callable[[float, str], None]:
     never lower than the job's progress so far (a chunk replays what earlier chunks did)."""
     last = 0.0
     reached = float(job.meta.get("progress") or 0.0)  # by earlier chunks of the same job
+    rate = Rate(job.meta.get("rate_at"), float(job.meta.get("rate_fraction") or 0.0))
 
     def progress(fraction: float, message: str) -> None:
         nonlocal last, reached
@@ -609,8 +611,12 @@ def progress_reporter(job: Job) -> Callable[[float, str], None]:
         if fraction < reached:  # a later chunk replaying what earlier ones did: never back
             return
         last, reached = now, fraction
+        rate.seen(fraction)
+        left = rate.left_s(fraction)
         job.meta["progress"] = max(0.0, min(1.0, float(fraction)))
-        job.meta["message"] = message
+        job.meta["message"] = with_left(message, left)
+        job.meta["eta_s"] = left
+        job.meta["rate_at"], job.meta["rate_fraction"] = rate.at, rate.fraction
         try:
             job.save_meta()
         except RedisError as exc:  # progress is best effort: the next write may pass

@@ -58,16 +58,27 @@ def save_tiny_model(folder: Path) -> Path:
 
 
 def start_worker(
-    model: Path, redis_url: str, log: Path, *, delay_s: float = 0.0, command: str = "worker"
+    model: Path,
+    redis_url: str,
+    log: Path,
+    *,
+    delay_s: float = 0.0,
+    command: str = "worker",
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """`icl-heads worker` in a subprocess (through tests.integration.worker_entry's hooks)."""
-    env = os.environ | {
-        "ICL_REDIS_URL": redis_url,
-        "ICL_WORKER_HEARTBEAT_S": "1",
-        "ICL_CACHE_DIR": str(log.parent / "cache"),
-        "TEST_JOB_DELAY_S": str(delay_s),
-        "PYTHONPATH": str(ROOT),
-    }
+    """`icl-heads worker` in a subprocess (through tests.integration.worker_entry's hooks;
+    `env`: more environment variables)."""
+    env = (
+        os.environ
+        | (env or {})
+        | {
+            "ICL_REDIS_URL": redis_url,
+            "ICL_WORKER_HEARTBEAT_S": "1",
+            "ICL_CACHE_DIR": str(log.parent / "cache"),
+            "TEST_JOB_DELAY_S": str(delay_s),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     args = [sys.executable, "-m", "tests.integration.worker_entry", command, "--model", str(model)]
     with log.open("ab") as out:
         return subprocess.Popen(
@@ -84,13 +95,15 @@ def serving_workers(
     count: int = 1,
     delay_s: float = 0.0,
     stop_with: int = signal.SIGTERM,
+    env: dict[str, str] | None = None,
+    start_timeout: float = 90.0,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """`count` worker processes serving `model` (logs in `folder`), live for the duration, then
     stopped with `stop_with`."""
     logs = [folder / ("worker.log" if count == 1 else f"worker{n}.log") for n in range(count)]
-    workers = [start_worker(model, redis_url, log, delay_s=delay_s) for log in logs]
+    workers = [start_worker(model, redis_url, log, delay_s=delay_s, env=env) for log in logs]
     try:
-        wait_for_workers(redis_url, count)
+        wait_for_workers(redis_url, count, start_timeout)
         yield workers
     finally:
         for worker in workers:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from icl_heads.client import Client, ClientError
 from model_worker.common.settings import Settings
 from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.experiments import batching
@@ -19,6 +20,8 @@ from model_worker.experiments.job import run_experiment
 from model_worker.service import jobs
 from tests.app_clients import embedded_client
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
+
+pytestmark = pytest.mark.timeout(900)
 
 #: Each slice of an experiment's passes is made this much slower (the tiny model is instant).
 SLICE_DELAY_S = 0.05
@@ -28,7 +31,7 @@ WORDS = {"sentiment": ["love", "like", "hate", "good", "bad"], "number": ["one",
 TINY_CSV = "text,label\n" + "".join(f"{w},{c}\n" for c, ws in WORDS.items() for w in ws)
 
 
-def experiment(n: int = 128) -> ExperimentRequest:
+def experiment(n: int = 64) -> ExperimentRequest:
     return ExperimentRequest(
         name="ablation",
         dataset="upload",
@@ -63,7 +66,7 @@ def state(client: TestClient, job_id: str) -> dict[str, Any]:
     return body
 
 
-def wait(client: TestClient, job_id: str, until: tuple[str, ...], timeout: float = 120) -> dict:
+def wait(client: TestClient, job_id: str, until: tuple[str, ...], timeout: float = 600) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body = state(client, job_id)
@@ -125,5 +128,33 @@ def test_only_its_submitter_may_cancel_a_job(client: TestClient) -> None:
     with pytest.raises(Exception, match="only who submitted"):
         client.portal.call(backend.cancel, job_id, "user:mallory")  # type: ignore[union-attr]
     assert client.delete("/api/jobs/e-" + "0" * 32).status_code == 404
-    assert client.delete(f"/api/jobs/{job_id}").status_code == 200
-    assert wait(client, job_id, ("done", "failed"))["status"] == "failed"
+    library = Client("http://testserver", progress=False)
+    library._http = client  # the library's requests go to the app in this process
+    assert library.cancel(job_id).id == job_id
+    assert wait(client, job_id, ("done", "failed"))["error"] == "cancelled by its submitter"
+    with pytest.raises(ClientError, match="409"):
+        library.cancel(job_id)
+
+
+def test_progress_is_one_monotone_fraction_naming_its_pass_with_an_estimate(
+    client: TestClient,
+) -> None:
+    started = time.monotonic()
+    job_id = submit_experiment(client, experiment(n=96))
+    seen: list[tuple[float, float, str, float | None]] = []
+    while (body := state(client, job_id))["status"] not in ("done", "failed"):
+        if body["status"] == "running" and body["progress"] is not None:
+            seen.append((time.monotonic(), body["progress"], body["message"], body["eta_s"]))
+        time.sleep(0.05)
+    ended = time.monotonic()
+    assert body["status"] == "done"
+    fractions = [fraction for _, fraction, _, _ in seen]
+    assert fractions == sorted(fractions) and len(set(fractions)) > 10
+    passes = {message.split(":")[0] for _, _, message, _ in seen if message.startswith("pass ")}
+    assert len(passes) >= 10, passes  # locate, then 12 conditions: each pass named
+    estimates = [(at, eta) for at, fraction, _, eta in seen if eta is not None and fraction < 0.9]
+    assert estimates, "no estimate once the first slices were done"
+    for at, eta in estimates[len(estimates) // 4 :]:  # past the first quarter of the estimates
+        real = ended - at
+        assert real / 2 <= eta <= real * 2, (eta, real)
+    assert started < ended

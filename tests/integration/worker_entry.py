@@ -6,7 +6,9 @@ Run as `python -m tests.integration.worker_entry worker --model DIR ...`. Hooks:
 - prompts containing `oom` raise torch.cuda.OutOfMemoryError (a GPU running out of memory);
 - prompts containing `details-later` wait DETAILS_LATER_S between the per-head stage and the
   head details;
-- `model_worker.experiments.job.run_experiment` is replaced by `fake_run_experiment`.
+- `model_worker.experiments.job.run_experiment` is replaced by `fake_run_experiment`, unless
+  TEST_REAL_EXPERIMENTS is set; TEST_SLICE_DELAY_S: sleep this long in every slice of a real
+  experiment's passes (time to submit, kill or cancel mid-experiment).
 """
 
 from __future__ import annotations
@@ -100,7 +102,24 @@ def _install_hooks() -> None:
     from model_worker.service import jobs
 
     jobs.run_analysis = hooked_run_analysis(float(os.environ.get("TEST_JOB_DELAY_S", "0")))
-    install_fake_experiment()
+    if not os.environ.get("TEST_REAL_EXPERIMENTS"):
+        install_fake_experiment()
+    slow_slices(float(os.environ.get("TEST_SLICE_DELAY_S", "0")))
+
+
+def slow_slices(delay_s: float) -> None:
+    """Every slice of an experiment's passes takes `delay_s` longer."""
+    if not delay_s:
+        return
+    from model_worker.experiments import batching
+
+    real = batching._run_part
+
+    def slow_part(*args: object, **kwargs: object) -> object:
+        time.sleep(delay_s)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    batching._run_part = slow_part  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

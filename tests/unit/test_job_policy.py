@@ -8,6 +8,7 @@ from rq.serializers import JSONSerializer
 
 from app.queue.redis_backend import ANALYSIS_FUNC, EXPERIMENT_FUNC, PATCHING_FUNC
 from model_worker.service.job_policy import ALLOWED_JOBS, refusal
+from model_worker.service.jobs import HELPER_FUNC
 
 
 class FakeRedis:
@@ -20,7 +21,8 @@ def job(func: str, *args: object, **options: object) -> object:
 
 
 def test_the_web_tiers_jobs_are_the_allowed_ones() -> None:
-    assert {ANALYSIS_FUNC, EXPERIMENT_FUNC, PATCHING_FUNC} == ALLOWED_JOBS
+    assert {ANALYSIS_FUNC, EXPERIMENT_FUNC, PATCHING_FUNC, HELPER_FUNC} == ALLOWED_JOBS
+    assert refusal(job(HELPER_FUNC, '{"name": "accuracy"}', 60)) is None
     assert refusal(job(ANALYSIS_FUNC, '{"prompt": "a : b c :"}', 60)) is None
     assert refusal(job(EXPERIMENT_FUNC, '{"name": "accuracy"}', 60)) is None
     assert refusal(job(PATCHING_FUNC, '{"prompt": "a : b c : d e :"}', 60)) is None

@@ -157,12 +157,12 @@ def interactive_queue_name(model: str) -> str:
 
 def helper_job_id(experiment_id: str, number: int) -> str:
     """The id of an experiment's helper chunk job `number` (model_worker.service.chunks)."""
-    return f"{experiment_id}.h{number}"
+    return f"{experiment_id}_h{number}"
 
 
 def experiment_of(job_id: str) -> str:
     """The experiment a job works for: a helper's experiment, else the job itself."""
-    return job_id.partition(".")[0]
+    return job_id.partition("_")[0]
 
 
 def slices_key(experiment_id: str) -> str:
@@ -185,3 +185,5 @@ def cancel_key(job_id: str) -> str:
 SLICES_STORED_KEY = f"{PREFIX}:stats:slices"
 #: Counter of experiment slices computed (a slice computed twice, after a worker died, twice).
 SLICES_COMPUTED_KEY = f"{PREFIX}:stats:slices-computed"
+#: How many experiment slices each worker computed (a hash: worker name -> count).
+SLICES_BY_WORKER_KEY = f"{PREFIX}:stats:slices-by-worker"

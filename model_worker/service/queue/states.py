@@ -35,6 +35,9 @@ class JobState(BaseModel):
     progress: float | None = None
     message: str | None = None
     patching: PatchingResult | None = None
+    #: seconds until it is done (running, once its rate is measured) or until it starts
+    #: (queued, from the mean job time), when known
+    eta_s: float | None = None
 
 
 def done_body(job_id: str, result_json: bytes) -> bytes:
@@ -56,7 +59,7 @@ def done_body(job_id: str, result_json: bytes) -> bytes:
             experiment,
             b',"error":null,"position_in_queue":null,"progress":null,"message":null,"patching":',
             patching,
-            b"}",
+            b',"eta_s":null}',
         )
     )
 
