@@ -20,6 +20,7 @@ from model_worker.analysis.icl import (
 )
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.common.errors import LabelError, PromptError
+from model_worker.common.token_quote import quoted
 from model_worker.contracts.caveats import ResultWarning
 from model_worker.contracts.common import model_head
 from model_worker.model.loading import LoadedModel
@@ -66,7 +67,7 @@ def _following(prompt: str, text: str) -> str:
 
 
 def _pieces(loaded: Tokenizing, ids: Sequence[int]) -> str:
-    return ", ".join(repr(loaded.token_text(i)) for i in ids)
+    return ", ".join(quoted(loaded.token_text(i)) for i in ids)
 
 
 class Tokenizing(Protocol):
@@ -152,12 +153,12 @@ def read_labels(loaded: Tokenizing, prompt: str, words: Sequence[str]) -> LabelR
             "token is that shared prefix, not a label."
         )
         return LabelReading(prompt, notes=notes)
-    firsts = ", ".join(repr(loaded.token_text(encoded[w][1][k])) for w in distinct)
+    firsts = ", ".join(quoted(loaded.token_text(encoded[w][1][k])) for w in distinct)
     notes.insert(
         0,
         f"The labels all begin with [{_pieces(loaded, shared)}], which the model writes before "
-        f"any label: the prompt is analysed with {prefix!r} appended, at the first token that "
-        f"tells the labels apart ({firsts}).",
+        f"any label: the prompt is analysed with {quoted(prefix)} appended, at the first token "
+        f"that tells the labels apart ({firsts}).",
     )
     return LabelReading(analysed, shared, skip, notes)
 
@@ -243,7 +244,7 @@ def target_id(
             ResultWarning(
                 code="target_multi_token",
                 message=f"The target {target!r} is {len(ids)} tokens [{_pieces(loaded, ids)}]; "
-                f"its first token {loaded.token_text(ids[0])!r} is analysed.",
+                f"its first token {quoted(loaded.token_text(ids[0]))} is analysed.",
             )
         )
     return ids[0], warnings

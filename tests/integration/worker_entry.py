@@ -22,6 +22,7 @@ from collections.abc import Callable
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
 from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
+from model_worker.experiments.slices import Slicer
 from model_worker.model.loading import LoadedModel
 
 FAKE_STEPS = 5
@@ -35,10 +36,14 @@ def fake_run_experiment(
     progress: Callable[[float, str], None],
     *,
     max_tokens: int,
+    slicer: Slicer | None = None,
 ) -> ExperimentResult:
     """Reports FAKE_STEPS progress steps, 0.3 s apart, then a result counting them (the
-    worker's prompt limit, `max_tokens`, is required: every caller passes it)."""
+    worker's prompt limit, `max_tokens`, is required: every caller passes it); each step is a
+    slice of `slicer` (the embedded worker runs waiting jobs, or stops a cancelled one, there)."""
     for step in range(FAKE_STEPS):
+        if slicer is not None:
+            slicer.checkpoint()
         progress(step / FAKE_STEPS, f"step {step + 1} of {FAKE_STEPS}")
         time.sleep(0.3)
     progress(1.0, "done")
