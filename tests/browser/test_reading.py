@@ -104,8 +104,9 @@ def test_a_prompt_without_labels_leaves_out_what_needs_them(
 def test_digit_labels_patch_as_they_are_analysed(
     page: Page, spaced_url: str, artifacts: Path
 ) -> None:
-    """Needs the lead's one reading of the prompt for analysis and patching: until it lands,
-    patching refuses the digits ("the labels '1' and '0' start with the same token")."""
+    """Patching reads the prompt as the analysis does (issue 36.3's one reading): digit labels
+    that share SmolLM2-style " " are patched at the digit (before, patching refused them: "the
+    labels '1' and '0' start with the same token")."""
     page.set_viewport_size({"width": 1440, "height": 900})
     analyse(page, spaced_url, DIGITS, target="1")
     assert page.locator(".token-strip .tok--true").all_inner_texts() == ["1", "1"]
