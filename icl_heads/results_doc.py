@@ -508,6 +508,11 @@ def _verdict_of(
 def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
     text, reported, name, quantity = claim
     found = _verdict_of(stored, name, quantity)
+    if found is None and name in stored:
+        return (
+            f"| {text} | {reported} | `{quantity}` not in the stored result (stored before it "
+            "existed) | cannot test (rerun) |"
+        )
     if found is None:
         return f"| {text} | {reported} | not run | cannot test (not run) |"
     data = stored[name]
@@ -534,7 +539,7 @@ def _finding_row(finding: tuple[str, str, str], stored: dict[str, dict[str, Any]
     text, name, quantity = finding
     found = _verdict_of(stored, name, quantity)
     if found is None:
-        return f"| {text} | not run | — |"
+        return f"| {text} | {'not in the stored result' if name in stored else 'not run'} | — |"
     if not _pooled(stored[name], found):
         return f"| {text} | `{quantity}`: stored before seeds were pooled | not decided |"
     cell = _outcome_cell(stored[name], found)
