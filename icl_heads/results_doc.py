@@ -232,8 +232,13 @@ seeds (other evaluation and location prompts) each metric's mean, SD, min and ma
 Rates over heads (the share of the top-20 heads whose attention drops) and the overlap of two
 datasets' top 20 are statistics of per-head means: their intervals resample the prompts and
 recompute every head's mean, then the rate or overlap (method "prompt bootstrap").
-With few prompts the percentile bootstrap understates the uncertainty (a change that is zero on
-every prompt gets the interval [0, 0]), so read the verdicts of small-n sections as indicative.
+An interval the data cannot support is shown as undefined, with the reason, never as [x, x]:
+a bootstrap whose statistic is defined in fewer than half the resamples, or whose prompts all
+give the same value (a change that is zero on every prompt; results stored before this rule
+held such intervals as [0, 0]: they are shown undefined, and their verdicts inconclusive). A
+rate over heads can be the same in every resample and keep its interval. With few prompts the
+percentile bootstrap understates the uncertainty, so read the verdicts of small-n sections as
+indicative.
 
 **Verdicts.** Seeds are more prompts: each hypothesis is decided from its interval over all
 prompts of all seeds ({combined}). The rule: {rule} Each seed's own verdict is shown beside the
@@ -284,9 +289,13 @@ def _interval(interval: dict[str, Any]) -> str:
     return f"{_num(interval['estimate'])} [{_num(interval['low'])}, {_num(interval['high'])}]"
 
 
-def _pooled(verdict: dict[str, Any]) -> bool:
-    """Was `verdict` decided from its interval over every seed's prompts (not a stored vote)?"""
-    return not verdict["rule"].startswith(VOTE_RULE)
+def _pooled(data: dict[str, Any], verdict: dict[str, Any]) -> bool:
+    """Was `verdict` decided from its interval over every seed's prompts (not a stored vote)?
+    A result of one seed is: its prompts are all the prompts, whichever rule it was stored
+    under."""
+    return len(data.get("seeds") or [data["seed"]]) <= 1 or not verdict["rule"].startswith(
+        VOTE_RULE
+    )
 
 
 def _gated(data: dict[str, Any], verdict: dict[str, Any]) -> bool:
@@ -299,7 +308,7 @@ def _gated(data: dict[str, Any], verdict: dict[str, Any]) -> bool:
 def _outcome_cell(data: dict[str, Any], verdict: dict[str, Any]) -> str:
     """A verdict as the document shows it: settled only when pooled and not behind a failed
     gate."""
-    if not _pooled(verdict):
+    if not _pooled(data, verdict):
         return "not decided: stored before seeds were pooled (rerun)"
     if _gated(data, verdict):
         return (
@@ -398,7 +407,9 @@ def section(data: dict[str, Any]) -> list[str]:
         lines += ["|---|---|---|---|"]
         for v in data["verdicts"]:
             measured = (
-                _interval(v["interval"]) if _pooled(v) else "— (stored before seeds were pooled)"
+                _interval(v["interval"])
+                if _pooled(data, v)
+                else "— (stored before seeds were pooled)"
             )
             lines.append(
                 f"| {_num(v['hypothesis'])} (`{v['quantity']}`; null {v['null']:g}, smallest "
@@ -497,10 +508,15 @@ def _verdict_of(
 def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
     text, reported, name, quantity = claim
     found = _verdict_of(stored, name, quantity)
+    if found is None and name in stored:
+        return (
+            f"| {text} | {reported} | `{quantity}` not in the stored result (stored before it "
+            "existed) | cannot test (rerun) |"
+        )
     if found is None:
         return f"| {text} | {reported} | not run | cannot test (not run) |"
     data = stored[name]
-    if not _pooled(found):
+    if not _pooled(data, found):
         return (
             f"| {text} | {reported} | `{quantity}`: stored before seeds were pooled | "
             "**cannot test: not decided (rerun to pool the seeds)** |"
@@ -523,8 +539,8 @@ def _finding_row(finding: tuple[str, str, str], stored: dict[str, dict[str, Any]
     text, name, quantity = finding
     found = _verdict_of(stored, name, quantity)
     if found is None:
-        return f"| {text} | not run | — |"
-    if not _pooled(found):
+        return f"| {text} | {'not in the stored result' if name in stored else 'not run'} | — |"
+    if not _pooled(stored[name], found):
         return f"| {text} | `{quantity}`: stored before seeds were pooled | not decided |"
     cell = _outcome_cell(stored[name], found)
     if name != "accuracy" and not _adequate(stored, stored[name]):
@@ -594,24 +610,96 @@ def precision(stored: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _stale(stored: Sequence[dict[str, Any]]) -> list[str]:
+    """A paragraph naming the results stored before seeds were pooled (several seeds, verdicts
+    combined by vote): their verdicts stay undecided until rerun, with the time it took."""
+    stale = [
+        data
+        for data in stored
+        if data["verdicts"] and not all(_pooled(data, v) for v in data["verdicts"])
+    ]
+    if not stale:
+        return []
+    took = [int((data.get("run") or {}).get("wall_s") or 0) for data in stale]
+    names = ", ".join(
+        f"`{data['name']}` ({seconds} s)" if seconds else f"`{data['name']}`"
+        for data, seconds in zip(stale, took, strict=True)
+    )
+    return [
+        f"**Stored before seeds were pooled**: {names}. Their verdicts were combined by "
+        '"every seed must agree" and their per-prompt values were not kept, so they are shown '
+        "as not decided; rerunning them with the commands above (about "
+        f"{sum(took)} s of wall time altogether when they last ran, on the machine and load "
+        "stated) stores pooled verdicts.",
+        "",
+    ]
+
+
 def _adequate(stored: dict[str, dict[str, Any]], data: dict[str, Any]) -> bool:
     """The gate for head-level claims: the accuracy experiment's pooled verdict that the model
     does the task above chance (its largest sample), else the experiment's own gate."""
     accuracy = stored.get("accuracy")
     if accuracy is not None:
         return any(
-            v["quantity"] == "accuracy_minus_chance" and _pooled(v) and v["outcome"] == "supported"
+            v["quantity"] == "accuracy_minus_chance"
+            and _pooled(accuracy, v)
+            and v["outcome"] == "supported"
             for v in accuracy["verdicts"]
         )
     adequacy = data.get("adequacy")
     return adequacy is None or bool(adequacy["adequate"])
 
 
+#: methods whose zero-width interval means every prompt gave the same value (a percentile
+#: bootstrap of a mean, a difference or a ratio); a rate over heads can be stable instead
+ZERO_WIDTH_UNDEFINED = ("bootstrap", "paired bootstrap")
+#: why a zero-width interval stored before such intervals were marked undefined is undefined
+ZERO_WIDTH = "every prompt gives the same value (a zero-width bootstrap, stored as [x, x])"
+
+
+def _degenerate(interval: dict[str, Any], method: str) -> bool:
+    low, high = interval.get("low"), interval.get("high")
+    return method in ZERO_WIDTH_UNDEFINED and low is not None and low == high
+
+
+def normalised(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored result with its zero-width bootstrap intervals (stored before they were marked
+    undefined) undefined, and the verdicts decided from them inconclusive, as the rule decides
+    an undefined interval: an interval is never shown as [x, x]."""
+    methods = {v["quantity"]: v["interval"]["method"] for v in data["verdicts"]}
+    intervals = {
+        name: (
+            {**i, "low": None, "high": None, "undefined": ZERO_WIDTH}
+            if _degenerate(i, i["method"])
+            else i
+        )
+        for name, i in data["intervals"].items()
+    }
+    verdicts = [
+        {
+            **v,
+            "interval": {**v["interval"], "low": None, "high": None, "undefined": ZERO_WIDTH},
+            "outcome": "inconclusive",
+        }
+        if _degenerate(v["interval"], v["interval"]["method"])
+        else v
+        for v in data["verdicts"]
+    ]
+    rows = [
+        {**r, "low": None, "high": None, "outcome": "inconclusive"}
+        if _degenerate(r, methods.get(str(r["quantity"]), ""))
+        else r
+        for r in data["tables"].get("verdicts_by_seed", [])
+    ]
+    tables = {**data["tables"], "verdicts_by_seed": rows} if rows else data["tables"]
+    return {**data, "intervals": intervals, "verdicts": verdicts, "tables": tables}
+
+
 def render(folder: Path) -> str:
     """The whole document from every `folder/*.json` (sorted: deterministic)."""
     stored = {}
     for path in sorted(folder.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = normalised(json.loads(path.read_text(encoding="utf-8")))
         stored[data["name"]] = data
     lines = [PREAMBLE.format(rule=RULE_TEXT, combined=COMBINED_RULE.split(":")[0])]
     order = [name for name in TITLES if name in EXPERIMENT_NAMES]
@@ -630,6 +718,7 @@ def render(folder: Path) -> str:
     if missing:
         lines.append(f"- not run here: {', '.join(f'`{m}`' for m in missing)}")
     lines.append("")
+    lines += _stale([stored[name] for name in order if name in stored])
     lines += precision([stored[name] for name in order if name in stored])
     for name in order:
         if name in stored:

@@ -44,6 +44,9 @@ def print_towers(result: Towers) -> None:
         f"score {result.score:+.4f} (pre-cap; the model's {result.model_score:+.4f}{cap}); "
         f"rotary position part {result.position_part:+.4f}"
     )
+    note = result.window_note()
+    if note is not None:
+        typer.echo(f"note: {note}")
     typer.echo(f"\nlargest terms (of {result.n_terms}), query-side × key-side:")
     for term in result.terms[:SHOWN]:
         typer.echo(f"  {term.query:>12} × {term.key:<12} {term.value:+.4f}")

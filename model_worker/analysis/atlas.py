@@ -32,9 +32,10 @@ def repeated_sequences(
 
 
 def induction_scores(pattern: Tensor, half: int) -> Tensor:
-    """[L, H]: mean over rows and over the second copy's positions i (i ≥ half + 1) of the
-    attention from i to i − half + 1. `pattern` [L, B, H, 2·half, 2·half]."""
-    queries = torch.arange(half + 1, 2 * half)
+    """[L, H]: mean over rows and over every token of the second copy (i ≥ half; the first,
+    a repeat of token 0, has its target at 1 like the rest) of the attention from i to
+    i − half + 1. `pattern` [L, B, H, 2·half, 2·half]."""
+    queries = torch.arange(half, 2 * half)
     keys = queries - half + 1
     return pattern[..., queries, keys].mean(dim=(1, -1))
 

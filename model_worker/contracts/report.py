@@ -218,7 +218,7 @@ def _number(value: float | None) -> str:
 def interval_text(interval: IntervalOut) -> str:
     """`0.42 [0.31, 0.55]`; bounds the data cannot support: `0.42 [undefined: why]`; pooled
     over seeds: `… (seeds 0, 1, 2 pooled)`."""
-    if interval.low is None or interval.high is None:
+    if interval.low is None and interval.high is None:
         why = f": {interval.undefined}" if interval.undefined else ""
         text = f"{_number(interval.estimate)} [undefined{why}]"
     else:

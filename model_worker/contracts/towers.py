@@ -89,3 +89,19 @@ class Towers(_Frozen):
     query: list[TowersComponent]
     key: list[TowersComponent]
     tokens: TowersTokens
+    #: the head's sliding window (a query sees keys q − k < window; None: no window) and the
+    #: decomposed positions outside it: the head cannot attend there (the mask discards the
+    #: score, which is decomposed all the same)
+    window: int | None = None
+    outside_window: list[int] = []
+
+    def window_note(self) -> str | None:
+        """One sentence when a decomposed position lies outside the head's sliding window."""
+        if not self.outside_window:
+            return None
+        where = ", ".join(map(str, self.outside_window))
+        return (
+            f"position {where} lies outside {self.head}'s sliding window ({self.window} tokens "
+            f"back from {self.query_position}): the head cannot attend there, so this score is "
+            "masked out of its attention"
+        )

@@ -281,9 +281,13 @@ def summary(
     versus: int | None = None,
     n_terms: int = 40,
     n_slots: int = 12,
+    window: int | None = None,
 ) -> Towers:
-    """The Towers contract of one decomposition (`found` a difference when `versus`)."""
+    """The Towers contract of one decomposition (`found` a difference when `versus`);
+    `window`: the head's sliding window (its positions outside it are named)."""
     position = found.terms - found.content_terms
+    decomposed = [found.key_position] + ([] if versus is None else [versus])
+    outside = [p for p in decomposed if window is not None and found.query_position - p >= window]
     return Towers(
         model=model,
         head=head,
@@ -312,6 +316,8 @@ def summary(
             key=_slots(found.key_split.sum(0), texts),
             matrix=_matrix(found, texts, n_slots),
         ),
+        window=window,
+        outside_window=outside,
     )
 
 
@@ -375,6 +381,7 @@ def towers(
         versus=versus,
         n_terms=n_terms,
         n_slots=n_slots,
+        window=loaded.adapter.sliding_window(loaded.model, layer),
     )
 
 
@@ -414,6 +421,7 @@ def detail_towers(
         return model_score(record, head, kv, last, position)
 
     name = head_name(layer, head)
+    window = loaded.adapter.sliding_window(loaded.model, layer)
     out = [
         summary(
             found[attended],
@@ -422,6 +430,7 @@ def detail_towers(
             texts=texts,
             model_score=score(attended),
             softcap=record.softcap,
+            window=window,
         )
     ]
     if pair is not None:
@@ -435,6 +444,7 @@ def detail_towers(
                 model_score=score(p) - score(q),
                 softcap=record.softcap,
                 versus=q,
+                window=window,
             )
         )
     return out

@@ -30,9 +30,13 @@ def test_a_perfect_induction_head_and_a_previous_token_head() -> None:
     previous = torch.zeros(seq, seq)
     for i in range(seq):
         previous[i, max(i - 1, 0)] = 1.0
-        induction[i, i - half + 1 if i > half else 0] = 1.0
+        induction[i, i - half + 1 if i >= half else 0] = 1.0
     pattern = torch.stack([induction, previous])[None, None]  # [L=1, B=1, H=2, S, S]
     assert induction_scores(pattern, half).tolist() == [[1.0, 0.0]]
+    # issue 38.7: every token of the second copy counts, its first too (skipped before)
+    first_only = torch.zeros(1, 1, 1, seq, seq)
+    first_only[..., half, 1] = 1.0
+    assert induction_scores(first_only, half).item() == pytest.approx(1 / half)
     prev = previous_token_scores(pattern)
     assert prev[0, 1] == 1.0 and prev[0, 0] < 0.5
 

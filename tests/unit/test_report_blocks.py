@@ -109,3 +109,59 @@ def test_the_cli_prints_plain_text_and_writes_escaped_markdown(
     emit(result, tmp_path, as_json=False)
     written = (tmp_path / "report.md").read_text()
     assert written.startswith("# Layers") and "\\<img" in written
+
+
+def _gated(adequate: bool, needs_adequacy: bool = True) -> ExperimentResult:
+    interval = IntervalOut(estimate=0.2, low=0.1, high=0.3, n=96, method="bootstrap", seeds=[0, 1])
+    accuracy = IntervalOut(estimate=0.53, low=0.48, high=0.58, n=400, method="clopper-pearson")
+    return ExperimentResult.model_validate(
+        {
+            **stored_v7(""),
+            "verdicts": [
+                VerdictOut(
+                    hypothesis="true-label attention ≫ false",
+                    quantity="attn_true_minus_false",
+                    interval=interval,
+                    null=0.0,
+                    min_effect=0.05,
+                    rule="r",
+                    outcome="supported",
+                    needs_adequacy=needs_adequacy,
+                ).model_dump()
+            ],
+            "adequacy": AdequacyOut(
+                accuracy=accuracy,
+                chance=0.5,
+                design="counterbalanced",
+                adequate=adequate,
+                note="not doing ICL on this task",
+            ).model_dump(),
+        }
+    )
+
+
+def test_a_verdict_beside_a_failed_gate_is_never_styled_as_settled() -> None:
+    """Issue 38.5: a green "supported" showed directly under "the head-level results describe a
+    model that is not doing ICL on this task"."""
+    html = ENV.get_template("partials/_verdicts.html").render(result=_gated(adequate=False))
+    assert "verdict--supported" not in html and 'data-gated="true"' in html
+    assert "not a finding: the model fails the adequacy gate" in html
+    assert "the measurement alone: supported" in html and "seeds 0, 1 pooled" in html
+    text = plain_text(_gated(adequate=False).report_blocks())
+    assert "not a finding" in text and "(the measurement alone: supported)" in text
+    passed = ENV.get_template("partials/_verdicts.html").render(result=_gated(adequate=True))
+    assert "verdict--supported" in passed and 'data-gated="false"' in passed
+    # a claim about the model's behaviour itself (its accuracy) is read whatever the gate says
+    own = ENV.get_template("partials/_verdicts.html").render(
+        result=_gated(adequate=False, needs_adequacy=False)
+    )
+    assert "verdict--supported" in own
+
+
+def test_an_interval_the_data_cannot_support_shows_why() -> None:
+    from model_worker.contracts.report import interval_text
+
+    undefined = IntervalOut(
+        estimate=0.17, low=None, high=None, n=8, method="prompt bootstrap", undefined="1 of 1000"
+    )
+    assert interval_text(undefined) == "0.17 [undefined: 1 of 1000]"
