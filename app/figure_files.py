@@ -13,12 +13,11 @@ from typing import Annotated
 
 from fastapi import HTTPException, Query, Request, Response, status
 from limits import RateLimitItemPerMinute
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
 
 from app.ascii_numbers import ascii_whole
 from app.security.client_slots import ClientSlots
 from app.security.clients import client_of
+from app.security.limit_storage import ClientLimiter
 from app.views.figure_kit.export import MEDIA_TYPES, Format, data_file
 from app.views.figure_kit.figure import Figure, FigureTooLarge
 from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
@@ -98,14 +97,14 @@ def file_key(request: Request, theme: Theme) -> str:
     return f"{request.url.path}?theme={theme}&width={screen_width(request)}"
 
 
-def cached_file(request: Request, theme: Theme) -> Response | None:
+async def cached_file(request: Request, theme: Theme) -> Response | None:
     """The figure file at this URL in `theme` if it was served before (still kept); counts
     the download against the client's ICL_FIGURE_FILES_PER_MINUTE (429 beyond)."""
-    count_download(request)
+    await count_download(request)
     return file_cache(request).get(file_key(request, theme))
 
 
-def count_download(request: Request) -> None:
+async def count_download(request: Request) -> None:
     """Count one figure file download of this request's client (once per request); 429 +
     Retry-After past ICL_FIGURE_FILES_PER_MINUTE. Files are what a person downloads by hand
     (pages draw their figures from specifications), so a client looping on them — each a
@@ -116,14 +115,11 @@ def count_download(request: Request) -> None:
     per_minute = request.app.state.settings.figure_files_per_minute
     if not per_minute:
         return
-    limiter: MovingWindowRateLimiter | None = getattr(request.app.state, "figure_limiter", None)
-    if limiter is None:
-        limiter = request.app.state.figure_limiter = MovingWindowRateLimiter(MemoryStorage())
+    limiter: ClientLimiter = request.app.state.rate_limiter
     item = RateLimitItemPerMinute(per_minute, namespace="figure-files")
     client = client_of(request.scope)
-    if not limiter.hit(item, client):
-        reset = limiter.get_window_stats(item, client).reset_time
-        wait = max(1, math.ceil(reset - time.time()))
+    if not await limiter.hit(item, client):
+        wait = max(1, math.ceil(await limiter.reset_time(item, client) - time.time()))
         raise HTTPException(
             status.HTTP_429_TOO_MANY_REQUESTS,
             f"too many figure files: at most {per_minute} a minute per client "
@@ -195,7 +191,7 @@ async def figure_response(
     request: Request, figure: Figure, fmt: Format, theme: Theme, filename: str
 ) -> Response:
     """`figure` as a `fmt` attachment named `filename`, drawn in `theme`."""
-    count_download(request)
+    await count_download(request)
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     if fmt == "csv" or fmt == "json":
         data_response = Response(

@@ -138,7 +138,7 @@ async def experiment_download(
     """`report.md`, `result.json`, `<table>.csv`, or a figure as `<figure>.svg`, `.png`, `.csv`
     (its data) or `.json` (its Vega-Lite specification) of a done experiment."""
     figure_file = item.rpartition(".")[2] in FORMATS
-    if figure_file and (served := cached_file(request, theme)) is not None:
+    if figure_file and (served := await cached_file(request, theme)) is not None:
         return served  # (a figure file served before: no result read, no figure built)
     result = await _done_experiment(backend, state)
     if result is None:
@@ -173,7 +173,7 @@ async def experiment_figure_file(
 ) -> Response:
     """Figure `name` of a done experiment as SVG, PNG, CSV (its data) or JSON (its Vega-Lite
     specification)."""
-    if (served := cached_file(request, theme)) is not None:
+    if (served := await cached_file(request, theme)) is not None:
         return served  # (a figure file served before: no result read, no figure built)
     result = await _done_experiment(backend, state)
     if result is None:

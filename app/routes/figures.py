@@ -28,7 +28,7 @@ async def analysis_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """An analysis figure (heatmap, layers, flow) of analysis `job_id`."""
-    if (served := cached_file(request, theme)) is not None:  # (before building anything)
+    if (served := await cached_file(request, theme)) is not None:  # (before building anything)
         return served
     entry = registered("analysis", name, fmt)
     result = await done_summary(backend, job_id)
@@ -47,7 +47,7 @@ async def head_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """A head's figure from analysis `job_id` (which must hold that head's detail)."""
-    if (served := cached_file(request, theme)) is not None:  # (before building anything)
+    if (served := await cached_file(request, theme)) is not None:  # (before building anything)
         return served
     entry = registered("head", figure, fmt)
     result = await done_summary(backend, job_id)
@@ -73,7 +73,7 @@ async def compare_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """A figure of two analyses compared (the difference heatmap B − A)."""
-    if (served := cached_file(request, theme)) is not None:  # (before building anything)
+    if (served := await cached_file(request, theme)) is not None:  # (before building anything)
         return served
     entry = registered("compare", name, fmt)
     ra, rb = await done_summary(backend, a), await done_summary(backend, b)

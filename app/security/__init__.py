@@ -20,6 +20,7 @@ from app.security.hosts import HostCheckMiddleware
 from app.security.htmx import HtmlOnlyForHtmxMiddleware
 from app.security.in_flight import InFlightLimitMiddleware
 from app.security.json_input import JsonInputMiddleware
+from app.security.limit_storage import ClientLimiter
 from app.security.login_limit import LoginLimiter
 from app.security.openapi import document_errors
 from app.security.origin import SameOriginMiddleware
@@ -31,8 +32,9 @@ from model_worker.common.settings import Settings
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    """Add the security middleware and the JSON/HTML error handlers to `app`; the session store
-    and the login limiter go to `app.state.sessions` and `app.state.login_limiter`."""
+    """Add the security middleware and the JSON/HTML error handlers to `app`; the session store,
+    the login limiter and the per-client rate counters go to `app.state.sessions`,
+    `app.state.login_limiter` and `app.state.rate_limiter`."""
     install_log_hygiene()
     install_error_handlers(app)
     document_errors(app)
@@ -43,8 +45,10 @@ def install(app: FastAPI, settings: Settings) -> None:
     # add_middleware puts each new layer outside the previous ones: innermost first.
     app.add_middleware(HtmlOnlyForHtmxMiddleware)
     app.add_middleware(JsonInputMiddleware)
+    app.state.rate_limiter = ClientLimiter(settings)  # (also the figure files' pace)
     app.add_middleware(  # inside authentication: a named user's requests count as theirs
         RateLimitMiddleware,
+        limiter=app.state.rate_limiter,
         per_minute=settings.rate_limit_per_minute,
         writes_per_minute=settings.write_rate_limit_per_minute,
     )

@@ -1,6 +1,7 @@
-"""Per-client rate limits (the `limits` library, moving window, in memory): one for all
+"""Per-client rate limits (the `limits` library, moving window; counters shared by every web
+process through Redis when ICL_REDIS_URL is set, app.security.limit_storage): one for all
 requests and a tighter one for state-changing requests; 429 with Retry-After. A client is
-its IPv4 address or its IPv6 /64 (app.security.clients)."""
+a named user, else its IPv4 address or its IPv6 /64 (app.security.clients)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ import math
 import time
 
 from limits import RateLimitItem, RateLimitItemPerMinute
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.security.clients import client_of
+from app.security.limit_storage import ClientLimiter
 from app.security.responses import error_response
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -23,9 +23,11 @@ class RateLimitMiddleware:
     """429 + Retry-After once a client passes `per_minute` requests or `writes_per_minute`
     state-changing ones in the last minute; a limit of 0 switches that check off."""
 
-    def __init__(self, app: ASGIApp, per_minute: int, writes_per_minute: int) -> None:
+    def __init__(
+        self, app: ASGIApp, limiter: ClientLimiter, per_minute: int, writes_per_minute: int
+    ) -> None:
         self.app = app
-        self.limiter = MovingWindowRateLimiter(MemoryStorage())
+        self.limiter = limiter
         self.all_limit: RateLimitItem | None = (
             RateLimitItemPerMinute(per_minute) if per_minute else None
         )
@@ -35,9 +37,9 @@ class RateLimitMiddleware:
             else None
         )
 
-    def retry_after(self, item: RateLimitItem, key: str) -> int:
+    async def retry_after(self, item: RateLimitItem, key: str) -> int:
         """Whole seconds until the window lets this client in again (at least 1)."""
-        reset_time = self.limiter.get_window_stats(item, key).reset_time
+        reset_time = await self.limiter.reset_time(item, key)
         return max(1, math.ceil(reset_time - time.time()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -49,8 +51,8 @@ class RateLimitMiddleware:
         if scope["method"] in WRITE_METHODS:
             checks.append(self.write_limit)
         for item in checks:
-            if item is not None and not self.limiter.hit(item, key):
-                wait = self.retry_after(item, key)
+            if item is not None and not await self.limiter.hit(item, key):
+                wait = await self.retry_after(item, key)
                 detail = (
                     f"too many requests: at most {item.amount} per minute"
                     f"{' for changes' if item is self.write_limit else ''}; retry in {wait} s"

@@ -19,7 +19,7 @@ from app.store import open_store
 from app.views.figure_kit.themes import config
 from icl_heads.serving import embedded_backend
 from model_worker.common.settings import Settings
-from model_worker.contracts.experiments import ExperimentResult
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
 from model_worker.contracts.figures import FigureData, FigureSeries
 from model_worker.datasets.prompts import format_prompt
 from model_worker.service.queue.result_parts import BODY, experiment_parts
@@ -90,6 +90,8 @@ def words_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     body["figures"]["legacy"] = f'<svg xmlns="http://www.w3.org/2000/svg">{MARKUP}</svg>'
     del body["report"]  # as schema 7 stored it: a Markdown report
     body["report_markdown"] = REPORT_MARKDOWN
+    request = ExperimentRequest(name="accuracy", dataset="sentiment-number").model_dump_json()
+    store.remember(FORGED_ID, "experiment", "tiny-words", "fp", request)  # parts need a row
     store.save(FORGED_ID, {BODY: json.dumps(body).encode()})  # as schema 5 stored SVG
     app = create_app(settings, embedded_backend(settings, loader=tiny_words, store=store))
     with serve(app) as url:

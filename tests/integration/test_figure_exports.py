@@ -19,6 +19,7 @@ from app.store import open_store
 from app.views.figure_kit.render_pool import FigureRenderer
 from icl_heads.serving import embedded_backend
 from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
 from model_worker.run.analyze import analyze
 from model_worker.service.queue.result_parts import analysis_parts
 from tests.browser.live import serve
@@ -42,6 +43,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     settings = Settings(model="tiny-llama", data_dir=folder, client_renders=16)
     store = open_store(settings)
     result = analyze(tiny_llama(), EXAMPLE_PROMPT, target="foo", labels=["foo", "bar"])
+    request = AnalysisRequest(prompt=EXAMPLE_PROMPT).model_dump_json()
+    for job_id in (PLANTED, HUGE):  # (parts are kept only under an accepted job's row)
+        store.remember(job_id, "analysis", "tiny-llama", "fp", request)
     store.save(PLANTED, analysis_parts(result))
     huge = result.model_copy(update={"n_layers": 100_000, "n_heads": 100_000})
     store.save(HUGE, analysis_parts(huge))  # what a forged or corrupted record may claim

@@ -18,6 +18,7 @@ from app.store import open_store
 from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
 from icl_heads.serving import embedded_backend
 from model_worker.common.settings import Settings
+from model_worker.contracts.analysis import AnalysisRequest
 from model_worker.run.analyze import analyze
 from model_worker.service.queue.result_parts import analysis_parts
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
@@ -58,6 +59,8 @@ def app_with(folder: Path, **changes: Any) -> Any:
     ).model_copy(update=changes)
     store = open_store(settings)
     result = analyze(tiny_llama(), EXAMPLE_PROMPT, target="foo", labels=["foo", "bar"])
+    request = AnalysisRequest(prompt=EXAMPLE_PROMPT).model_dump_json()
+    store.remember(STORED, "analysis", "tiny-llama", "fp", request)  # parts need a job row
     store.save(STORED, analysis_parts(result))
     backend = embedded_backend(settings, loader=tiny_llama, store=store)
     made = create_app(settings, backend)

@@ -29,6 +29,23 @@ def recoloured(value: Any) -> Any:
     return value
 
 
+#: Characters a Vega-Lite expression cannot hold in a string (its parser ends the line there:
+#: a sort over tokens or categories that contain one broke the chart), shown as marks instead.
+LINE_BREAKERS = str.maketrans({"\u2028": "⏎", "\u2029": "¶"})
+
+
+def line_safe(value: Any) -> Any:
+    """`value` (a specification, data included, so sorts still match their values) with every
+    string's U+2028 and U+2029 replaced by visible marks."""
+    if isinstance(value, dict):
+        return {key: line_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [line_safe(item) for item in value]
+    if isinstance(value, str) and ("\u2028" in value or "\u2029" in value):
+        return value.translate(LINE_BREAKERS)
+    return value
+
+
 class FigureTooLarge(ValueError):
     """A result whose figure would exceed the drawing budget (too many marks or pixels)."""
 
@@ -72,6 +89,7 @@ class Figure:
             cached = self.chart.to_dict(validate=False)
             if self.values is not None:
                 cached["data"] = {"values": self.values}
+            cached = line_safe(cached)
             object.__setattr__(self, "_spec", cached)
         return cached
 

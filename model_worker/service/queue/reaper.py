@@ -1,7 +1,9 @@
 """Jobs abandoned by dead workers (SIGKILL, power loss): retried once, then failed with a reason.
 
 RQ would find them only after their job timeout; a missing heartbeat finds them in seconds. Both
-the workers (each heartbeat) and the web tier (when polled) run this; a lock makes it once.
+the workers (each heartbeat) and the web tier (when polled) run this; a lock with an owner token
+makes it once (a reap that outlives its lock stops before its next change and never releases
+another's lock), and times are read from Redis (`TIME`), so hosts' clocks need not agree.
 
 A worker killed after taking a job off the queue but before marking it started leaves the job
 queued in RQ's intermediate list, which only RQ's maintenance (every 10 minutes) looks at, to
@@ -10,11 +12,13 @@ fail it; here it is queued again once it has stayed there STRANDED_AFTER_S.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import time
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import LockError
+from redis.lock import Lock
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
@@ -26,6 +30,14 @@ log = logging.getLogger(__name__)
 #: A live worker moves the job it took off the queue to the started registry within
 #: milliseconds; one seen in between for this long belongs to a worker that died there.
 STRANDED_AFTER_S = 10.0
+#: How long one reap may hold its queue's lock (it checks it still holds it before each change).
+REAP_LOCK_S = 30.0
+
+
+def redis_now(connection: Redis) -> float:
+    """Redis's clock (`TIME`), in seconds: the one clock every host reaping a queue shares."""
+    seconds, microseconds = connection.time()
+    return float(seconds) + float(microseconds) / 1e6
 
 
 def rq_queue(name: str, connection: Redis) -> Queue:
@@ -54,12 +66,17 @@ def reap_abandoned(
     again.
     """
     connection = queue.connection
-    if not connection.set(reap_lock_key(queue.name), 1, nx=True, ex=2):
+    lock = connection.lock(
+        reap_lock_key(queue.name), timeout=REAP_LOCK_S, blocking=False, thread_local=False
+    )
+    if not lock.acquire():
         return []
     registry = queue.started_job_registry
     reaped: list[str] = []
     try:
         for member in connection.zrange(registry.key, 0, -1):
+            if not lock.owned():  # outlived its lock: another reap may run now
+                break
             entry = as_text(member)
             job_id = registry.parse_job_id(entry)
             try:
@@ -86,18 +103,23 @@ def reap_abandoned(
             reaped.append(job_id)
         if reaped:
             registry.cleanup(timestamp=0)
-        reaped += requeue_stranded(queue, results or connection, stranded_after_s)
+        if lock.owned():
+            reaped += requeue_stranded(queue, results or connection, stranded_after_s, lock)
     finally:
-        connection.delete(reap_lock_key(queue.name))
+        with contextlib.suppress(LockError):  # expired, maybe taken by another: theirs now
+            lock.release()
     return reaped
 
 
-def requeue_stranded(queue: Queue, results: Redis, after_s: float) -> list[str]:
+def requeue_stranded(
+    queue: Queue, results: Redis, after_s: float, lock: Lock | None = None
+) -> list[str]:
     """Queue again (at the front) the jobs that every reap for `after_s` seconds saw in `queue`'s
     intermediate list; their ids. A live worker's job leaves that list, marked started, within
     milliseconds of being taken; one killed in between leaves it there, still queued (and maybe
     in the started registry, which RQ's cleanup then skips: it was never marked started). Each
-    first sighting is kept in a hash, and dropped as soon as a reap no longer sees the job."""
+    first sighting is kept in a hash (Redis's time: hosts' clocks may differ), and dropped as
+    soon as a reap no longer sees the job. With `lock`, stops once it no longer holds it."""
     connection = queue.connection
     waiting = dict.fromkeys(
         as_text(m) for m in connection.lrange(queue.intermediate_queue_key, 0, -1)
@@ -106,9 +128,11 @@ def requeue_stranded(queue: Queue, results: Redis, after_s: float) -> list[str]:
     seen = {as_text(job_id): _seconds(at) for job_id, at in connection.hgetall(seen_key).items()}
     if gone := [job_id for job_id in seen if job_id not in waiting]:
         connection.hdel(seen_key, *gone)
-    now = time.time()
+    now = redis_now(connection)
     requeued: list[str] = []
     for job_id in waiting:
+        if lock is not None and not lock.owned():
+            break
         first = seen.get(job_id)
         if first is None or not now - first >= 0:  # new, or a bad record (NaN, in the future)
             connection.hset(seen_key, job_id, now)
