@@ -35,9 +35,11 @@ def fake_run_experiment(
     progress: Callable[[float, str], None],
     *,
     max_tokens: int,
+    slicer: object = None,
 ) -> ExperimentResult:
     """Reports FAKE_STEPS progress steps, 0.3 s apart, then a result counting them (the
-    worker's prompt limit, `max_tokens`, is required: every caller passes it)."""
+    worker's prompt limit, `max_tokens`, is required: every caller passes it; `slicer` is
+    unused: the fake has no passes to slice)."""
     for step in range(FAKE_STEPS):
         progress(step / FAKE_STEPS, f"step {step + 1} of {FAKE_STEPS}")
         time.sleep(0.3)
