@@ -136,7 +136,8 @@ class RedisBackend(PartsReader):
         self._aresults = AsyncRedis.from_url(cache, **async_options) if cache else self._aredis
         self._watch = JobWatch(self._aredis)  # long polls: one mark read per tick
         self._store = store or open_store(settings)
-        self._persisted: set[str] = set()  # jobs whose end this process put in the store
+        self._persisted: set[str] = set()  # jobs whose result this process put in the store
+        self._failures: set[str] = set()  # jobs whose failure this process put in the store
         self._signer = result_signer(settings)
         self._retention = Retention(self._store, settings)
         self._digests: dict[str, str] = {}  # job -> the digest of its stored request
@@ -511,9 +512,11 @@ class RedisBackend(PartsReader):
             return JobState(id=job_id, status=JobStatus.QUEUED)
         if state is None:
             return self._recover(job_id)
-        if state.status == JobStatus.FAILED and state.error and job_id not in self._persisted:
+        if state.status == JobStatus.FAILED and state.error and job_id not in self._failures:
             self._store.fail(job_id, state.error)
-            self._remember_persisted(job_id)
+            if len(self._failures) > 100_000:
+                self._failures.clear()
+            self._failures.add(job_id)  # not `_persisted`: that set means "has a result"
         return state
 
     def _save(self, job_id: str, parts: Parts) -> bool:
@@ -598,7 +601,7 @@ class RedisBackend(PartsReader):
         job.cancel()
         self._redis.delete(slices_key(job_id), slice_claims_key(job_id))
         self._store.fail(job_id, error)
-        self._remember_persisted(job_id)
+        self._failures.add(job_id)
         return JobState(id=job_id, status=JobStatus.FAILED, error=error)
 
     async def maintain(self) -> None:

@@ -4,13 +4,14 @@ exits with code 2."""
 
 from __future__ import annotations
 
-from icl_heads.cli import experiments, patch, serve, towers, worker
+from icl_heads.cli import experiments, patch, serve, study, towers, worker
 from icl_heads.cli.commands import app
 
 worker.register(app)
 experiments.register(app)
 towers.register(app)
 patch.register(app)
+study.register(app)
 serve.register(app)
 
 __all__ = ["app"]

@@ -117,9 +117,9 @@ class ChunkSlicer(Slicer):
                 if i in out:
                     continue
                 field_name = f"{digest}:{number}:{i}"
+                self.checkpoint()  # a chunk ends between two slices, also while replaying
                 kept = self._read(field_name, digest)
                 if kept is None:
-                    self.checkpoint()  # before claiming: a chunk ends between two slices
                     if not self._claim(field_name):
                         continue
                     kept = self._computed_here(field_name, digest, compute, i)

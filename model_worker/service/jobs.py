@@ -440,7 +440,7 @@ def experiment_job(request_json: str, result_ttl_s: int) -> Retry | None:
         try:
             result = _experiment(loaded, request, progress_reporter(job), slicer, settings)
         except ChunkOver:
-            return Retry(max=MAX_CHUNKS)
+            return next_chunk(job)
         except BaseException:
             drop_slices(queue_redis, job.id)  # cancelled or failed: nothing of it is kept
             raise
@@ -465,10 +465,17 @@ def experiment_helper_job(request_json: str, result_ttl_s: int) -> Retry | None:
         try:
             _experiment(loaded, request, no_progress, slicer, settings)
         except ChunkOver as over:
-            return Retry(max=MAX_CHUNKS) if over.again else None
+            return next_chunk(job) if over.again else None
         except JobCancelled:
             return None
     return None
+
+
+def next_chunk(job: Job) -> Retry:
+    """Queue the job again for its next chunk (RQ's Retry), with a retry for a killed worker
+    again: each chunk may lose one worker (model_worker.service.queue.reaper)."""
+    job.retries_left = 1
+    return Retry(max=MAX_CHUNKS)
 
 
 def _experiment(

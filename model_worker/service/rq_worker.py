@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from redis.exceptions import RedisError
-from rq.exceptions import InvalidJobOperation
+from rq.exceptions import DequeueTimeout, InvalidJobOperation
 from rq.job import Job
+from rq.queue import Queue
+from rq.utils import as_text
 from rq.worker import SimpleWorker
 
 from model_worker.service.job_policy import refusal
@@ -27,6 +31,8 @@ TESTED_RQ_MAJOR = 3
 #: RQ's private names used below: a method and two attributes of its workers, and what a
 #: job stores as the dotted names of its callbacks.
 PRIVATE_WORKER_NAMES = ("_finalize_failure", "_shutdown_requested_date", "_stop_requested")
+#: RQ's private queue method used by PriorityQueues (turns a dequeued id into its job).
+PRIVATE_QUEUE_NAMES = ("_fetch_dequeued_job",)
 PRIVATE_JOB_NAMES = ("_success_callback_name", "_failure_callback_name", "_stopped_callback_name")
 
 
@@ -48,6 +54,64 @@ def disarm(job: Job) -> None:
     job.retries_left = 0
 
 
+class PriorityQueues(Queue):
+    """RQ's Queue, taking jobs from several queues in their order (interactive first) with
+    LMOVE, as RQ does for one queue: each job taken passes through its queue's intermediate
+    list, so one whose worker died between taking and starting it is found and queued again
+    (model_worker.service.queue.reaper), where RQ's own LPOP over several queues loses it.
+    While every queue is empty it blocks on the first for up to BLOCK_S at a time."""
+
+    BLOCK_S = 1
+
+    @classmethod
+    def dequeue_any(
+        cls,
+        queues: Iterable[Queue],
+        timeout: int | None,
+        connection: Any,
+        job_class: Any = None,
+        serializer: Any = None,
+        death_penalty_class: Any = None,
+    ) -> tuple[Job, Queue] | None:
+        ordered = list(queues)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        options = {
+            "job_class": job_class,
+            "serializer": serializer,
+            "death_penalty_class": death_penalty_class,
+        }
+        while True:
+            for queue in ordered:
+                found = cls._fetched(connection, cls.lmove(connection, queue.key, None), options)
+                if found is not None:
+                    return found
+            if deadline is None:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DequeueTimeout(timeout, ordered[0].key)
+            try:
+                taken = cls.lmove(connection, ordered[0].key, max(1, min(cls.BLOCK_S, int(left))))
+            except DequeueTimeout:
+                continue
+            found = cls._fetched(connection, taken, options)
+            if found is not None:
+                return found
+
+    @classmethod
+    def _fetched(
+        cls, connection: Any, taken: Any, options: dict[str, Any]
+    ) -> tuple[Job, Queue] | None:
+        """The job an LMOVE took (None: nothing taken, or a job gone meanwhile)."""
+        if taken is None:
+            return None
+        queue_key, job_id = as_text(taken[0]), as_text(taken[1])
+        found: tuple[Job, Queue] | None = cls._fetch_dequeued_job(
+            connection, queue_key, job_id, **options
+        )
+        return found
+
+
 class RqWorker(SimpleWorker):
     """RQ's SimpleWorker, remembering the job it was running when its work loop broke off and
     whether the loop ended because the queue was empty (burst mode); it runs only this project's
@@ -55,6 +119,12 @@ class RqWorker(SimpleWorker):
 
     running: Job | None = None
     drained = False
+    queue_class = PriorityQueues
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """RQ's bookkeeping before a job runs; the job always leaves its queue's intermediate
+        list (PriorityQueues passes every job through it, also with several queues)."""
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
 
     def perform_job(self, job: Job, queue: Any, execution: Any) -> bool:
         reason = refusal(job)

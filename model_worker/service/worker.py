@@ -155,7 +155,7 @@ class ModelWorker:
         """RQ's work loop, started again (same name) each time it breaks off on Redis."""
         while True:
             worker = RqWorker(
-                [self.interactive, self.queue],  # in this order: interactive jobs first
+                [self.interactive.name, self.queue.name],  # in this order: interactive first
                 connection=self.connection,
                 name=self.name,
                 serializer=self.queue.serializer,

@@ -26,7 +26,7 @@ from rq.serializers import JSONSerializer
 from rq.webhook import Webhook
 
 from app.main import create_app
-from model_worker.service.queue.keys import queue_name
+from model_worker.service.queue.keys import interactive_queue_name
 from model_worker.service.queue.reaper import rq_queue
 from tests.integration.redis_support import (
     OwnRedis,
@@ -52,7 +52,7 @@ class Server:
         self.connection = Redis.from_url(redis.url)
 
     def queue(self) -> Any:
-        return rq_queue(queue_name(str(self.model)), self.connection)
+        return rq_queue(interactive_queue_name(str(self.model)), self.connection)
 
     def client(self, redis_url: str | None = None, **overrides: Any) -> TestClient:
         url = redis_url or self.redis.url

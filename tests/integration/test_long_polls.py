@@ -18,7 +18,7 @@ from app.main import create_app
 from app.queue.redis_backend import RedisBackend
 from icl_heads.serving import embedded_backend
 from model_worker.common.settings import Settings
-from model_worker.service.queue.keys import queue_name
+from model_worker.service.queue.keys import interactive_queue_name
 from model_worker.service.queue.states import JobState, JobStatus
 from tests.integration.conftest import MODEL
 from tests.tiny_models import tiny_llama
@@ -51,7 +51,7 @@ def test_a_redis_long_poll_sleeps_until_its_job_changes(backend: RedisBackend) -
     second = submit(backend, "eight : foo two : foo one :", "10.0.0.2")
     assert second.position_in_queue == 1
     reads = count_reads(backend, "_status")
-    queue = f"rq:queue:{queue_name(MODEL)}"
+    queue = f"rq:queue:{interactive_queue_name(MODEL)}"
     connection = Redis.from_url(backend._url)
 
     async def poll() -> tuple[JobState, float]:

@@ -10,7 +10,7 @@ from app.queue.redis_backend import RedisBackend
 from model_worker.contracts.analysis import AnalysisRequest
 from model_worker.contracts.experiments import ExperimentRequest
 from model_worker.model.loading import LoadedModel
-from model_worker.service.queue.keys import queue_name, result_key, tokenizer_key
+from model_worker.service.queue.keys import interactive_queue_name, result_key, tokenizer_key
 from model_worker.service.queue.reaper import rq_queue
 from model_worker.service.queue.states import JobStatus
 from tests.integration.conftest import MODEL
@@ -90,7 +90,7 @@ def test_a_client_with_nothing_queued_goes_ahead_of_a_backlog(backend: RedisBack
     second = backend._submit(prompt(9), "second")
     assert (first.position_in_queue, second.position_in_queue) == (1, 2)
     assert backend._submit(prompt(10), "first").position_in_queue == 6  # its second: last
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     assert queue.job_ids[:4] == [backlog[0].id, first.id, second.id, backlog[1].id]
 
 
@@ -98,7 +98,7 @@ def test_a_stored_result_gives_the_share_back_before_rq_finishes(backend: RedisB
     """Seen in the load test: a client that submits its next analysis as soon as the last one
     is answered found it still "started" in RQ (its bookkeeping lags the stored result), so the
     new job went to the back of the queue and waited there behind others' jobs for 20-40 s."""
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     last = backend._submit(prompt(0), "user")
     backend._redis.lrem(queue.key, 0, last.id)  # a worker took it ...
     backend._redis.hset(f"rq:job:{last.id}", "status", "started")  # ... RQ says it runs ...

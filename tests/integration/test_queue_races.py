@@ -24,7 +24,7 @@ from model_worker.service.queue import reaper as reaper_module
 from model_worker.service.queue.keys import (
     analysis_job_id,
     claim_key,
-    queue_name,
+    interactive_queue_name,
     result_key,
     stranded_key,
 )
@@ -180,7 +180,7 @@ def test_a_job_taken_off_the_queue_by_a_worker_that_died_is_queued_again(
     job was in the started registry too, where RQ's cleanup skips a job never marked started.
     The reaper queues it again, at the front, once every reap has seen it there for the grace
     period, and drops the dead execution's entry."""
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     live = {LIVE}
     first, other = backend._submit(REQUEST).id, backend._submit(OTHER).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")  # the kill
@@ -208,7 +208,7 @@ def test_a_job_passing_through_the_intermediate_list_is_left_to_its_worker(
     worker that moved it on (started) clears it, so a later stay starts afresh; a job whose
     result is stored is dropped, not run again; a malformed sighting is replaced, never an
     error."""
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     live = {LIVE}
     job_id = backend._submit(REQUEST).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
@@ -236,7 +236,7 @@ def test_a_job_passing_through_the_intermediate_list_is_left_to_its_worker(
 def test_a_reaper_cut_off_after_queueing_a_job_again_leaves_no_twin(backend: RedisBackend) -> None:
     """The reaper queues a stranded job again, then takes it out of the intermediate list; one
     killed in between left it in both. The next reaper only takes it out of the list."""
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     job_id = backend._submit(REQUEST).id
     backend._redis.rpush(queue.intermediate_queue_key, job_id)
     assert reap_abandoned(queue, {LIVE}, stranded_after_s=0.2) == []
@@ -253,7 +253,7 @@ def test_a_job_its_live_worker_is_starting_is_never_reaped(
     reading the job in between, then its status alone, paired "started" with no worker and
     handed the running job back: run twice, its retry spent, or failed "the worker … stopped"
     while it ran (seen in a worker's log: "abandoned by dead worker None")."""
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     job_id = backend._submit(REQUEST).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
     registry = queue.started_job_registry

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from app.main import create_app
-from model_worker.service.queue.keys import queue_name
+from model_worker.service.queue.keys import interactive_queue_name
 from model_worker.service.queue.reaper import STRANDED_AFTER_S, rq_queue
 from tests.integration.redis_support import (
     private_db,
@@ -117,7 +117,7 @@ def test_a_job_its_worker_took_but_never_started_is_run_by_another(tmp_path: Pat
         )
         frozen.send_signal(signal.SIGSTOP)
         job = client.post("/api/analyses", json={"prompt": "cat : foo dog :"}).json()
-        queue = rq_queue(queue_name(str(model)), connection)
+        queue = rq_queue(interactive_queue_name(str(model)), connection)
         wait_for(
             lambda: connection.lrange(queue.intermediate_queue_key, 0, -1) == [job["id"].encode()],
             10,

@@ -25,7 +25,7 @@ from model_worker.service.queue.keys import (
     LAST_BEATS_KEY,
     WORKERS_KEY,
     heads_stage_key,
-    queue_name,
+    interactive_queue_name,
     result_key,
     worker_key,
 )
@@ -278,7 +278,7 @@ def test_a_malformed_record_of_another_job_never_costs_a_good_one_its_record(
 
     good = backend._submit(REQUEST).id
     bad = backend._submit(AnalysisRequest(prompt="dog : foo cat : bar dog :")).id
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)
     for job_id in (good, bad):  # both started, by a worker that has died
         job = fetch_job(job_id, backend._redis)
         job.worker_name = "dead-worker"

@@ -11,7 +11,12 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import BaseWorker, SimpleWorker
 
-from model_worker.service.rq_worker import PRIVATE_JOB_NAMES, PRIVATE_WORKER_NAMES, TESTED_RQ_MAJOR
+from model_worker.service.rq_worker import (
+    PRIVATE_JOB_NAMES,
+    PRIVATE_QUEUE_NAMES,
+    PRIVATE_WORKER_NAMES,
+    TESTED_RQ_MAJOR,
+)
 
 
 class FakeRedis:
@@ -36,6 +41,7 @@ def test_the_private_names_used_still_exist() -> None:
     for name in PRIVATE_WORKER_NAMES:
         if not hasattr(SimpleWorker, name) and f"self.{name}:" not in worker_init:
             missing.append(name)
+    missing += [name for name in PRIVATE_QUEUE_NAMES if not hasattr(Queue, name)]
     assert not missing, f"RQ no longer has {missing}: model_worker.service.rq_worker must change"
 
 
@@ -43,7 +49,7 @@ def test_no_other_module_uses_them() -> None:
     """RQ's private names and its worker classes appear in model_worker/service/rq_worker.py
     only."""
     root = Path(__file__).resolve().parents[2]
-    names = (*PRIVATE_JOB_NAMES, *PRIVATE_WORKER_NAMES, "rq.worker")
+    names = (*PRIVATE_JOB_NAMES, *PRIVATE_WORKER_NAMES, *PRIVATE_QUEUE_NAMES, "rq.worker")
     elsewhere = [
         f"{path.relative_to(root)}: {name}"
         for folder in ("app", "model_worker")
