@@ -210,8 +210,7 @@ def run_direction(
     flat = [head_est[la][h] for la in range(g.n_layers) for h in range(g.n_heads)]
     chosen = top_indices(flat, min(request.top_k, len(flat)))
     labels = tuple(pair.label_positions)
-    rows: list[list[Patch]] = [[]]
-    rows += [[Patch("z", i // g.n_heads, i % g.n_heads)] for i in chosen]
+    rows = [[Patch("z", i // g.n_heads, i % g.n_heads)] for i in chosen]
     rows += [
         [Patch(site, layer)] for layer in range(g.n_layers) for site in ("attn_out", "mlp_out")
     ]
@@ -225,9 +224,9 @@ def run_direction(
     rows += [[Patch(part, layer, head, positions)] for layer, head, part, positions in qkv_plan]  # type: ignore[arg-type]
     if progress is not None:
         progress(0.3, f"{direction}: {len(rows)} exactly patched runs")
-    runs = run_patched(loaded, base_ids, source, rows, watch=qkv_heads)
+    runs = run_patched(loaded, base_ids, source, rows, base=base, watch=qkv_heads)
     logits = runs.logits
-    at = 1
+    at = 0
     exact: dict[int, tuple[float, float]] = {}
     for i in chosen:
         exact[i] = (effect(logits[at]), _logprob(logits[at], pair.target_id))
