@@ -2,6 +2,10 @@
 embedded backend's engine, `InProcessEngine.patch`), and what the pages cost the web tier — the
 patching page's views and figure specifications for that result, and the atlas page's matrix
 for a model-sized atlas (random scores over the model's heads: its size, not its numbers).
+First, the patching job against one analysis of the same prompt (the paper's 14-token prompt,
+both directions, the defaults), interleaved: the patched runs starting at their first patched
+layer (now) and every layer run (before issue 40, `run_patched` without the base run); the
+target is the patch page's results within 5× one analysis.
 
     PYTHONPATH=.:bench .venv/bin/python -u bench/bench_patch_page.py --directions denoising
 """
@@ -26,7 +30,7 @@ from app.views.patching_panels import PatchHeadPanel, PatchingPanel
 from model_worker.common.settings import Settings
 from model_worker.contracts.experiments import ExperimentResult
 from model_worker.contracts.patching import DIRECTIONS, PatchRequest
-from model_worker.model.loading import load_model
+from model_worker.model.loading import LoadedModel, load_model
 from model_worker.service.in_process import InProcessEngine
 
 SCORES = ("in_context", "label_share", "induction", "previous_token", "function_vector")
@@ -74,10 +78,54 @@ def synthetic_atlas(n_heads: int, n_layers: int) -> ExperimentResult:
     )
 
 
+PAPER = "love : bar like : bar eight : foo two : foo one :"
+
+
+def patch_against_analysis(loaded: LoadedModel, engine: InProcessEngine, repeats: int) -> None:
+    """The patching job's seconds against one analysis', now and before (every layer run)."""
+    from model_worker.contracts.analysis import AnalysisRequest
+    from model_worker.patching import run as patching_run
+    from model_worker.service.recent import RECENT
+
+    request = PatchRequest(prompt=PAPER)
+    analysis = AnalysisRequest(prompt=PAPER)
+    now = patching_run.run_patched
+
+    def before(*args: Any, base: Any = None, **kwargs: Any) -> Any:
+        return now(*args, **kwargs)  # every layer of every row run
+
+    def analyse() -> None:
+        RECENT.clear()  # a whole analysis each time
+        engine.analyze(loaded, analysis, lambda _: None)
+
+    def patched() -> None:
+        engine.patch(loaded, request, lambda *_: None)
+
+    def unskipped() -> None:
+        patching_run.run_patched = before  # type: ignore[assignment]
+        try:
+            engine.patch(loaded, request, lambda *_: None)
+        finally:
+            patching_run.run_patched = now
+
+    times: dict[str, list[float]] = {"analysis": [], "patch": [], "before": []}
+    patched()
+    for _ in range(repeats):
+        for name, run in (("analysis", analyse), ("patch", patched), ("before", unskipped)):
+            times[name].append(timed(run)[1])
+    a, p, b = (float(np.median(times[k])) for k in ("analysis", "patch", "before"))
+    print(
+        f"patching job, paper prompt (14 tokens), both directions: {p:.2f} s = {p / a:.1f}× one "
+        f"analysis ({a:.2f} s; target ≤ 5×); before (every layer run) {b:.2f} s = {b / a:.1f}×; "
+        f"before/now {b / p:.2f}× (load {os.getloadavg()[0]:.1f})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--directions", choices=["both", *DIRECTIONS], default="denoising")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(device="cpu", dtype="float32")
@@ -86,6 +134,7 @@ def main() -> None:
     request = PatchRequest(prompt=prompt, directions=directions)  # type: ignore[arg-type]
     engine = InProcessEngine(Settings(), loader=lambda: loaded)
     print(f"CPU {cpu_model()}; torch threads {args.threads}; load {os.getloadavg()[0]:.1f}")
+    patch_against_analysis(loaded, engine, args.repeats)
     _, first = timed(lambda: engine.check_patch(loaded, request))
     _, again = timed(lambda: engine.check_patch(loaded, request))
     print(f"submission check: {ms(first)} first (copies the tokenizer), then {ms(again)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, cast
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request, Response, status
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, Response, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, ValidationError
 
@@ -21,6 +21,7 @@ from app.deps import (
     done_summary,
 )
 from app.figure_files import ThemeQuery, built, figure_response, registered
+from app.job_wait import long_poll_slot, next_state
 from app.queue.interface import Backend, BackendError
 from app.submission import form_problem, submit_responses, submitted
 from app.templating import render, url_path
@@ -184,9 +185,18 @@ async def patching_page(
 
 @router.get("/p/{job_id}/status", response_class=HTMLResponse)
 async def patching_status(
-    request: Request, state: PatchingStateDep, backend: BackendDep
+    request: Request,
+    state: PatchingStateDep,
+    backend: BackendDep,
+    client: ClientDep,
+    wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
 ) -> HTMLResponse:
-    """HTMX poll target: the status partial, or the whole result once done."""
+    """HTMX poll target: the status partial, or the whole result once done; with `wait`, as
+    soon as the job ends or reports progress (a long poll, as the analysis' status: the page
+    shows the result when it is there, not at its next poll)."""
+    if wait and state.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+        with long_poll_slot(request.app.state.long_polls, client):
+            state = await next_state(backend, state.id, wait, gone=request.is_disconnected)
     context = await _context(backend, state, None, None)
     name = "partials/_patching_body.html" if context["done"] else "partials/_patching_status.html"
     return render(request, name, context, alternate=_twin(request, state.id))

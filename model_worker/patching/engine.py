@@ -18,7 +18,7 @@ from torch import Tensor
 from model_worker.common.errors import UserInputError
 from model_worker.model.linear_routing import default_linear_layers
 from model_worker.model.loading import LoadedModel
-from model_worker.patching.hooks import Site, hooked
+from model_worker.patching.hooks import Site, hooked, skipping
 
 #: The sites a patch can write (`pattern` is read only).
 PATCH_SITES: tuple[Site, ...] = ("resid_pre", "z", "attn_out", "mlp_out", "q", "k", "v")
@@ -93,49 +93,83 @@ def _write(site: Site, d_head: int, tensor: Tensor, row: int, patch: Patch, src:
         tensor[row, where] = value[where]
 
 
+def base_attention(base: Activations, head: tuple[int, int], rows: int) -> Tensor:
+    """The base run's attention of `head` from the last position, for `rows` rows [rows, S]."""
+    return base[("pattern", head[0])][head[1], -1].float().cpu()[None].expand(rows, -1)
+
+
+def start_layer(patches: Sequence[Patch]) -> int:
+    """The first layer a row of patches changes (0 for an empty row)."""
+    return min((patch.layer for patch in patches), default=0)
+
+
 def run_patched(
     loaded: LoadedModel,
     ids: Tensor,
     source: Activations,
     rows: Sequence[Sequence[Patch]],
     *,
+    base: Activations | None = None,
     watch: Sequence[tuple[int, int]] = (),
     batch_size: int = 32,
 ) -> PatchedRuns:
     """`ids` [S] run once per row of `rows`, each row with its patches from `source` written in
-    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass."""
+    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass.
+
+    With `base` (the recorded run of `ids`), rows are batched by the first layer they patch and
+    a batch starts there: the layers below it are those of the base run, so they pass their
+    input through uncomputed and the base run's residual stream is written in at the first
+    (`skipping`): about half the layers of a patching job's rows. A watched head below a
+    batch's first layer attends as in the base run. (An empty row starts at layer 0 and is
+    computed beside the others: equal components then give exactly equal logits.)"""
     d_head = loaded.geometry.d_head
+    order = list(range(len(rows)))
+    if base is not None:
+        order.sort(key=lambda i: start_layer(rows[i]))
     logits: list[Tensor] = []
     attention: dict[tuple[int, int], list[Tensor]] = {head: [] for head in watch}
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
+    for begin in range(0, len(rows), batch_size):
+        chunk = [rows[i] for i in order[begin : begin + batch_size]]
+        start = 0 if base is None else min(start_layer(patches) for patches in chunk)
         plan: dict[tuple[Site, int], list[tuple[int, Patch]]] = {}
         for row, patches in enumerate(chunk):
             for patch in patches:
                 plan.setdefault((patch.site, patch.layer), []).append((row, patch))
+        for head in watch:
+            if head[0] < start:  # not run: as in the base run
+                assert base is not None
+                attention[head].append(base_attention(base, head, len(chunk)))
 
-        def edit(site: Site, layer: int, tensor: Tensor, plan: dict = plan) -> Tensor | None:
+        def edit(
+            site: Site, layer: int, tensor: Tensor, plan: dict = plan, start: int = start
+        ) -> Tensor | None:
             if site == "pattern":
                 for head in watch:
                     if head[0] == layer:
                         attention[head].append(tensor[:, head[1], -1].detach().float().cpu())
                 return None
             todo = plan.get((site, layer))
-            if not todo:
+            if site == "resid_pre" and layer == start and start > 0:
+                assert base is not None
+                entering = base[("resid_pre", layer)].to(tensor.device, tensor.dtype)
+                tensor = entering[None].expand_as(tensor).clone()
+            elif not todo:
                 return None
-            tensor = tensor.clone()
-            for row, patch in todo:
+            else:
+                tensor = tensor.clone()
+            for row, patch in todo or ():
                 _write(site, d_head, tensor, row, patch, source[(site, layer)])
             return tensor
 
-        with loaded.lock, hooked(loaded, edit), torch.inference_mode():
+        with loaded.lock, skipping(loaded, start), hooked(loaded, edit), torch.inference_mode():
             out = loaded.model(
                 input_ids=_ids(loaded, ids, len(chunk)), use_cache=False, logits_to_keep=1
             )
         logits.append(out.logits[:, -1].detach().cpu())
+    back = torch.tensor(order).argsort()  # each row where `rows` has it
     return PatchedRuns(
-        torch.cat(logits),
-        {head: torch.cat(parts) for head, parts in attention.items()},
+        torch.cat(logits)[back],
+        {head: torch.cat(parts)[back] for head, parts in attention.items()},
     )
 
 

@@ -134,6 +134,30 @@ def _post(site: Site, layer: int, edit: Edit) -> Callable[..., Any]:
     return hook
 
 
+def _pass_through(hidden_states: Tensor, *_: Any, **__: Any) -> Tensor:
+    return hidden_states
+
+
+@contextmanager
+def skipping(loaded: LoadedModel, below: int) -> Iterator[None]:
+    """Within the block, the layers below `below` pass their input through uncomputed (each
+    family's decoder loop takes a layer's output tensor as the next one's input): for runs whose
+    patches all sit at layer `below` or later, whose input there an edit then replaces with
+    the base run's (`resid_pre`). Their hooks see nothing but that input."""
+    blocks = [loaded.adapter.layer(loaded.model, layer) for layer in range(below)]
+    previous = [block.__dict__.get("forward") for block in blocks]  # accelerate's, if any
+    for block in blocks:
+        block.forward = _pass_through
+    try:
+        yield
+    finally:
+        for block, forward in zip(blocks, previous, strict=True):
+            if forward is None:
+                del block.forward
+            else:
+                block.forward = forward
+
+
 @contextmanager
 def hooked(loaded: LoadedModel, edit: Edit) -> Iterator[None]:
     """Within the block, every site of every layer passes through `edit` (see the module doc).

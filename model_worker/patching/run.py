@@ -220,8 +220,7 @@ def run_direction(
     # rank by the change from the unpatched run, never the level: noising starts at 1
     chosen = top_indices([e - level for e in flat], min(request.top_k, len(flat)))
     labels = tuple(pair.label_positions)
-    rows: list[list[Patch]] = [[]]
-    rows += [[Patch("z", i // g.n_heads, i % g.n_heads)] for i in chosen]
+    rows = [[Patch("z", i // g.n_heads, i % g.n_heads)] for i in chosen]
     rows += [
         [Patch(site, layer)] for layer in range(g.n_layers) for site in ("attn_out", "mlp_out")
     ]
@@ -235,9 +234,9 @@ def run_direction(
     rows += [[Patch(part, layer, head, positions)] for layer, head, part, positions in qkv_plan]  # type: ignore[arg-type]
     if progress is not None:
         progress(0.3, f"{direction}: {len(rows)} exactly patched runs")
-    runs = run_patched(loaded, base_ids, source, rows, watch=qkv_heads)
+    runs = run_patched(loaded, base_ids, source, rows, base=base, watch=qkv_heads)
     logits = runs.logits
-    at = 1
+    at = 0
     exact: dict[int, tuple[float, float]] = {}
     for i in chosen:
         exact[i] = (effect(logits[at]), _logprob(logits[at], pair.target_id))

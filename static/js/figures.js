@@ -367,9 +367,13 @@
     );
   }
 
+  // draws `host`'s figure; a promise settled once it is drawn (or could not be)
   function draw(host) {
     var source = host.getAttribute("data-spec");
-    if (!source || !window.vegaEmbed) return;
+    if (!source || !window.vegaEmbed) {
+      if (host.getAttribute("data-drawn") === "queued") host.removeAttribute("data-drawn");
+      return Promise.resolve();
+    }
     host.setAttribute("data-drawn", "pending");
     var target = host.querySelector(".vl-view");
     if (!target) {
@@ -382,7 +386,7 @@
     if (dark) spec = darkened(host, spec, dark);
     fitRows(spec, target);
     wrapTitles(spec, target.clientWidth, spec.config);
-    window
+    return window
       .vegaEmbed(target, spec, options(host))
       .then(function (result) {
         var preview = host.querySelector(".vl-preview"); // the server's first paint
@@ -415,8 +419,33 @@
     );
   }
 
+  // The heatmaps first (what a click waits for: on the analysis page, the figure below the
+  // layer and flow charts), the other figures once they are painted: Vega's drawing of each
+  // figure holds the main thread, so drawn in page order the heatmap would wait for them all.
   function drawAll() {
-    document.querySelectorAll(".vl-figure[data-vl]:not([data-drawn])").forEach(draw);
+    var hosts = Array.prototype.slice.call(
+      document.querySelectorAll(".vl-figure[data-vl]:not([data-drawn])")
+    );
+    var first = hosts.filter(function (host) {
+      return CLICKABLE.indexOf(host.getAttribute("data-figure")) >= 0;
+    });
+    var rest = hosts.filter(function (host) {
+      return first.indexOf(host) < 0;
+    });
+    if (!first.length) {
+      rest.forEach(draw);
+      return;
+    }
+    rest.forEach(function (host) {
+      host.setAttribute("data-drawn", "queued"); // not drawn twice meanwhile
+    });
+    Promise.all(first.map(draw)).then(function () {
+      requestAnimationFrame(function () {
+        setTimeout(function () {
+          rest.forEach(draw); // after the heatmap's frame is painted
+        }, 0);
+      });
+    });
   }
 
   // htmx keeps each page's markup for the Back button and parses it again there: the style

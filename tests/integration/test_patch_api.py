@@ -142,3 +142,24 @@ def test_patch_against_from_the_analysis_page(client: TestClient) -> None:
     )
     assert moved.status_code == 303
     assert re.fullmatch(r"/p/p-[0-9a-f]{32}", moved.headers["location"])
+
+
+def test_the_patching_page_long_polls_its_status(client: TestClient) -> None:
+    """The status partial asks to wait (`wait=10`, at once on load), and such a poll answers
+    with the result as soon as the job is done, not at a next poll (issue 40.6b)."""
+    fields = {"prompt": PROMPT, "labels": ["foo", "bar"], **FAST, "top_k": 3}
+    job = client.post("/api/patch", json=fields).json()["id"]
+    page = client.get(f"/p/{job}").text
+    poll = re.search(r'hx-get="([^"]*/status[^"]*)" hx-trigger="load"', page)
+    if poll is None:  # done already: nothing to poll
+        assert 'data-status="done"' in page
+        return
+    assert poll.group(1) == f"/p/{job}/status?wait=10"
+    body = client.get(poll.group(1)).text  # a tiny model's job: done within the wait
+    polls = 1
+    while re.search(r'data-status="(queued|running)"', body):  # news: it polls again at once
+        polls += 1
+        assert polls < 20, "the job reported no end"
+        body = client.get(f"/p/{job}/status?wait=10").text
+    assert 'data-status="done"' in body and 'data-direction="denoising"' in body
+    assert client.get(f"/p/{job}/status?wait=31").status_code == 422
