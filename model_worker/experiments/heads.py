@@ -50,7 +50,8 @@ def head_table(
 ) -> tuple[list[PromptRun], Tensor]:
     """Runs of `n` prompts (each within `max_tokens`, designed by `options`) and the [L, H]
     mean head increase over the correct ones."""
-    items = prepare(loaded, prompts(dataset, n, seed, **(options or {})), max_tokens)
+    found = prompts(dataset, n, seed) if options is None else prompts(dataset, n, seed, **options)
+    items = prepare(loaded, found, max_tokens)
     runs = run_prompts(
         loaded,
         items,

@@ -3,6 +3,8 @@ query that repeats a demonstration's input, from that demonstration's label; els
 
 from __future__ import annotations
 
+from typing import Literal
+
 from torch import Tensor
 
 from model_worker.analysis.icl import IclStructure, demonstration_texts
@@ -43,7 +45,7 @@ def answer_check(
 ) -> AnswerCheck | None:
     """The prediction (vocabulary argmax of `logprobs` [V]) against the right answer, when
     known (module docstring)."""
-    source = "given"
+    source: Literal["given", "demonstrated"] = "given"
     if expected is None:
         expected, source = demonstrated_answer(prompt, structure), "demonstrated"
     if expected is None:
@@ -56,5 +58,5 @@ def answer_check(
         predicted_token=loaded.token_text(predicted_id),
         correct=predicted_id == expected_id,
         expected_prob=float(logprobs[expected_id].exp()),
-        source=source,  # type: ignore[arg-type]
+        source=source,
     )

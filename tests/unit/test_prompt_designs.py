@@ -112,3 +112,23 @@ def test_unknown_task_and_bad_k() -> None:
         load_function_task("synonym")
     with pytest.raises(ValueError, match="k must be"):
         function_prompts(load_function_task("past"), 4, k=0)
+
+
+def test_cli_design_options_bad_input_exit_2_with_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from icl_heads.cli import app
+
+    cases = [
+        (["experiment", "accuracy", "--demonstrations", "6"], "must be 4, 8 or 16"),
+        (["experiment", "accuracy", "--labels", "names"], "'arbitrary', 'meaningful'"),
+        (
+            ["experiment", "accuracy", "--labels", "meaningful", "--server", "http://127.0.0.1:9"],
+            "run locally only",
+        ),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
