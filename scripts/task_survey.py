@@ -194,6 +194,23 @@ def render(data: dict[str, object]) -> str:
             f"{_pct(cell['vocab_accuracy'])} | "  # type: ignore[arg-type]
             f"{_pct(position) if position else '—'} | {cell['wall_s']} |"  # type: ignore[arg-type]
         )
+    passing = [key for key in cells() if key in found and found[key]["passes_gate"]]
+    lines += [
+        "",
+        f"**Pass the gate:** {', '.join(f'`{k}`' for k in passing) or 'none'}. Intervals at "
+        "small n are wide: a pass is a lower bound above 50%, not a precise accuracy; and "
+        f"with {len(found)} designs tried at 95% each, about one could pass by chance alone, "
+        "so a pass is confirmed only by a larger sample (the experiments' own accuracy "
+        "gate, e.g. docs/results-meaningful-16.md).",
+        "",
+        "**What ships.** The classification designs are options of every experiment "
+        "(`icl-heads experiment NAME --demonstrations 4|8|16 --labels arbitrary|meaningful`, "
+        "`ExperimentRequest.demos_per_label` / `labels`, the experiments page); how they "
+        "depart from the paper is in [evidence.md](evidence.md). The word-pair tasks stay "
+        "package data (`model_worker/datasets/function_tasks.py`) measured here and offered as "
+        "a home-page preset: their answers are words, not one of two labels, so the "
+        "experiments' true/false label measures do not apply to them.",
+    ]
     runs: list[dict[str, object]] = data["runs"]  # type: ignore[assignment]
     lines += ["", "## Runs", ""]
     for run in runs:
