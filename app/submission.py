@@ -20,6 +20,7 @@ class AnalysisForm(BaseModel):
     model: str = ""
     labels: str = ""
     target: str = ""
+    expected: str = ""
     norm: str = "fixed"
     rank_by: str = "increase"
 
@@ -42,6 +43,9 @@ class ExperimentForm(BaseModel):
     seed: str = "0"
     locate_by: str = "increase"
     correct_only: bool = False
+    design: str = "counterbalanced"
+    demos_per_label: str = "2"
+    labels: str = "arbitrary"
 
 
 def submit_responses(invalid: str) -> dict[int | str, dict[str, Any]]:

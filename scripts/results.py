@@ -3,12 +3,17 @@
     .venv/bin/python scripts/results.py run accuracy attention --seeds 0,1,2 --n 240
     .venv/bin/python scripts/results.py run accuracy:0,1@96 bias:0 --n 24   # seeds, n per entry
     .venv/bin/python scripts/results.py render          # docs/results/*.json → docs/results.md
+    .venv/bin/python scripts/results.py run heads --demos-per-label 8 --labels meaningful \
+        --out docs/results/meaningful-16                # another design, in its own folder
+    .venv/bin/python scripts/results.py render --results docs/results/meaningful-16 \
+        --out docs/results-meaningful-16.md
 
 `run` loads the model once, runs each experiment under each seed (counterbalanced design unless
 `--design fftt`), combines the seeds (model_worker.experiments.seeds) and stores the result in
 `docs/results/NAME.json`, with how it ran (command, CPU, cores, nice, load average before and
 after, wall and CPU seconds, when it finished); `render` writes docs/results.md from those
-files only, so rerunning it on the same files gives the same bytes.
+files only, so rerunning it on the same files gives the same bytes. A folder's `preface.md`,
+if any, comes first (what its design changes from the paper's).
 """
 
 from __future__ import annotations
@@ -56,7 +61,13 @@ def run(args: argparse.Namespace) -> None:
         results, kept = [], []
         for seed in seeds:
             request = ExperimentRequest(
-                name=name, dataset=args.dataset, n=n, seed=seed, design=args.design
+                name=name,
+                dataset=args.dataset,
+                n=n,
+                seed=seed,
+                design=args.design,
+                demos_per_label=args.demos_per_label,
+                labels=args.labels,
             )
             result, intervals = run_keeping(loaded, request, batch_size=args.batch_size)
             results.append(result)
@@ -64,7 +75,10 @@ def run(args: argparse.Namespace) -> None:
             print(f"{name} seed {seed}: {time.perf_counter() - started:.0f} s", flush=True)
         run_info = {
             "command": f"scripts/results.py run {name}:{','.join(map(str, seeds))}@{n} "
-            f"--dataset {args.dataset} --design {args.design} --batch-size {args.batch_size}",
+            f"--dataset {args.dataset} --design {args.design} --batch-size {args.batch_size}"
+            + (f" --demos-per-label {args.demos_per_label}" if args.demos_per_label != 2 else "")
+            + (f" --labels {args.labels}" if args.labels != "arbitrary" else "")
+            + (f" --out {args.out}" if Path(args.out) != RESULTS else ""),
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "nice": os.nice(0),
@@ -87,6 +101,8 @@ def main() -> None:
     runner.add_argument("--n", type=int, default=240)
     runner.add_argument("--dataset", default="sentiment-number")
     runner.add_argument("--design", default="counterbalanced", choices=("counterbalanced", "fftt"))
+    runner.add_argument("--demos-per-label", type=int, default=2, choices=(2, 4, 8))
+    runner.add_argument("--labels", default="arbitrary", choices=("arbitrary", "meaningful"))
     runner.add_argument("--model", default=None)
     runner.add_argument("--batch-size", type=int, default=16)
     runner.add_argument("--out", default=str(RESULTS))
@@ -97,7 +113,10 @@ def main() -> None:
     if args.command == "run":
         run(args)
     else:
-        Path(args.out).write_text(render(Path(args.results)), encoding="utf-8")
+        folder = Path(args.results)
+        preface = folder / "preface.md"
+        text = preface.read_text(encoding="utf-8") + "\n" if preface.is_file() else ""
+        Path(args.out).write_text(text + render(folder), encoding="utf-8")
 
 
 if __name__ == "__main__":

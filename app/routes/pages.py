@@ -39,10 +39,14 @@ PAGE_WAIT_S = 1.0
 
 @dataclass(frozen=True)
 class Preset:
+    """A home-page prompt and its right answer (`expected`: SmolLM2 predicts it, checked by
+    tests/slow/test_presets_answered.py), which the analysis page compares with the prediction."""
+
     key: str
     title: str
     prompt: str
     note: str
+    expected: str
 
 
 PRESETS = [
@@ -51,18 +55,36 @@ PRESETS = [
         "Paper, Table 1",
         "love : bar like : bar eight : foo two : foo one :",
         "Sentiment words → bar, numbers → foo; the query “one” should get foo.",
+        "foo",
     ),
     Preset(
         "imbalanced",
         "Imbalanced",
         "love : bar like : bar eight : foo one :",
         "One foo demonstration against two bar ones.",
+        "foo",
     ),
     Preset(
         "reordered",
         "Reordered",
-        "eight : foo two : foo love : bar like : bar one :",
-        "Same demonstrations, foo ones first.",
+        "eight : foo love : bar two : foo like : bar one :",
+        "Same demonstrations interleaved, a bar one nearest the query.",
+        "foo",
+    ),
+    Preset(
+        "meaningful",
+        "Meaningful labels",
+        "dog : animal France : country cat : animal Spain : country horse :",
+        "Each class labelled with its name: the query “horse” should get animal.",
+        "animal",
+    ),
+    Preset(
+        "past",
+        "Past tense (function vector)",
+        "go : went see : saw take : took give : gave buy : bought walk : walked play : played "
+        "sing : sang write : wrote drink : drank swim :",
+        "Present → past tense, Todd et al.'s kind of task: the answer is a word, not a label.",
+        "swam",
     ),
     Preset(
         "sentence",
@@ -73,6 +95,7 @@ PRESETS = [
         "The sprinter was questioned by anti-doping officials before the final. : foo "
         "Inter Milan advanced to the Champions League group stage. :",
         "Sport news → foo, other news → bar.",
+        "foo",
     ),
 ]
 COMPARE_PRESETS = {
@@ -112,7 +135,7 @@ async def _home(
         "default_model": backend.default_model,
         "presets": PRESETS,
         "compare_presets": COMPARE_PRESETS,
-        "form": form or {"prompt": PRESETS[0].prompt, "norm": "fixed"},
+        "form": form or _preset_form(PRESETS[0]),
         "error": error,
     }
     page = render(request, "pages/home.html", context, status_code)
@@ -124,8 +147,12 @@ async def _home(
 @router.get("/", response_class=HTMLResponse)
 async def home(request: Request, backend: BackendDep, preset: str | None = None) -> HTMLResponse:
     chosen = next((p for p in PRESETS if p.key == preset), None)
-    form = {"prompt": chosen.prompt, "norm": "fixed"} if chosen else None
-    return await _home(request, backend, form)
+    return await _home(request, backend, _preset_form(chosen) if chosen else None)
+
+
+def _preset_form(preset: Preset) -> dict[str, Any]:
+    """The form filled in with `preset`: its prompt and its expected answer."""
+    return {"prompt": preset.prompt, "expected": preset.expected, "norm": "fixed"}
 
 
 def _split_labels(raw: str) -> list[str] | None:
@@ -149,6 +176,7 @@ async def analyse(
             model=typed.model or None,
             labels=_split_labels(typed.labels),
             target=typed.target.strip() or None,
+            expected=typed.expected.strip() or None,
             norm=typed.norm,
             rank_by=typed.rank_by,
         )

@@ -31,6 +31,7 @@ from model_worker.contracts.analysis import (
     AnalysisCore,
     AnalysisResult,
     AnalysisSummary,
+    AnswerCheck,
     HeadDetail,
     HeadSummary,
     LabelInfo,
@@ -89,6 +90,7 @@ class TokensPanel(Panel):
     tokens: list[TokenInfo]
     labels: list[LabelInfo]
     target: Target
+    answer: AnswerCheck | None = None
     separator: str | None
     warnings: list[ResultWarning]
 

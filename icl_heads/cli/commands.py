@@ -44,6 +44,10 @@ def analyze(
     labels: Annotated[
         str | None, typer.Option(help="Comma-separated labels, e.g. foo,bar.")
     ] = None,
+    expected: Annotated[
+        str | None,
+        typer.Option(help="The right answer: say whether the prediction is it."),
+    ] = None,
     norm: Annotated[NormMode, typer.Option(help="Final-norm scale: fixed or recompute.")] = "fixed",
     top_k: Annotated[
         int, typer.Option("--top-k", min=1, help="Heads with per-position detail.")
@@ -65,7 +69,12 @@ def analyze(
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     with user_errors():  # bad arguments: exit 2 at once, before torch or a model loads
         check_analysis_arguments(
-            prompt, target=target, labels=label_list, top_k_heads=top_k, rank_by=rank_by
+            prompt,
+            target=target,
+            labels=label_list,
+            top_k_heads=top_k,
+            rank_by=rank_by,
+            expected=expected,
         )
         if server is None:
             check_model_source(model)
@@ -78,6 +87,7 @@ def analyze(
         options: dict[str, Any] = {
             "target": target,
             "labels": label_list,
+            "expected": expected,
             "norm": norm,
             "top_k_heads": top_k,
             "rank_by": rank_by,

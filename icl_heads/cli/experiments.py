@@ -19,7 +19,7 @@ from model_worker.common.export_names import file_stems
 from model_worker.common.export_text import csv_text
 from model_worker.common.settings import get_settings
 from model_worker.contracts.common import RankBy
-from model_worker.contracts.evidence import Design
+from model_worker.contracts.evidence import Design, LabelStyle
 from model_worker.contracts.experiments import (
     EXPERIMENT_NAMES,
     ExperimentName,
@@ -27,6 +27,13 @@ from model_worker.contracts.experiments import (
     ExperimentResult,
 )
 from model_worker.contracts.report import markdown_text, plain_text
+
+
+def _per_label(demonstrations: int) -> int:
+    """Demonstrations per label of `demonstrations` in all (4, 8 or 16)."""
+    if demonstrations not in (4, 8, 16):
+        raise UserInputError(f"--demonstrations must be 4, 8 or 16, got {demonstrations}")
+    return demonstrations // 2
 
 
 def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
@@ -86,6 +93,21 @@ def experiment(
             "often), or fftt (the paper's: true demonstrations nearest the input).",
         ),
     ] = "counterbalanced",
+    demonstrations: Annotated[
+        int,
+        typer.Option(
+            "--demonstrations",
+            help="Demonstrations per prompt, half true and half false: 4 (the paper's), 8 or 16.",
+        ),
+    ] = 4,
+    labels: Annotated[
+        LabelStyle,
+        typer.Option(
+            "--labels",
+            help="arbitrary: foo/bar (the paper's); meaningful: each class's own name "
+            "(animal/country).",
+        ),
+    ] = "arbitrary",
     locate_by: Annotated[
         RankBy,
         typer.Option("--locate-by", help="Locate in-context heads by: increase, or label."),
@@ -122,6 +144,8 @@ def experiment(
                     "locate_by": locate_by,
                     "correct_only": correct_only,
                     "design": design,
+                    "demos_per_label": _per_label(demonstrations),
+                    "labels": labels,
                 }
             )
         except ValidationError as exc:
@@ -130,8 +154,12 @@ def experiment(
             seed_list = parse_seeds(seeds) if seeds is not None else [seed]
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
-        if server is not None and (seeds is not None or design != "counterbalanced"):
-            raise UserInputError("--seeds and --design run locally only (not with --server)")
+        custom = design != "counterbalanced" or demonstrations != 4 or labels != "arbitrary"
+        if server is not None and (seeds is not None or custom):
+            raise UserInputError(
+                "--seeds, --design, --demonstrations and --labels run locally only "
+                "(not with --server)"
+            )
         if server is not None:
             remote = cli_remote.experiment(
                 server,

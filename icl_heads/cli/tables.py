@@ -34,6 +34,14 @@ def print_result(result: AnalysisResult, console: Console | None = None, heads: 
         f"[bold]{result.model}[/]  target {escape(quoted(target.token))} ({target.source}), "
         f"p = {target.prob:.3f}, norm = {result.norm}"
     )
+    answer = result.answer
+    if answer is not None:
+        verdict = "right" if answer.correct else "wrong"
+        console.print(
+            f"prediction {answer.predicted_token!r} is {verdict}: expected "
+            f"{answer.expected_token!r} (p = {answer.expected_prob:.3f}, {answer.source})",
+            highlight=False,
+        )
     if result.labels:
         marks = ", ".join(
             f"{label.position}:{label.word}{'✓' if label.is_true else '✗'}"

@@ -79,6 +79,7 @@ def check_analysis_arguments(
     labels: list[str] | None = None,
     top_k_heads: int = 20,
     rank_by: RankBy = "increase",
+    expected: str | None = None,
 ) -> None:
     """A UserInputError (one line) for what an analysis of `prompt` would refuse before any
     tokenizer: an empty prompt, an empty target, labels that are not in the prompt, a value
@@ -89,7 +90,12 @@ def check_analysis_arguments(
         raise LabelError("the target is empty: give a token, e.g. --target foo, or leave it out")
     try:
         AnalysisRequest(
-            prompt=prompt, target=target, labels=labels, top_k_heads=top_k_heads, rank_by=rank_by
+            prompt=prompt,
+            target=target,
+            labels=labels,
+            top_k_heads=top_k_heads,
+            rank_by=rank_by,
+            expected=expected,
         )
     except ValidationError as exc:
         error = exc.errors()[0]

@@ -29,6 +29,9 @@ class AnalysisRequest(Frozen):
     model: str | None = None
     target: str | None = Field(default=None, max_length=200)
     labels: list[str] | None = Field(default=None, max_length=64)
+    #: the right answer to the prompt's query, when the caller knows it: the result says
+    #: whether the model's prediction is it (`AnalysisCore.answer`); it changes nothing else
+    expected: str | None = Field(default=None, max_length=200, pattern=r"\S")
     norm: NormMode = "fixed"
     top_k_heads: int = Field(default=20, ge=1, le=200)
     top_k_tokens: int = Field(default=10, ge=1, le=50)
@@ -62,6 +65,22 @@ class Target(Frozen):
     logprob: Fp32
     prob: Fp32
     source: Literal["predicted", "given"]
+
+
+class AnswerCheck(Frozen):
+    """Is the model's prediction right? `predicted_token` is the vocabulary argmax at the last
+    position; `expected_token` the first token of the right answer `expected` as it would
+    follow the prompt. `source`: the request gave the answer ("given"), or the query repeats a
+    demonstration's input, whose label is then the answer ("demonstrated"). Absent where the
+    answer is not known: an arbitrary prompt has none."""
+
+    expected: str
+    expected_token: str
+    predicted_token: str
+    correct: bool
+    #: probability of the expected token at the last position
+    expected_prob: Fp32
+    source: Literal["given", "demonstrated"]
 
 
 class LabelInfo(Frozen):
@@ -223,6 +242,8 @@ class AnalysisCore(Frozen):
     prompt: str
     tokens: list[TokenInfo]
     target: Target
+    #: is the prediction the right answer? None where the answer is not known
+    answer: AnswerCheck | None = None
     separator: str | None
     labels: list[LabelInfo]
     margin_labels: list[str] | None

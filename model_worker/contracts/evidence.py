@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict
 #: nearest the input, which lets a model answer from position alone)
 Design = Literal["counterbalanced", "fftt"]
 DESIGNS: tuple[str, ...] = ("counterbalanced", "fftt")
+#: how the demonstrations are labelled: foo/bar (the paper's, "arbitrary") or each class's own
+#: name ("meaningful")
+LabelStyle = Literal["arbitrary", "meaningful"]
 Outcome = Literal["supported", "not supported", "inconclusive"]
 
 

@@ -10,7 +10,14 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from model_worker.contracts.caveats import CodedWarning
 from model_worker.contracts.common import Frozen, RankBy
-from model_worker.contracts.evidence import AdequacyOut, Design, IntervalOut, SpreadOut, VerdictOut
+from model_worker.contracts.evidence import (
+    AdequacyOut,
+    Design,
+    IntervalOut,
+    LabelStyle,
+    SpreadOut,
+    VerdictOut,
+)
 from model_worker.contracts.figures import FigureData, FigureName, legacy_figures
 from model_worker.contracts.report import Block, evidence_blocks, legacy_report
 
@@ -93,6 +100,10 @@ class ExperimentRequest(Frozen):
     #: demonstration orders: counterbalanced (every true/false arrangement equally often) or
     #: the paper's FFTT only (true demonstrations nearest the input)
     design: Design = "counterbalanced"
+    #: demonstrations per label (2: the paper's four demonstrations; 4 or 8: eight or sixteen)
+    demos_per_label: int = Field(default=2, ge=1, le=8)
+    #: foo/bar (the paper's) or each class's own name as its label
+    labels: LabelStyle = "arbitrary"
     dataset_text: str | None = Field(default=None, max_length=5 * 1024 * 1024)
     dataset_filename: str | None = Field(default=None, max_length=200)
 
@@ -118,6 +129,8 @@ class ExperimentResult(Frozen):
     report: list[Block] = Field(default_factory=list)
     #: the prompt design the numbers come from
     design: Design = "counterbalanced"
+    demos_per_label: int = 2
+    labels: LabelStyle = "arbitrary"
     #: metric or quantity name → its 95% interval (bootstrap over prompts or exact binomial)
     intervals: dict[str, IntervalOut] = Field(default_factory=dict)
     #: hypotheses decided from the intervals, each with its rule

@@ -10,7 +10,7 @@ from model_worker.contracts.figures import FigureData
 from model_worker.contracts.report import blocks_of
 from model_worker.datasets import Dataset, IclPrompt, Variant
 from model_worker.experiments.batching import Extra, Prepared, PromptRun, prepare, run_prompts
-from model_worker.experiments.data import prompts
+from model_worker.experiments.data import PromptOptions, prompts
 from model_worker.experiments.evidence import Evidence, contract_fields
 from model_worker.experiments.progress import ProgressFn
 from model_worker.experiments.stats import Interval
@@ -51,8 +51,17 @@ class Context:
             self.seed,
             variant=variant,
             foo_class=foo_class,
-            design=self.request.design,
+            **self.prompt_options,
         )
+
+    @property
+    def prompt_options(self) -> PromptOptions:
+        """The request's prompt design: demonstration order, count and labels."""
+        return {
+            "design": self.request.design,
+            "demos_per_label": self.request.demos_per_label,
+            "labels": self.request.labels,
+        }
 
     def prepare(self, icl_prompts: Sequence[IclPrompt]) -> list[Prepared]:
         """`icl_prompts` tokenized within the prompt limit, their label positions found."""
@@ -95,5 +104,7 @@ class Context:
             figures=figures,
             report=blocks_of(report),
             design=self.request.design,
+            demos_per_label=self.request.demos_per_label,
+            labels=self.request.labels,
             **contract_fields(found),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from model_worker.common.errors import UserInputError
 from model_worker.contracts.experiments import ExperimentRequest
@@ -12,6 +13,7 @@ from model_worker.datasets import (
     DatasetError,
     Design,
     IclPrompt,
+    LabelStyle,
     Variant,
     build_prompts,
     format_prompt,
@@ -84,6 +86,14 @@ def other_builtin(dataset: Dataset) -> str:
     return others[0]
 
 
+class PromptOptions(TypedDict):
+    """How an experiment's prompts are designed (`ExperimentRequest`'s fields of that name)."""
+
+    design: Design
+    demos_per_label: int
+    labels: LabelStyle
+
+
 def prompts(
     dataset: Dataset,
     n: int,
@@ -93,6 +103,8 @@ def prompts(
     foo_class: str | None = None,
     true_label: str | None = None,
     design: Design = "counterbalanced",
+    demos_per_label: int = 2,
+    labels: LabelStyle = "arbitrary",
 ) -> list[IclPrompt]:
     """`build_prompts` with dataset errors turned into ExperimentInputError."""
     try:
@@ -104,16 +116,30 @@ def prompts(
             foo_class=foo_class,
             true_label=true_label,
             design=design,
+            demos_per_label=demos_per_label,
+            labels=labels,
         )
     except (DatasetError, ValueError) as exc:
         raise ExperimentInputError(str(exc)) from exc
 
 
 def location_prompts(
-    dataset: Dataset, n: int, seed: int, design: Design = "counterbalanced"
+    dataset: Dataset,
+    n: int,
+    seed: int,
+    design: Design = "counterbalanced",
+    demos_per_label: int = 2,
+    labels: LabelStyle = "arbitrary",
 ) -> list[IclPrompt]:
     """min(n, LOCATION_PROMPTS) balanced prompts (both label assignments) from seed + 1000."""
-    return prompts(dataset, min(n, LOCATION_PROMPTS), seed + LOCATION_SEED_OFFSET, design=design)
+    return prompts(
+        dataset,
+        min(n, LOCATION_PROMPTS),
+        seed + LOCATION_SEED_OFFSET,
+        design=design,
+        demos_per_label=demos_per_label,
+        labels=labels,
+    )
 
 
 def class_of(dataset: Dataset) -> dict[str, str]:

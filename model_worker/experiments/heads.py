@@ -23,11 +23,11 @@ from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.common.export_text import markdown_text
 from model_worker.contracts.common import head_name
 from model_worker.contracts.experiments import ExperimentResult
-from model_worker.datasets import Dataset, Design, load_builtin
+from model_worker.datasets import Dataset, load_builtin
 from model_worker.experiments import paper, stats
 from model_worker.experiments.batching import PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import other_builtin, prompts
+from model_worker.experiments.data import PromptOptions, other_builtin, prompts
 from model_worker.experiments.evidence import Evidence, adequacy
 from model_worker.experiments.figure_data import bar_chart, heatmap
 from model_worker.experiments.locate import ranked
@@ -49,11 +49,12 @@ def head_table(
     batch_size: int,
     progress: ProgressFn,
     max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
-    design: Design = "counterbalanced",
+    options: PromptOptions | None = None,
 ) -> tuple[list[PromptRun], Tensor]:
-    """Runs of `n` prompts (each within `max_tokens`) and the [L, H] mean head increase over
-    the correct ones."""
-    items = prepare(loaded, prompts(dataset, n, seed, design=design), max_tokens)
+    """Runs of `n` prompts (each within `max_tokens`, designed by `options`) and the [L, H]
+    mean head increase over the correct ones."""
+    found = prompts(dataset, n, seed) if options is None else prompts(dataset, n, seed, **options)
+    items = prepare(loaded, found, max_tokens)
     runs = run_prompts(
         loaded,
         items,
@@ -94,7 +95,7 @@ def run(ctx: Context) -> ExperimentResult:
         ctx.n,
         ctx.seed,
         progress=stages.stage("main"),
-        design=ctx.request.design,
+        options=ctx.prompt_options,
         **common,
     )
     other_runs, other_mean = head_table(
@@ -103,7 +104,7 @@ def run(ctx: Context) -> ExperimentResult:
         ctx.n,
         ctx.seed,
         progress=stages.stage("other"),
-        design=ctx.request.design,
+        options=ctx.prompt_options,
         **common,
     )
     top = [head_name(*h) for h in ranked(mean)[:TOP]]

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.contracts.common import RankBy, head_name
-from model_worker.datasets import LABELS, IclPrompt
+from model_worker.datasets import IclPrompt
 from model_worker.experiments import stats
 from model_worker.experiments.batching import Intervene, PromptRun, accuracy, prepare, run_prompts
 from model_worker.experiments.context import Context
@@ -145,7 +145,7 @@ def locate_heads(
     totals, label_totals = mean_increase(correct), mean_increase(correct, label=True)
     deep = [(layer, h) for layer in range(g.n_layers // 2, g.n_layers) for h in range(g.n_heads)]
     plan: list[tuple[str, list[PromptRun], Tensor, list[Head]]] = []
-    for label in LABELS:
+    for label in dict.fromkeys(r.item.prompt.true_label for r in runs):  # foo, bar or classes
         label_correct = _label_runs(correct, label) or correct
         scores = mean_increase(label_correct, label=by == "label")
         plan.append((label, _label_runs(runs, label) or list(runs), scores, ranked(scores, deep)))
@@ -209,7 +209,7 @@ def locate_heads(
     )
 
 
-_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int, int, str, str], Location]] = (
+_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Location]] = (
     weakref.WeakKeyDictionary()
 )
 MAX_REMEMBERED = 8
@@ -221,10 +221,11 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
     Remembered per (model, dataset, location-set size, seed) for this process, so experiments
     run one after another on the same model and dataset share one location.
     """
-    design = ctx.request.design
-    prompts = location_prompts(ctx.dataset, ctx.n, ctx.seed, design)
+    options = ctx.prompt_options
+    prompts = location_prompts(ctx.dataset, ctx.n, ctx.seed, **options)
     remembered = _LOCATIONS.setdefault(ctx.loaded.model, {})
     by = ctx.request.locate_by
+    design = tuple(options.values())
     key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed, by, design)
     if key not in remembered:
         location = locate_heads(

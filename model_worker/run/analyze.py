@@ -27,6 +27,7 @@ from model_worker.model.capture import KEEP_ALL, Keep, run_with_cache
 from model_worker.model.loading import LoadedModel
 from model_worker.model.prompting import parse_head_names, read_prompt, target_id
 from model_worker.resources.gc_pause import without_gc
+from model_worker.run.answer import answer_check
 from model_worker.run.assembly import head_summaries, heads_stage_result, target_info
 from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
@@ -39,6 +40,7 @@ def analyze(
     *,
     target: str | None = None,
     labels: list[str] | None = None,
+    expected: str | None = None,
     norm: NormMode = "fixed",
     top_k_heads: int = 20,
     top_k_tokens: int = 10,
@@ -53,6 +55,8 @@ def analyze(
 ) -> AnalysisResult:
     """Locate-and-project on `prompt` at its last position (DESIGN.md, "Analysis definitions").
 
+    `expected`: the right answer, when known: `answer` says whether the prediction is it
+    (without it, a query that repeats a demonstration's input takes that label as the answer).
     `rank_by="label"` ranks the heads (and picks the detailed top K) by their label increase.
     Two stages: the tokens, layer and per-head increases (what the heatmap and the top-heads
     table need), then the details of the top and extra heads. `on_heads`, if given, receives
@@ -151,7 +155,8 @@ def analyze(
         warnings=warnings,
     )
     checked = [*analysis_warnings(heads_stage), *heads_stage.warnings]
-    heads_stage = heads_stage.model_copy(update={"warnings": checked})
+    answer = answer_check(loaded, prompt, reading, structure, logprobs, expected)
+    heads_stage = heads_stage.model_copy(update={"warnings": checked, "answer": answer})
     if on_heads is not None:
         on_heads(heads_stage)
 

@@ -170,6 +170,7 @@ def run_analysis(
         request.prompt,
         target=request.target,
         labels=request.labels,
+        expected=request.expected,
         norm=request.norm,
         top_k_heads=request.top_k_heads,
         top_k_tokens=request.top_k_tokens,

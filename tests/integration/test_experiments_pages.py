@@ -146,3 +146,47 @@ def test_unknown_dataset_and_bad_n_are_refused(client: TestClient) -> None:
     api = client.post("/api/experiments", json={"name": "heads", "dataset": "/etc/passwd"})
     assert api.status_code == 422 and "unknown dataset" in api.json()["detail"]
     assert client.get("/e/e-00000000000000000000000000000000").status_code == 404
+
+
+def test_design_options_run_from_the_form(client: TestClient) -> None:
+    """Labels and demonstrations chosen on the form reach the prompts: the rows' true labels
+    are the class names, the page says how the prompts were made; too many demonstrations
+    for a class is refused with the reason."""
+    # class names the tiny word-level tokenizer knows, so that they can be labels
+    named = "text,label\n" + "".join(
+        f"{w},{c}\n"
+        for c, ws in {"good": WORDS["sentiment"], "bad": ["one", "two", "three"]}.items()
+        for w in ws
+    )
+    answer = client.post(
+        "/experiments",
+        data={"name": "accuracy", "dataset": "upload", "n": "4", "labels": "meaningful"},
+        files={"file": ("named.csv", named.encode(), "text/csv")},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303, answer.text
+    job_id = answer.headers["location"].rsplit("/", 1)[1]
+    deadline = time.monotonic() + 60
+    while client.get(f"/api/analyses/{job_id}").json()["status"] != "done":
+        assert time.monotonic() < deadline, "the experiment did not finish"
+        time.sleep(0.1)
+    result = client.get(f"/api/analyses/{job_id}").json()["experiment"]
+    assert (result["labels"], result["demos_per_label"]) == ("meaningful", 2)
+    assert {row["true_label"] for row in result["tables"]["accuracy"]} == {"good", "bad"}
+    shown = BeautifulSoup(client.get(answer.headers["location"]).text, "html.parser")
+    design = shown.select_one("[data-prompt-design]")
+    assert design is not None and "4 demonstrations" in design.text
+    assert "each class's name" in design.text
+    too_many = client.post(
+        "/experiments",
+        data={"name": "accuracy", "dataset": "upload", "n": "4", "demos_per_label": "4"},
+        files={"file": ("tiny.csv", CSV.encode(), "text/csv")},
+        follow_redirects=False,
+    )
+    assert too_many.status_code == 303  # checked by the worker: the job fails with the reason
+    failed_id = too_many.headers["location"].rsplit("/", 1)[1]
+    deadline = time.monotonic() + 60
+    while (state := client.get(f"/api/analyses/{failed_id}").json())["status"] != "failed":
+        assert state["status"] != "done" and time.monotonic() < deadline
+        time.sleep(0.1)
+    assert "5 are needed" in state["error"]

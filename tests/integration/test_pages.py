@@ -85,9 +85,38 @@ def test_home_has_form_models_and_presets(client: TestClient) -> None:
     assert page.select_one("form.analyse-form textarea[name=prompt]") is not None
     assert [o.text.strip() for o in page.select("select[name=model] option")] == ["tiny-llama"]
     keys = [a["data-preset"] for a in page.select("a.preset")]
-    assert keys == ["paper", "imbalanced", "reordered", "sentence"]
-    chosen = soup(client.get("/?preset=reordered").text).select_one("textarea[name=prompt]")
-    assert chosen is not None and chosen.text == "eight : foo two : foo love : bar like : bar one :"
+    assert keys == ["paper", "imbalanced", "reordered", "meaningful", "past", "sentence"]
+    chosen = soup(client.get("/?preset=reordered").text)
+    prompt = chosen.select_one("textarea[name=prompt]")
+    assert prompt is not None and prompt.text == "eight : foo love : bar two : foo like : bar one :"
+    expected = chosen.select_one("input[name=expected]")
+    assert expected is not None and expected["value"] == "foo"
+
+
+def test_the_page_says_whether_the_prediction_is_right(client: TestClient) -> None:
+    """Given the right answer, the tokens panel says right or wrong, by the model's own
+    argmax; with none (and a query no demonstration repeats), that the answer is not known."""
+    job = analyse(client, prompt=EXAMPLE_PROMPT)
+    assert client.get(f"/api/analyses/{job}").json()["result"]["answer"] is None
+    unknown = soup(client.get(f"/a/{job}").text).select_one("[data-answer]")
+    assert unknown is not None and unknown["data-answer"] == "unknown"
+    assert "not known" in unknown.text
+    for expected in ("foo", "bar"):
+        checked = analyse(client, prompt=EXAMPLE_PROMPT, expected=expected)
+        result = client.get(f"/api/analyses/{checked}").json()["result"]
+        answer = result["answer"]
+        assert answer["expected"] == expected and answer["source"] == "given"
+        assert answer["predicted_token"] == result["target"]["token"]  # the argmax
+        assert answer["correct"] == (answer["predicted_token"] == answer["expected_token"])
+        shown = soup(client.get(f"/a/{checked}").text).select_one("[data-answer]")
+        assert shown is not None
+        assert shown["data-answer"] == ("right" if answer["correct"] else "wrong")
+        assert f"expected answer given: {expected}" in shown.text
+    repeated = analyse(client, prompt="one : foo two : bar one :")
+    answer = client.get(f"/api/analyses/{repeated}").json()["result"]["answer"]
+    assert answer["source"] == "demonstrated" and answer["expected"] == "foo"
+    shown = soup(client.get(f"/a/{repeated}").text).select_one("[data-answer]")
+    assert shown is not None and "the query repeats a demonstration labelled foo" in shown.text
 
 
 def figure_spec(page: BeautifulSoup, name: str) -> dict[str, Any]:

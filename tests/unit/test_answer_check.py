@@ -1,0 +1,55 @@
+"""The answer check: the prediction (vocabulary argmax) against the right answer, given or
+repeated by a demonstration, and no answer where none is known."""
+
+from __future__ import annotations
+
+import torch
+
+from model_worker.analysis.icl import detect_structure
+from model_worker.model.loading import LoadedModel
+from model_worker.model.prompting import encode_prompt, read_labels, target_id
+from model_worker.run.answer import answer_check, demonstrated_answer, query_text
+
+
+def _check(loaded: LoadedModel, prompt: str, winner: int, expected: str | None):  # type: ignore[no-untyped-def]
+    reading = read_labels(loaded, prompt, ["foo", "bar"])
+    encoded = encode_prompt(loaded, reading.analysed)
+    structure = detect_structure(prompt, encoded.offsets, None, skip=reading.skip)
+    logprobs = torch.full((len(loaded.tokenizer),), -20.0)
+    logprobs[winner] = -0.1
+    return answer_check(loaded, prompt, reading, structure, logprobs, expected)
+
+
+def test_right_and_wrong_by_the_argmax(tiny_model: LoadedModel) -> None:
+    prompt = "love : bar like : bar eight : foo two : foo one :"
+    foo = target_id(tiny_model, prompt, "foo")[0]
+    bar = target_id(tiny_model, prompt, "bar")[0]
+    right = _check(tiny_model, prompt, foo, "foo")
+    assert right is not None and right.correct and right.source == "given"
+    assert right.predicted_token == right.expected_token == tiny_model.token_text(foo)
+    wrong = _check(tiny_model, prompt, bar, "foo")
+    assert wrong is not None and not wrong.correct
+    assert wrong.predicted_token == tiny_model.token_text(bar)
+    assert abs(wrong.expected_prob - torch.tensor(-20.0).exp().item()) < 1e-9
+
+
+def test_unknown_answer_is_none_and_a_repeated_query_is_known(tiny_model: LoadedModel) -> None:
+    prompt = "love : bar like : bar eight : foo two : foo one :"
+    foo = target_id(tiny_model, prompt, "foo")[0]
+    assert _check(tiny_model, prompt, foo, None) is None
+    repeated = "love : bar eight : foo love :"
+    found = _check(tiny_model, repeated, foo, None)
+    assert found is not None and found.expected == "bar" and found.source == "demonstrated"
+    assert not found.correct
+
+
+def test_query_text_and_conflicting_demonstrations(tiny_model: LoadedModel) -> None:
+    def structure(prompt: str):  # type: ignore[no-untyped-def]
+        encoded = encode_prompt(tiny_model, prompt)
+        return detect_structure(prompt, encoded.offsets, None)
+
+    prompt = "big cat : foo small dog : bar big cat :"
+    assert query_text(prompt, structure(prompt)) == "big cat"
+    assert demonstrated_answer(prompt, structure(prompt)) == "foo"
+    torn = "cat : foo cat : bar cat :"  # the same input under both labels: not known
+    assert demonstrated_answer(torn, structure(torn)) is None
