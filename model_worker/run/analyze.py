@@ -155,7 +155,7 @@ def analyze(
         warnings=warnings,
     )
     checked = [*analysis_warnings(heads_stage), *heads_stage.warnings]
-    answer = answer_check(loaded, prompt, reading, structure, logprobs, expected)
+    answer = answer_check(loaded, read, logprobs, expected)
     heads_stage = heads_stage.model_copy(update={"warnings": checked, "answer": answer})
     if on_heads is not None:
         on_heads(heads_stage)

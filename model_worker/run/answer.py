@@ -7,10 +7,10 @@ from typing import Literal
 
 from torch import Tensor
 
-from model_worker.analysis.icl import IclStructure, demonstration_texts
+from model_worker.analysis.icl import IclStructure
 from model_worker.contracts.analysis import AnswerCheck
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import LabelReading, target_id
+from model_worker.model.prompting import ReadPrompt, target_id
 
 
 def query_text(prompt: str, structure: IclStructure) -> str | None:
@@ -24,33 +24,28 @@ def query_text(prompt: str, structure: IclStructure) -> str | None:
     return rest[: -len(cue)].strip() if cue and rest.endswith(cue) else None
 
 
-def demonstrated_answer(prompt: str, structure: IclStructure) -> str | None:
+def demonstrated_answer(read: ReadPrompt) -> str | None:
     """The label of the demonstration whose input is the query, if exactly one label is given
     to that input."""
-    query = query_text(prompt, structure)
+    query = query_text(read.text, read.structure)
     if not query:
         return None
-    texts = demonstration_texts(prompt, structure)
-    found = {span.word for span, text in zip(structure.labels, texts, strict=True) if text == query}
+    pairs = zip(read.structure.labels, read.demonstrations, strict=True)
+    found = {span.word for span, text in pairs if text == query}
     return found.pop() if len(found) == 1 else None
 
 
 def answer_check(
-    loaded: LoadedModel,
-    prompt: str,
-    reading: LabelReading,
-    structure: IclStructure,
-    logprobs: Tensor,
-    expected: str | None,
+    loaded: LoadedModel, read: ReadPrompt, logprobs: Tensor, expected: str | None
 ) -> AnswerCheck | None:
     """The prediction (vocabulary argmax of `logprobs` [V]) against the right answer, when
-    known (module docstring)."""
+    known (module docstring), for the prompt as the run read it."""
     source: Literal["given", "demonstrated"] = "given"
     if expected is None:
-        expected, source = demonstrated_answer(prompt, structure), "demonstrated"
+        expected, source = demonstrated_answer(read), "demonstrated"
     if expected is None:
         return None
-    expected_id = target_id(loaded, prompt, expected, reading)[0]
+    expected_id = target_id(loaded, read.text, expected, read.reading)[0]
     predicted_id = int(logprobs.argmax())
     return AnswerCheck(
         expected=expected,

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from model_worker.analysis.icl import detect_structure
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import encode_prompt, read_labels, target_id
+from model_worker.model.prompting import read_prompt, target_id
 from model_worker.run.answer import answer_check, demonstrated_answer, query_text
 
 
 def _check(loaded: LoadedModel, prompt: str, winner: int, expected: str | None):  # type: ignore[no-untyped-def]
-    reading = read_labels(loaded, prompt, ["foo", "bar"])
-    encoded = encode_prompt(loaded, reading.analysed)
-    structure = detect_structure(prompt, encoded.offsets, None, skip=reading.skip)
+    read = read_prompt(loaded, prompt, read_as=["foo", "bar"])
     logprobs = torch.full((len(loaded.tokenizer),), -20.0)
     logprobs[winner] = -0.1
-    return answer_check(loaded, prompt, reading, structure, logprobs, expected)
+    return answer_check(loaded, read, logprobs, expected)
 
 
 def test_right_and_wrong_by_the_argmax(tiny_model: LoadedModel) -> None:
@@ -44,12 +41,9 @@ def test_unknown_answer_is_none_and_a_repeated_query_is_known(tiny_model: Loaded
 
 
 def test_query_text_and_conflicting_demonstrations(tiny_model: LoadedModel) -> None:
-    def structure(prompt: str):  # type: ignore[no-untyped-def]
-        encoded = encode_prompt(tiny_model, prompt)
-        return detect_structure(prompt, encoded.offsets, None)
-
     prompt = "big cat : foo small dog : bar big cat :"
-    assert query_text(prompt, structure(prompt)) == "big cat"
-    assert demonstrated_answer(prompt, structure(prompt)) == "foo"
+    read = read_prompt(tiny_model, prompt)
+    assert query_text(prompt, read.structure) == "big cat"
+    assert demonstrated_answer(read) == "foo"
     torn = "cat : foo cat : bar cat :"  # the same input under both labels: not known
-    assert demonstrated_answer(torn, structure(torn)) is None
+    assert demonstrated_answer(read_prompt(tiny_model, torn)) is None
