@@ -1,6 +1,6 @@
 """Cancelling a job: `DELETE /api/jobs/{id}` (JSON) and the Cancel button of the experiment and
 patch pages (a same-origin form POST, app.security.origin). Who submitted the job may cancel it,
-and so may an admin (`ICL_ADMIN_USERS`, named users). A queued job leaves the queue at once; a
+and so may an admin (`ICL_ADMINS`, named users). A queued job leaves the queue at once; a
 running one stops within one slice of its work; nothing of it is kept as a result, and its page
 says it was cancelled and by whom."""
 
@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 
 from app.deps import BackendDep, ClientDep, JobId, SettingsDep
 from app.queue.interface import BackendError
-from app.security.clients import USER_PREFIX
+from app.security.clients import is_admin
 from app.templating import url_path
 from model_worker.common.settings import Settings
 from model_worker.service.queue.keys import is_experiment, is_patching
@@ -20,15 +20,9 @@ from model_worker.service.queue.states import JobState
 router = APIRouter(tags=["analyses"])
 
 
-def is_admin(client: str, settings: Settings) -> bool:
-    """A named user listed in ICL_ADMIN_USERS."""
-    admins = {name.strip() for name in settings.admin_users.split(",") if name.strip()}
-    return client.startswith(USER_PREFIX) and client[len(USER_PREFIX) :] in admins
-
-
 async def _cancel(job_id: str, backend: BackendDep, client: str, settings: Settings) -> JobState:
     try:
-        state = await backend.cancel(job_id, client, is_admin(client, settings))
+        state = await backend.cancel(job_id, client, is_admin(client, settings.admins))
     except BackendError as exc:
         raise HTTPException(exc.status, str(exc)) from exc
     if state is None:

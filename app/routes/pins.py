@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
 from app.deps import BackendDep, ClientDep, JobId, SettingsDep
-from app.security.clients import USER_PREFIX
+from app.security.clients import is_admin
 from app.store import PinRefused
 
 router = APIRouter(prefix="/api", tags=["analyses"])
@@ -29,7 +29,7 @@ class Pin(BaseModel):
 async def _pin(
     job_id: str, pinned: bool, backend: BackendDep, client: str, admins: list[str]
 ) -> Pin:
-    admin = client.startswith(USER_PREFIX) and client.removeprefix(USER_PREFIX) in admins
+    admin = is_admin(client, admins)
     try:
         found = await backend.pin(job_id, pinned, owner=client, admin=admin)
     except PinRefused as exc:

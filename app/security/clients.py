@@ -48,3 +48,8 @@ def client_of(scope: Scope) -> str:
     authentication layer), else its address key."""
     user = scope.get("state", {}).get(USER_STATE)
     return f"{USER_PREFIX}{user}" if user else address_of(scope)
+
+
+def is_admin(client: str, admins: list[str]) -> bool:
+    """A named user listed in ICL_ADMINS: may cancel anyone's job and un-pin anyone's pins."""
+    return client.startswith(USER_PREFIX) and client[len(USER_PREFIX) :] in admins

@@ -56,10 +56,6 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(600, ge=1, description="A job running longer fails.")
     queue_cap: int = Field(100, ge=1, description="Queued jobs per model before 429.")
     experiment_timeout_s: int = Field(4 * 3600, ge=1, description="Timeout of experiment jobs.")
-    admin_users: str = Field(
-        "",
-        description="Named users (ICL_USERS) who may cancel anyone's job, comma-separated.",
-    )
     experiment_chunk_s: float = Field(
         20.0,
         gt=0,
@@ -235,7 +231,7 @@ class Settings(BaseSettings):
     )
     admins: list[str] = Field(
         default_factory=list,
-        description="Named users (ICL_USERS) who may un-pin anyone's pins.",
+        description="Named users (ICL_USERS) who may cancel anyone's job and un-pin anyone's pins.",
     )
     store_max_age_days: float = Field(
         0.0,
