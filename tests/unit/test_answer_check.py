@@ -47,3 +47,21 @@ def test_query_text_and_conflicting_demonstrations(tiny_model: LoadedModel) -> N
     assert demonstrated_answer(read) == "foo"
     torn = "cat : foo cat : bar cat :"  # the same input under both labels: not known
     assert demonstrated_answer(read_prompt(tiny_model, torn)) is None
+
+
+def test_analysis_and_terminal_table_report_the_answer(tiny_model: LoadedModel) -> None:
+    from rich.console import Console
+
+    from icl_heads.cli.tables import print_result
+    from model_worker.run.analyze import analyze
+
+    prompt = "love : bar like : bar eight : foo two : foo one :"
+    result = analyze(tiny_model, prompt, expected="foo", top_k_heads=1)
+    answer = result.answer
+    assert answer is not None and answer.predicted_token == result.target.token
+    assert answer.correct == (result.target.token == answer.expected_token)
+    console = Console(record=True, width=200)
+    print_result(result, console)
+    verdict = "right" if answer.correct else "wrong"
+    assert f"prediction {answer.predicted_token!r} is {verdict}" in console.export_text()
+    assert analyze(tiny_model, prompt, top_k_heads=1).answer is None
