@@ -22,6 +22,7 @@ from app.deps import (
     heads_stage,
 )
 from app.job_wait import drawable_state
+from app.page_cache import page_cache
 from app.queue.interface import Backend, BackendError
 from app.security.responses import NOT_IN_HISTORY
 from app.submission import AnalysisForm, CompareForm, form_problem
@@ -192,13 +193,17 @@ async def analyse(
 @router.get("/a/{job_id}", response_class=HTMLResponse)
 async def analysis_page(
     job_id: JobId, request: Request, backend: BackendDep, client: ClientDep, head: HeadQuery
-) -> HTMLResponse:
+) -> Response:
     """The permalink: rendered whole when done, else a poller that fills it in; `head` (checked
     against the head grammar, and the model's range once done) opens that head's panel. Its
     short wait holds one of the client's long-poll slots; with none free it does not wait."""
     with request.app.state.long_polls.slot(client) as waits:
         wait_s = PAGE_WAIT_S if waits else 0.0
         state = await drawable_state(backend, job_id, wait_s, gone=request.is_disconnected)
+    pages = page_cache(request)
+    done = state is not None and state.status == JobStatus.DONE
+    if done and (cached := pages.get(request)) is not None:
+        return cached
     if state is None:
         return render(
             request,
@@ -215,6 +220,10 @@ async def analysis_page(
         context["analysis"] = AnalysisView.of(result, job_id)
         context["pending"] = partial is not None
     twin = url_path(request, "get_analysis", job_id=job_id)
+    if done and result is not None:  # finished: built off the loop, kept
+        return await pages.build(
+            request, client, lambda: render(request, "pages/analysis.html", context, alternate=twin)
+        )
     return render(request, "pages/analysis.html", context, alternate=twin)
 
 

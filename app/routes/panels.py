@@ -26,6 +26,7 @@ from app.deps import (
     job_state,
 )
 from app.job_wait import long_poll_slot, next_state
+from app.page_cache import page_cache
 from app.queue.interface import Backend
 from app.templating import render, url_path
 from app.views.panels import (
@@ -431,8 +432,17 @@ async def head_panel(
     `versus`; its label-key tables, with `keys`). Computes nothing: what is not stored comes
     with a button that POSTs the same URL."""
     at = TowersAt.of(towers, position, versus)
+    pages = page_cache(request)
+    done = (await job_state(backend, job_id)).status == JobStatus.DONE
+    if done and (cached := pages.get(request)) is not None:
+        return cached
     panel = await head_view(backend, job_id, name, job, client, at, keys)
-    return _head_html(request, panel, job_id, name, _asked(at, keys))
+    asked = _asked(at, keys)
+    if isinstance(panel, HeadPanel):  # a finished head: built off the loop, kept
+        return await pages.build(
+            request, client, lambda: _head_html(request, panel, job_id, name, asked)
+        )
+    return _head_html(request, panel, job_id, name, asked)
 
 
 async def _asked_in(request: Request) -> tuple[TowersAt | None, bool]:

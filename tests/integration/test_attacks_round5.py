@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.ascii_numbers import ascii_whole
+from app.page_cache import PageCache
 from model_worker.common.settings import Settings
 from tests.app_clients import embedded_client
 from tests.integration.test_pages import soup, wait_done
@@ -21,8 +22,9 @@ OTHER_PROMPT = "cat : foo dog : bar one : foo two : bar three :"
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0)
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    folder = tmp_path_factory.mktemp("round5")  # its own store: no other module's results
+    settings = Settings(model="tiny-llama", write_rate_limit_per_minute=0, data_dir=folder)
     with embedded_client(settings, raise_server_exceptions=False) as test_client:
         yield test_client
 
@@ -198,7 +200,10 @@ def test_a_decomposition_on_demand_is_priced_with_its_towers(
     × 24) refuses the decomposed one (422 naming the knob); before, `towers` cost nothing."""
     n_tokens = len(client.get(f"/api/analyses/{narrow}").json()["result"]["tokens"])
     settings = Settings(
-        model="tiny-llama", write_rate_limit_per_minute=0, max_analysis_cost=60 * n_tokens
+        model="tiny-llama",
+        write_rate_limit_per_minute=0,
+        max_analysis_cost=60 * n_tokens,
+        data_dir=client.app.state.settings.data_dir / "priced",  # type: ignore[attr-defined]
     )
     with embedded_client(settings) as priced:
         job = analysed(priced, EXAMPLE_PROMPT, top_k_heads=1)
@@ -208,3 +213,43 @@ def test_a_decomposition_on_demand_is_priced_with_its_towers(
         decomposed = priced.post(f"/api/analyses/{job}/heads/{name}?towers=true")
         assert decomposed.status_code == 422, decomposed.text
         assert "ICL_MAX_ANALYSIS_COST" in decomposed.text
+
+
+# --- 2: pages priced like files -------------------------------------------------------------
+
+
+def test_a_finished_page_is_built_once_off_the_event_loop(
+    client: TestClient, narrow: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop on a permalink (or a head panel) rendered the page on the event loop every time;
+    now it is built once, in a thread, and then served from memory (by URL and view
+    preferences)."""
+    import asyncio
+
+    from app.routes import pages, panels
+
+    def on_a_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    builds: list[bool] = []
+    for module in (pages, panels):
+        real = module.render
+
+        def spy(*args: object, real: object = real, **kwargs: object) -> object:
+            builds.append(on_a_loop())
+            return real(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, "render", spy)
+    client.app.state.page_cache = PageCache()  # type: ignore[attr-defined]  # none kept yet
+    top = client.get(f"/api/analyses/{narrow}").json()["result"]["top_heads"][0]
+    urls = [f"/a/{narrow}?head={top}", f"/a/{narrow}/heads/{top}", f"/a/{narrow}?theme=dark"]
+    bodies = {url: {client.get(url).text for _ in range(3)} for url in urls}
+    assert all(len(found) == 1 for found in bodies.values())  # the same page each time
+    assert len(builds) == len(urls), builds  # built once per URL and preferences
+    assert not any(builds)  # never on the event loop's thread
+    dark, light = bodies[urls[2]].pop(), client.get(f"/a/{narrow}").text
+    assert dark != light  # the theme is part of what a page is kept by

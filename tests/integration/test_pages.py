@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 import app.routes.pages as page_routes
 import app.routes.panels as panel_routes
 from app.main import create_app
+from app.page_cache import PageCache
 from app.views.figure_kit.text import signed
 from app.views.figures.registry import figure_entry
 from app.views.panels import ANALYSIS_PANELS, Comparison, HeadOffer, HeadPanel, HeadPending
@@ -673,6 +674,7 @@ def test_partial_and_twin_come_from_one_model(
     ]
 
     name = top[0]["name"]
+    client.app.state.page_cache = PageCache()  # type: ignore[attr-defined]  # (else served kept)
     html = client.get(f"/a/{job}/heads/{name}")
     head = rendered.pop()["panel"]
     assert isinstance(head, HeadPanel)
