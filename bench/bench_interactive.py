@@ -28,6 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')  # the in-process web app's host
 
 from fastapi.testclient import TestClient  # noqa: E402
 

@@ -81,6 +81,12 @@ class Lab:
             time.sleep(0.05)
         raise AssertionError(f"job {job_id} not {until} within {timeout} s")
 
+    def wait_for(self, predicate: Any, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
     def alone(self, request: ExperimentRequest) -> dict[str, Any]:
         """The experiment's result computed here, on one worker (this process)."""
         loaded = load_model(str(self.model), device="cpu", dtype="float32")
@@ -132,9 +138,8 @@ def test_two_workers_share_the_chunks_and_merge_to_the_one_worker_result(lab: La
 
 def test_an_analysis_starts_within_one_chunk_while_two_experiments_run(lab: Lab) -> None:
     first, second = lab.submit(experiment(seed=1, n=128)), lab.submit(experiment(seed=2, n=128))
-    lab.wait(first, ("running",))
-    lab.wait(second, ("running",))
-    time.sleep(0.5)
+    for job_id in (first, second):  # past their first slices (a worker's first kernel choices)
+        lab.wait_for(lambda job_id=job_id: (lab.state(job_id)["progress"] or 0) >= 0.1)
     submitted = time.monotonic()
     job = lab.client.post("/api/analyses", json={"prompt": EXAMPLE_PROMPT, "target": "foo"})
     analysis = job.json()["id"]
