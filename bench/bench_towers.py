@@ -136,6 +136,7 @@ def decompose_in_the_panel(loaded: LoadedModel, repeats: int) -> None:
                 start = time.perf_counter()
                 poll_head(client, job, head)
                 times[label].append(time.perf_counter() - start)
+                print(f"  {label} {head}: {times[label][-1] * 1000:.0f} ms")
                 RECENT._kept.update(kept)
     after, before = (statistics.median(times[k]) for k in ("after", "before"))
     print(
