@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import statistics
 import time
 from collections.abc import Callable
@@ -115,7 +116,8 @@ def decompose_in_the_panel(loaded: LoadedModel, repeats: int) -> None:
 
     prompt = prompt_of(loaded, 62)
     os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')  # TestClient's Host
-    settings = Settings(model=loaded.name, warm_up=False)
+    store = tempfile.mkdtemp(prefix="bench-towers-")  # a fresh store: nothing served from disk
+    settings = Settings(model=loaded.name, warm_up=False, data_dir=store)
     with embedded_client(settings, loader=lambda: loaded) as client:
         while not all(m["ready"] for m in client.get("/api/models").json()):
             time.sleep(0.05)
