@@ -10,6 +10,7 @@ from fastapi import Response, status
 from pydantic import BaseModel, ValidationError
 
 from app.queue.interface import Backend
+from model_worker.contracts.experiments import DEFAULT_N
 from model_worker.service.queue.states import JobState, JobStatus
 
 
@@ -39,7 +40,7 @@ class ExperimentForm(BaseModel):
 
     name: str = "accuracy"
     dataset: str = "sentiment-number"
-    n: str = "200"
+    n: str = str(DEFAULT_N)
     seed: str = "0"
     locate_by: str = "increase"
     correct_only: bool = False

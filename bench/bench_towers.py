@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -115,7 +116,8 @@ def decompose_in_the_panel(loaded: LoadedModel, repeats: int) -> None:
 
     prompt = prompt_of(loaded, 62)
     os.environ.setdefault("ICL_ALLOWED_HOSTS", '["testserver"]')  # TestClient's Host
-    settings = Settings(model=loaded.name, warm_up=False)
+    store = tempfile.mkdtemp(prefix="bench-towers-")  # a fresh store: nothing served from disk
+    settings = Settings(model=loaded.name, warm_up=False, data_dir=store)
     with embedded_client(settings, loader=lambda: loaded) as client:
         while not all(m["ready"] for m in client.get("/api/models").json()):
             time.sleep(0.05)
@@ -136,6 +138,7 @@ def decompose_in_the_panel(loaded: LoadedModel, repeats: int) -> None:
                 start = time.perf_counter()
                 poll_head(client, job, head)
                 times[label].append(time.perf_counter() - start)
+                print(f"  {label} {head}: {times[label][-1] * 1000:.0f} ms")
                 RECENT._kept.update(kept)
     after, before = (statistics.median(times[k]) for k in ("after", "before"))
     print(

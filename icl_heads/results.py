@@ -65,14 +65,21 @@ class AnalysisResult(contracts.AnalysisResult):
             return result
         return cls.model_construct(_fields_set=result.model_fields_set, **dict(result))
 
+    #: its display, drawn at the first (its figures' SVG: most of the time), kept after
+    _display: dict[str, Any] | None = PrivateAttr(default=None)
+
     def _repr_html_(self) -> str:
-        return analysis_html(self)
+        return self._repr_mimebundle_()["text/html"]
 
     def _repr_mimebundle_(
         self, include: Any = None, exclude: Any = None, **kwargs: Any
     ) -> dict[str, Any]:
-        """The static HTML, and the heatmap as Vega-Lite (interactive where rendered)."""
-        return mimebundle(FIGURES["heatmap"].build(self), self._repr_html_(), repr(self))
+        """The static HTML, and the heatmap as Vega-Lite (interactive where rendered): drawn
+        from what the analysis computed (nothing is computed), once."""
+        if self._display is None:
+            html = analysis_html(self)
+            self._display = mimebundle(FIGURES["heatmap"].build(self), html, repr(self))
+        return self._display
 
     def chart(self, name: str = "heatmap", head: str | None = None) -> alt.TopLevelMixin:
         """Figure `name` as the Altair chart the dashboard draws, to restyle or save: an

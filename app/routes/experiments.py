@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, File, Form, HTTPException, Request, Response, UploadFile, status
+from fastapi import (
+    APIRouter,
+    File,
+    Form,
+    HTTPException,
+    Query,
+    Request,
+    Response,
+    UploadFile,
+    status,
+)
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
@@ -18,7 +28,13 @@ from app.views.figure_kit.export import FORMATS, Format
 from app.views.figures.experiments import experiment_figure
 from app.views.panels import ExperimentPanel
 from model_worker.common.export_text import csv_text
-from model_worker.contracts.experiments import EXPERIMENTS, ExperimentRequest, ExperimentResult
+from model_worker.contracts.experiments import (
+    DEFAULT_N,
+    EXPERIMENTS,
+    PRECISE_N,
+    ExperimentRequest,
+    ExperimentResult,
+)
 from model_worker.contracts.report import markdown_text
 from model_worker.datasets import BUILTIN_DATASETS, MAX_BYTES, DatasetError, load_user_dataset
 from model_worker.service.queue.states import JobState, JobStatus
@@ -35,7 +51,8 @@ def _form_page(
     context = {
         "experiments": [(name, spec.description) for name, spec in EXPERIMENTS.items()],
         "datasets": BUILTIN_DATASETS,
-        "form": form or {"name": "accuracy", "dataset": BUILTIN_DATASETS[0], "n": 200},
+        "form": form or {"name": "accuracy", "dataset": BUILTIN_DATASETS[0], "n": DEFAULT_N},
+        "sizes": {"quick": DEFAULT_N, "precise": PRECISE_N},
         "error": error,
         "max_mb": MAX_BYTES // (1024 * 1024),
     }
@@ -43,9 +60,14 @@ def _form_page(
 
 
 @router.get("/experiments", response_class=HTMLResponse)
-async def experiments_page(request: Request) -> HTMLResponse:
-    """Choose an experiment, a dataset (built in or uploaded) and N."""
-    return _form_page(request)
+async def experiments_page(
+    request: Request,
+    n: Annotated[int | None, Query(ge=1, le=1000, description="Prompts, pre-filled.")] = None,
+) -> HTMLResponse:
+    """Choose an experiment, a dataset (built in or uploaded) and N (`n`: pre-filled, as the
+    page's size links ask)."""
+    form = None if n is None else {"name": "accuracy", "dataset": BUILTIN_DATASETS[0], "n": n}
+    return _form_page(request, form)
 
 
 async def _read_upload(upload: UploadFile) -> tuple[str, str]:

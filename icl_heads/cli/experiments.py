@@ -21,7 +21,9 @@ from model_worker.common.settings import get_settings
 from model_worker.contracts.common import RankBy
 from model_worker.contracts.evidence import Design, LabelStyle
 from model_worker.contracts.experiments import (
+    DEFAULT_N,
     EXPERIMENT_NAMES,
+    PRECISE_N,
     ExperimentName,
     ExperimentRequest,
     ExperimentResult,
@@ -70,8 +72,15 @@ def experiment(
     ] = "sentiment-number",
     model: ModelOption = None,
     n: Annotated[
-        int, typer.Option("--n", min=1, max=1000, help="Prompts per prompt set (1–1000).")
-    ] = 200,
+        int,
+        typer.Option(
+            "--n",
+            min=1,
+            max=1000,
+            help=f"Prompts per prompt set (1–1000; {PRECISE_N} for ±5-point intervals, about "
+            f"{PRECISE_N // DEFAULT_N}× the default's time).",
+        ),
+    ] = DEFAULT_N,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write report, JSON, CSVs, SVGs here.")
     ] = None,
