@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
