@@ -13,7 +13,7 @@ import pytest
 
 from app.queue.redis_backend import RedisBackend
 from model_worker.contracts.analysis import AnalysisRequest
-from model_worker.service.queue.keys import queue_name, reap_lock_key, stranded_key
+from model_worker.service.queue.keys import interactive_queue_name, reap_lock_key, stranded_key
 from model_worker.service.queue.reaper import reap_abandoned, rq_queue
 from tests.integration.conftest import MODEL
 
@@ -25,7 +25,7 @@ LIVE = "fake-worker"
 def test_a_host_whose_clock_runs_fast_does_not_requeue_a_job_in_passing(
     backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)  # analyses: interactive
     job_id = backend._submit(REQUEST).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")  # taken
     assert reap_abandoned(queue, {LIVE}, stranded_after_s=10) == []  # a host on time sees it
@@ -43,7 +43,7 @@ def test_a_reap_that_outlives_its_lock_leaves_the_next_ones_lock(
 ) -> None:
     """The first reap is slow (a pause, a slow Redis): its lock expires, a second reap takes
     it. The first must neither go on changing the queue nor delete the second one's lock."""
-    queue = rq_queue(queue_name(MODEL), backend._redis)
+    queue = rq_queue(interactive_queue_name(MODEL), backend._redis)  # analyses: interactive
     job_id = backend._submit(REQUEST).id
     backend._redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
     backend._redis.hset(stranded_key(queue.name), job_id, 0)  # long stranded: due for requeue
