@@ -34,11 +34,12 @@ class Page:
         return Response(self.body, media_type="text/html; charset=utf-8", headers=self.headers)
 
 
-def page_key(request: Request) -> str:
-    """What a page's HTML depends on: its URL and the view preferences (cookie or query)."""
+def page_key(request: Request, query: str | None = None) -> str:
+    """What a page's HTML depends on: its path, its query (or `query`: what of it the page
+    reads, e.g. the two ids compared) and the view preferences (cookie or query)."""
     prefs = view_prefs(request)
     htmx = request.headers.get("hx-request") == "true"
-    query = request.url.query
+    query = request.url.query if query is None else query
     return f"{request.url.path}?{query}|{prefs['theme']}|{prefs['present']}|{htmx}"
 
 
@@ -51,18 +52,24 @@ class PageCache:
         self._builders: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
 
-    def get(self, request: Request) -> Response | None:
-        page = self._pages.get(page_key(request))
+    def get(self, request: Request, query: str | None = None) -> Response | None:
+        """The kept page of `request` (`query`: as `page_key` takes it), or None."""
+        key = page_key(request, query)
+        page = self._pages.get(key)
         if page is None:
             return None
-        self._pages.move_to_end(page_key(request))
+        self._pages.move_to_end(key)
         return page.response()
 
     async def build(
-        self, request: Request, client: str, render: Callable[[], Response]
+        self,
+        request: Request,
+        client: str,
+        render: Callable[[], Response],
+        query: str | None = None,
     ) -> Response:
         """`render()` in a thread, after `client`'s earlier builds; a 200 is kept."""
-        key = page_key(request)
+        key = page_key(request, query)
         lock = self._builders.setdefault(client, asyncio.Lock())
         self._waiting[client] = self._waiting.get(client, 0) + 1
         try:

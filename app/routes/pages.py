@@ -253,11 +253,15 @@ PastedRef = Annotated[str, Query(max_length=2000)]
 
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request, backend: BackendDep, a: PastedRef = "", b: PastedRef = ""
+    request: Request,
+    backend: BackendDep,
+    client: ClientDep,
+    a: PastedRef = "",
+    b: PastedRef = "",
 ) -> Response:
     """Two analyses side by side with the difference heatmap (B − A). A and B may be ids or
     permalinks (pasted): a permalink is redirected to the ids' URL; anything else comes back
-    in the form with the reason, as typed."""
+    in the form with the reason, as typed. Once both are done, kept like the analysis page."""
     context: dict[str, Any] = {"a": a, "b": b, "compare_presets": COMPARE_PRESETS}
     if not (a.strip() and b.strip()):
         return render(request, "pages/compare.html", context)
@@ -269,14 +273,50 @@ async def compare_page(
     if ids != (a, b):
         canonical = url_path(request, "compare_page", {"a": ids[0], "b": ids[1]})
         return RedirectResponse(canonical, status_code=status.HTTP_303_SEE_OTHER)
-    context |= await compare_context(backend, a, b)
     twin = url_path(request, "compare_json", {"a": a, "b": b})
-    return render(request, "pages/compare.html", context, alternate=twin)
+    return await _compare_html(request, backend, client, "pages/compare.html", context, twin)
 
 
-async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
-    """`comparison` once both analyses are done; else `error` (one is unknown or failed) or
-    `states` (still running)."""
+async def _compare_html(
+    request: Request,
+    backend: Backend,
+    client: str,
+    template: str,
+    context: dict[str, Any],
+    twin: str,
+) -> Response:
+    """The comparison of `context`'s a and b in `template`: once both are done, from the page
+    cache (kept by the two ids and the view; built in a thread, one build at a time per
+    client), else rendered as it stands (an error, or a poller)."""
+    a, b = context["a"], context["b"]
+    pages, view = page_cache(request), f"a={a}&b={b}"
+    done = await _both_done(backend, a, b)
+    if done and (cached := pages.get(request, view)) is not None:
+        return cached
+    found = await compare_inputs(backend, a, b)
+    summaries = found.pop("summaries", None)
+    if summaries is None:
+        return render(request, template, context | found, alternate=twin)
+    ra, rb = summaries
+
+    def build() -> Response:
+        comparison = {"comparison": Comparison.of(a, ra, b, rb)}
+        return render(request, template, context | comparison, alternate=twin)
+
+    return await pages.build(request, client, build, view)
+
+
+async def _both_done(backend: Backend, a: str, b: str) -> bool:
+    """Whether both ids are analyses that read done (what a kept comparison needs)."""
+    if not (is_analysis(a) and is_analysis(b)):
+        return False
+    states = [await backend.status(job) for job in (a, b)]
+    return all(s is not None and s.status == JobStatus.DONE for s in states)
+
+
+async def compare_inputs(backend: Backend, a: str, b: str) -> dict[str, Any]:
+    """`summaries` (A's, B's) once both analyses are done; else `error` (one is unknown or
+    failed) or `states` (still running)."""
     others = [job for job in (a, b) if not is_analysis(job)]
     if others:  # an experiment or patching job: no analysis to compare, never "running"
         return {"error": f"not an analysis: {', '.join(others)}"}
@@ -293,17 +333,26 @@ async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
     rb = await backend.summary(b) if sb.status == JobStatus.DONE else None
     if ra is None or rb is None:
         return {"states": (sa, sb)}
-    return {"comparison": Comparison.of(a, ra, b, rb)}
+    return {"summaries": (ra, rb)}
+
+
+async def compare_context(backend: Backend, a: str, b: str) -> dict[str, Any]:
+    """`comparison` once both analyses are done; else `error` or `states` (compare_inputs)."""
+    found = await compare_inputs(backend, a, b)
+    summaries = found.pop("summaries", None)
+    if summaries is None:
+        return found
+    return {"comparison": Comparison.of(a, summaries[0], b, summaries[1])}
 
 
 @router.get("/compare/panels/diff", response_class=HTMLResponse)
 async def compare_panel(
-    request: Request, backend: BackendDep, a: JobIdQuery, b: JobIdQuery
-) -> HTMLResponse:
-    """The comparison body (polls until both analyses are done)."""
-    context = {"a": a, "b": b, **await compare_context(backend, a, b)}
+    request: Request, backend: BackendDep, client: ClientDep, a: JobIdQuery, b: JobIdQuery
+) -> Response:
+    """The comparison body (polls until both analyses are done; then kept like the page)."""
     twin = url_path(request, "compare_json", {"a": a, "b": b})
-    return render(request, "partials/_compare_body.html", context, alternate=twin)
+    template = "partials/_compare_body.html"
+    return await _compare_html(request, backend, client, template, {"a": a, "b": b}, twin)
 
 
 @router.get(

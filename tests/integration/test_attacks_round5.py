@@ -253,3 +253,44 @@ def test_a_finished_page_is_built_once_off_the_event_loop(
     assert not any(builds)  # never on the event loop's thread
     dark, light = bodies[urls[2]].pop(), client.get(f"/a/{narrow}").text
     assert dark != light  # the theme is part of what a page is kept by
+
+
+def test_a_finished_comparison_is_built_once_per_view(
+    client: TestClient, narrow: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compare page (and its diff panel) rendered the comparison on the event loop each
+    time; now, once both analyses are done, it is built once per view (ids, theme,
+    presentation, htmx) in a thread and then served from memory."""
+    import asyncio
+
+    from app.routes import pages
+
+    builds: list[bool] = []  # each render: whether on the event loop's thread
+    real = pages.render
+
+    def spy(*args: object, **kwargs: object) -> object:
+        try:
+            asyncio.get_running_loop()
+            builds.append(True)
+        except RuntimeError:
+            builds.append(False)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pages, "render", spy)
+    client.app.state.page_cache = PageCache()  # type: ignore[attr-defined]  # none kept yet
+    other = analysed(client, OTHER_PROMPT, top_k_heads=1)
+    page, panel = f"/compare?a={narrow}&b={other}", f"/compare/panels/diff?a={narrow}&b={other}"
+    first = client.get(page)
+    assert first.status_code == 200 and "compare" in first.text.lower()
+    assert all(client.get(page).text == first.text for _ in range(3))
+    assert len(builds) == 1  # a second identical request does not render again
+    dark = client.get(f"{page}&theme=dark")
+    assert dark.status_code == 200 and dark.text != first.text
+    assert len(builds) == 2  # another view is another entry
+    htmx = {"HX-Request": "true"}
+    assert client.get(panel, headers=htmx).text == client.get(panel, headers=htmx).text
+    assert client.get(panel).status_code == 200
+    assert len(builds) == 4  # the panel: one build per view (htmx or not)
+    assert not any(builds)  # never on the event loop's thread
+    swapped = client.get(f"/compare?a={other}&b={narrow}")  # B − A the other way: its own page
+    assert swapped.status_code == 200 and len(builds) == 5
