@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.job_news import JobNews, News
 from app.pending import PendingJobs
-from app.queue.batch_work import is_batch
+from app.queue.batch_work import is_batch, reused
 from app.queue.interface import (
     BackendError,
     InProcessEngine,
@@ -54,7 +54,7 @@ from model_worker.common.errors import JobCancelled, UserInputError, cancelled_m
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
 from model_worker.contracts.experiments import ExperimentRequest
-from model_worker.contracts.patching import PatchRequest
+from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.service.queue.eta import Rate, queued_text, wait_s, with_left
 from model_worker.service.queue.keys import (
     analysis_job_id,
@@ -248,23 +248,30 @@ class EmbeddedBackend(PartsReader):
         job_id = experiment_job_id(model_name, loaded.fingerprint, request)
         return await self._enqueue(job_id, request, loaded, client)
 
-    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
+    async def submit_patch(
+        self, request: PatchRequest, client: str = "", reuse: str | None = None
+    ) -> JobState:
         model_name, loaded = await self._model_for(request.model)
+        base = await self.patching(reuse) if reuse is not None else None
+        found = reused(base, reuse or "", request, model_name, loaded.fingerprint)
         try:
-            self._engine.check_patch(loaded, request)
+            self._engine.check_patch(loaded, request, None if found is None else len(found[1]))
         except (UserInputError, BudgetError) as exc:
             raise BackendError(str(exc), status=422) from exc
         job_id = patching_job_id(model_name, loaded.fingerprint, request)
-        return await self._enqueue(job_id, request, loaded, client)
+        reusing = None if found is None else found[0]
+        return await self._enqueue(job_id, request, loaded, client, reusing)
 
     def _work(
         self,
         job_id: str,
         loaded: LoadedModel,
         request: AnalysisRequest | ExperimentRequest | PatchRequest,
+        base: PatchingResult | None = None,
     ) -> Work:
         """What the worker thread runs for `request`: the result's parts (an analysis keeps its
-        per-head stage's core part meanwhile, for the page to draw the heatmap first)."""
+        per-head stage's core part meanwhile, for the page to draw the heatmap first; a patch
+        adding heads to `base` computes only theirs)."""
 
         def work(progress: Progress) -> Parts:
             if isinstance(request, ExperimentRequest):
@@ -280,7 +287,7 @@ class EmbeddedBackend(PartsReader):
                     self._stop_if_cancelled(job_id)
                     progress(fraction, message)
 
-                return result_parts(self._engine.patch(loaded, request, patch_progress))
+                return result_parts(self._engine.patch(loaded, request, patch_progress, base))
 
             def heads_stage(partial: AnalysisResult) -> None:
                 self._heads[job_id] = analysis_parts(partial)[CORE]
@@ -316,9 +323,11 @@ class EmbeddedBackend(PartsReader):
         request: AnalysisRequest | ExperimentRequest | PatchRequest,
         loaded: LoadedModel,
         client: str | None,
+        base: PatchingResult | None = None,
     ) -> JobState:
         """Queue `request` as `job_id` unless it is done or in flight; `client` None: a
-        recomputation of a stored request (no per-client limit)."""
+        recomputation of a stored request (no per-client limit); `base`: a finished patch the
+        patch `request` adds heads to."""
         known = await self.status(job_id, recover=False)
         if known is not None and known.status != JobStatus.FAILED:
             return known
@@ -340,7 +349,7 @@ class EmbeddedBackend(PartsReader):
         state = JobState(id=job_id, status=JobStatus.QUEUED)
         self._set(state)
         position = self._pending.place(job_id, ahead)
-        self._works[job_id] = self._work(job_id, loaded, request)
+        self._works[job_id] = self._work(job_id, loaded, request, base)
         self._executor.submit(self._run_next)
         return state.model_copy(update={"position_in_queue": position})
 

@@ -59,17 +59,23 @@ class InProcessEngine(Protocol):
     ) -> ExperimentResult:
         """Run the experiment, `between_slices()` before each slice of its passes."""
 
-    def check_patch(self, loaded: LoadedModel, request: PatchRequest) -> None:
+    def check_patch(
+        self, loaded: LoadedModel, request: PatchRequest, added: int | None = None
+    ) -> None:
         """Raise UserInputError for a patching request that cannot run as given (prompts of
         different token lengths or label layouts, an unchanged prompt, a head outside the
-        model, a prompt over the limit)."""
+        model, a prompt over the limit), BudgetError over the budget (`added`: only that many
+        heads added to a finished patch are priced)."""
 
     def patch(
         self,
         loaded: LoadedModel,
         request: PatchRequest,
         progress: Callable[[float, str], None],
-    ) -> PatchingResult: ...
+        base: PatchingResult | None = None,
+    ) -> PatchingResult:
+        """Patch `request`; with `base` (a finished patch of this model it adds heads to),
+        only the added heads' rows."""
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None: ...
 
@@ -174,9 +180,13 @@ class Backend(Protocol):
         """Start (or find cached / in flight) a dataset experiment; it reports progress."""
         ...
 
-    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
+    async def submit_patch(
+        self, request: PatchRequest, client: str = "", reuse: str | None = None
+    ) -> JobState:
         """Start (or find cached / in flight) the activation patching of one prompt against its
-        corruption; BackendError(422) for a pair that cannot be patched."""
+        corruption; BackendError(422) for a pair that cannot be patched. `reuse`: a finished
+        patch this request adds heads to (patched per position): when it is the same patch
+        on this model, the job computes and is priced for the added heads' rows only."""
         ...
 
     async def known(self, request: AnalysisRequest) -> JobState | None:

@@ -32,7 +32,7 @@ from rq.job import Job
 from rq.job import JobStatus as RqStatus
 
 from app.job_news import News
-from app.queue.batch_work import is_batch, price_patch
+from app.queue.batch_work import is_batch, price_patch, reused
 from app.queue.body_cache import BodyCache
 from app.queue.fair import place_ahead
 from app.queue.interface import BackendError, PartsReader, client_limit, display_client
@@ -54,7 +54,7 @@ from model_worker.common.log_safety import redact
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest
 from model_worker.contracts.experiments import ExperimentRequest
-from model_worker.contracts.patching import PatchRequest
+from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.service.queue.eta import queued_text, wait_s
 from model_worker.service.queue.heartbeats import WorkerBeat, last_beat, live_beats
 from model_worker.service.queue.keys import (
@@ -75,7 +75,7 @@ from model_worker.service.queue.keys import (
 )
 from model_worker.service.queue.reaper import fetch_job, reap_abandoned, rq_queue
 from model_worker.service.queue.redis_values import as_bytes, as_text
-from model_worker.service.queue.result_parts import Parts, result_json
+from model_worker.service.queue.result_parts import BODY, Parts, result_json, result_parts
 from model_worker.service.queue.signing import request_digest, result_signer
 from model_worker.service.queue.states import JobState, JobStatus, ModelInfo, done_body
 
@@ -169,8 +169,11 @@ class RedisBackend(PartsReader):
     async def submit_experiment(self, request: ExperimentRequest, client: str = "") -> JobState:
         return await self._call(self._submit, request, client)
 
-    async def submit_patch(self, request: PatchRequest, client: str = "") -> JobState:
-        return await self._call(self._submit, request, client)
+    async def submit_patch(
+        self, request: PatchRequest, client: str = "", reuse: str | None = None
+    ) -> JobState:
+        base = await self.patching(reuse) if reuse is not None else None
+        return await self._call(self._submit, request, client, reuse, base)
 
     async def known(self, request: AnalysisRequest) -> JobState | None:
         """The state of the analysis `request` if it was accepted already (submits nothing)."""
@@ -218,18 +221,29 @@ class RedisBackend(PartsReader):
         return latest if fresh else None
 
     def _submit(
-        self, request: AnalysisRequest | ExperimentRequest | PatchRequest, client: str = ""
+        self,
+        request: AnalysisRequest | ExperimentRequest | PatchRequest,
+        client: str = "",
+        reuse: str | None = None,
+        base: PatchingResult | None = None,
     ) -> JobState:
+        """Queue `request` (`reuse`, `base`: a finished patch the patch `request` adds heads
+        to; when it is the same patch on this model, the job is handed it, signed for this
+        request, and computes only the added heads' rows)."""
         model = request.model or self.default_model
         beats = self._live_for(model)
         fingerprint = min(beat.fingerprint for beat in beats)
+        handed: tuple[Any, ...] = ()
         try:
             if isinstance(request, ExperimentRequest):
                 check_experiment(request, self._settings.max_experiment_n)
                 job_id = experiment_job_id(model, fingerprint, request)
             elif isinstance(request, PatchRequest):
-                self._check_patch(request, beats)
+                found = reused(base, reuse or "", request, model, fingerprint)
+                self._check_patch(request, beats, None if found is None else len(found[1]))
                 job_id = patching_job_id(model, fingerprint, request)
+                if found is not None and reuse is not None:
+                    handed = (self._handed(reuse, found[0], request),)
             else:
                 n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
                 if n_tokens is not None:  # else the worker checks the budget
@@ -237,13 +251,23 @@ class RedisBackend(PartsReader):
                 job_id = analysis_job_id(model, fingerprint, request)
         except BudgetError as exc:
             raise BackendError(str(exc), status=422) from exc
-        return self._enqueue(job_id, request, model, fingerprint, beats, client)
+        return self._enqueue(job_id, request, model, fingerprint, beats, client, handed)
 
-    def _check_patch(self, request: PatchRequest, beats: list[WorkerBeat]) -> None:
+    def _handed(self, base_id: str, base: PatchingResult, request: PatchRequest) -> list[str]:
+        """The finished patch a job adding heads to it is handed (as JSON, for RQ): its id, its
+        result, and a signature binding them to `request` (the worker checks it: what reaches
+        a worker's signature must have been signed)."""
+        parts = result_parts(base)
+        signature = self._signer.sign(base_id, request_digest(request), parts)
+        return [base_id, parts[BODY].decode(), signature.decode()]
+
+    def _check_patch(
+        self, request: PatchRequest, beats: list[WorkerBeat], added: int | None = None
+    ) -> None:
         """422 (one sentence) for a pair that cannot be patched, a head the model lacks or a
-        job over the budget (app.queue.batch_work), with the workers' published tokenizer and
-        geometry (without them the worker checks,
-        and the job fails with the same sentence)."""
+        job over the budget (app.queue.batch_work; `added`: only that many heads added to a
+        finished patch are priced), with the workers' published tokenizer and geometry
+        (without them the worker checks, and the job fails with the same sentence)."""
         try:
             sizes = [(beat.n_layers, beat.n_heads) for beat in beats]
             known = [(layers, heads) for layers, heads in sizes if layers and heads]
@@ -255,7 +279,7 @@ class RedisBackend(PartsReader):
         except UserInputError as exc:
             raise BackendError(str(exc), status=422) from exc
         n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
-        price_patch(request, beats, n_tokens, self._settings.max_patch_cost)
+        price_patch(request, beats, n_tokens, self._settings.max_patch_cost, added)
 
     def _enqueue(
         self,
@@ -265,9 +289,11 @@ class RedisBackend(PartsReader):
         fingerprint: str,
         beats: list[WorkerBeat],
         client: str | None,
+        handed: tuple[Any, ...] = (),
     ) -> JobState:
         """Queue `request` as `job_id` unless it is done (in Redis or the store) or in flight;
-        `client` None: a stored request enqueued again (no per-client limit)."""
+        `client` None: a stored request enqueued again (no per-client limit); `handed`: the
+        job function's arguments after the request and the result TTL."""
         batch, experiment = is_batch(job_id), is_experiment(job_id)
         known = self._stored_status(job_id)
         if known is not None and known.status != JobStatus.FAILED:
@@ -315,6 +341,7 @@ class RedisBackend(PartsReader):
                 func.get(kind, ANALYSIS_FUNC),
                 request.model_dump_json(),
                 self._settings.result_ttl_s,
+                *handed,
                 job_id=job_id,
                 job_timeout=timeout,
                 result_ttl=0,

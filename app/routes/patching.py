@@ -268,7 +268,8 @@ async def patch_head_positions(
     direction: Annotated[DirectionPath, Form()] = "denoising",
 ) -> Response:
     """Patch head `head` per position too: the same request with the head added (a new job,
-    cached by content like every job), then its page with that head open."""
+    cached by content like every job, that reuses this result and computes only the head's
+    rows, priced for those), then its page with that head open."""
     result = await _done_or_409(backend, state)
     back = url_path(request, "patching_page", job_id=state.id)
     if result.request is None:
@@ -279,7 +280,7 @@ async def patch_head_positions(
     try:
         patch = result.request.model_copy(update={"heads": heads})
         patch = PatchRequest.model_validate(patch.model_dump())
-        new = await backend.submit_patch(patch, client)
+        new = await backend.submit_patch(patch, client, reuse=state.id)
     except ValidationError as exc:
         return _error_page(request, form_problem(exc), 422, back)
     except BackendError as exc:

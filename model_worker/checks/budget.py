@@ -18,7 +18,10 @@ Activation patching is priced in forward passes × prompt tokens (a backward pas
 one more forward pass), `ICL_MAX_PATCH_COST`: per direction, attribution (2 passes) and one
 batched row per exact patch (the unpatched base, the top_k heads, each layer's attention and
 FFN, each per-position head at every position, the query, keys and values of qkv_heads), plus
-the clean and corrupted recordings and the direct effects (3 passes).
+the clean and corrupted recordings and the direct effects (3 passes). Adding heads patched
+per position to a finished patch (model_worker.checks.patch_reuse) costs only the added rows:
+the two recordings, and per direction attribution (2 passes) and each added head at every
+position.
 """
 
 from __future__ import annotations
@@ -102,11 +105,31 @@ def patch_passes(request: PatchRequest, n_tokens: int, n_layers: int, n_heads: i
     return 3 + len(request.directions) * per_direction
 
 
+def added_passes(request: PatchRequest, added: int, n_tokens: int) -> int:
+    """Forward passes of adding `added` heads patched per position to a finished patch."""
+    return 2 + len(request.directions) * (2 + added * n_tokens)
+
+
 def check_patch(
-    request: PatchRequest, n_tokens: int, n_layers: int, n_heads: int, limit: int
+    request: PatchRequest,
+    n_tokens: int,
+    n_layers: int,
+    n_heads: int,
+    limit: int,
+    added: int | None = None,
 ) -> None:
     """BudgetError when patching `request` on a prompt of `n_tokens` tokens costs more than
-    `limit` forward passes × tokens, naming the knobs to lower (the largest share first)."""
+    `limit` forward passes × tokens, naming the knobs to lower (the largest share first).
+    `added`: the request adds that many heads to a finished patch, and only they are priced."""
+    if added is not None:
+        passes = added_passes(request, added, n_tokens)
+        if passes * n_tokens > limit:
+            raise BudgetError(
+                f"adding {added} head(s) patched per position is over the budget: {passes:,} "
+                f"forward passes × {n_tokens} prompt tokens = {passes * n_tokens:,}, the limit "
+                f"is {limit:,} ({PATCH_KNOB}); add fewer heads at once, or patch a shorter prompt"
+            )
+        return
     passes = patch_passes(request, n_tokens, n_layers, n_heads)
     cost = passes * n_tokens
     if cost <= limit:

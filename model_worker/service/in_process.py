@@ -105,10 +105,13 @@ class InProcessEngine:
             self._tokenizer = copy.deepcopy(loaded.tokenizer)
         return self._tokenizer
 
-    def check_patch(self, loaded: LoadedModel, request: PatchRequest) -> None:
+    def check_patch(
+        self, loaded: LoadedModel, request: PatchRequest, added: int | None = None
+    ) -> None:
         """Raise a UserInputError (one sentence) for a patching request whose prompts do not
         pair (model_worker.checks.patch_pairs), a head the model does not have or a prompt over the
-        limit; a BudgetError for one over the budget (ICL_MAX_PATCH_COST). Runs in the event
+        limit; a BudgetError for one over the budget (ICL_MAX_PATCH_COST; `added`: the request
+        adds that many heads to a finished patch, and only they are priced). Runs in the event
         loop's thread, on the tokenizer copy of `check_analysis`."""
         from model_worker.checks.patch_pairs import check_heads, check_pair
         from model_worker.model.prompting import check_length, token_limit
@@ -125,16 +128,21 @@ class InProcessEngine:
         check_pair(request, encode)
         n_tokens = len(tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
         g = loaded.geometry
-        check_patch_cost(request, n_tokens, g.n_layers, g.n_heads, self._settings.max_patch_cost)
+        most = self._settings.max_patch_cost
+        check_patch_cost(request, n_tokens, g.n_layers, g.n_heads, most, added)
 
     def patch(
-        self, loaded: LoadedModel, request: PatchRequest, progress: Progress
+        self,
+        loaded: LoadedModel,
+        request: PatchRequest,
+        progress: Progress,
+        base: PatchingResult | None = None,
     ) -> PatchingResult:
-        from model_worker.patching.run import patch
-        from model_worker.service.jobs import within_budget
+        """Patch `request` (priced again: also a stored request run again); with `base`, a
+        finished patch of this model it adds heads to, only their rows."""
+        from model_worker.service.jobs import run_patch
 
-        within_budget(loaded, request, self._settings)  # also a stored request run again
-        return patch(loaded, request, self._settings.max_prompt_tokens, progress)
+        return run_patch(loaded, request, self._settings, progress, base)
 
     def idle_work(self, loaded: LoadedModel, job_waiting: Callable[[], bool]) -> None:
         from model_worker.service.jobs import idle_work

@@ -43,9 +43,29 @@ def _extras(job: Any) -> list[str]:
     return extras
 
 
+def _arguments_fit(name: str, args: Any) -> bool:
+    """(request JSON, TTL), and for a patch that adds heads to a finished one the reused
+    patch (three strings: its id, result JSON and signature, jobs.Reuse)."""
+    if not isinstance(args, list | tuple) or len(args) not in (2, 3):
+        return False
+    if not isinstance(args[0], str) or type(args[1]) is not int:
+        return False
+    if len(args) == 2:
+        return True
+    handed = args[2]
+    patching = name == f"{jobs.patching_job.__module__}.{jobs.patching_job.__qualname__}"
+    return (
+        patching
+        and isinstance(handed, list)
+        and len(handed) == 3
+        and all(isinstance(item, str) for item in handed)
+    )
+
+
 def refusal(job: Any) -> str | None:
     """Why this worker refuses `job` (an rq Job), or None when it is one of ours as enqueued:
-    an allowed function, no bound instance, (request JSON, TTL) arguments, no callbacks."""
+    an allowed function, no bound instance, (request JSON, TTL) arguments (a patch: maybe
+    the patch it reuses, jobs.Reuse), no callbacks."""
     try:
         name, instance, args, kwargs = job.func_name, job.instance, job.args, job.kwargs
     except Exception as exc:  # undecodable data: nothing of it may run
@@ -54,7 +74,7 @@ def refusal(job: Any) -> str | None:
         return f"job function {_shown(name)} is not one of this project's jobs"
     if instance is not None:
         return "a job bound to an object instance"
-    if kwargs or len(args) != 2 or not isinstance(args[0], str) or type(args[1]) is not int:
+    if kwargs or not _arguments_fit(name, args):
         return "unexpected job arguments"
     extras = _extras(job)
     if extras:

@@ -31,11 +31,12 @@ from model_worker.checks.budget import (
     check_experiment,
     check_patch,
 )
+from model_worker.checks.patch_reuse import added_heads
 from model_worker.common.errors import JobCancelled, UserInputError, cancelled_message
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
 from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
-from model_worker.contracts.patching import PatchRequest
+from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.experiments.progress import no_progress
 from model_worker.model.loading import LoadedModel, load_model
 from model_worker.resources.unembedding_cache import HeadUnembeddings
@@ -52,6 +53,7 @@ from model_worker.service.queue.keys import (
     heads_stage_key,
     helper_job_id,
     interactive_queue_name,
+    patching_job_id,
     queue_name,
     result_key,
     slices_key,
@@ -59,13 +61,19 @@ from model_worker.service.queue.keys import (
 from model_worker.service.queue.reaper import fetch_job, rq_queue
 from model_worker.service.queue.redis_values import as_bytes, as_text
 from model_worker.service.queue.result_parts import (
+    BODY,
     CORE,
     DETAILS_MESSAGE,
     Parts,
     analysis_parts,
     result_parts,
 )
-from model_worker.service.queue.signing import ResultSigner, request_digest, result_signer
+from model_worker.service.queue.signing import (
+    SIGNATURE_PART,
+    ResultSigner,
+    request_digest,
+    result_signer,
+)
 from model_worker.service.recent import RECENT
 
 #: Seconds between two progress writes to Redis (the last one is always written).
@@ -116,16 +124,18 @@ def within_budget(
     loaded: LoadedModel,
     request: AnalysisRequest | ExperimentRequest | PatchRequest,
     settings: Settings,
+    added: int | None = None,
 ) -> None:
     """UserInputError when `request` is over the budget of `settings` (the web tier checks it
-    first when it can count tokens; this holds for every path to a worker)."""
+    first when it can count tokens; this holds for every path to a worker). `added`: a patch
+    that adds that many heads to a finished one, priced for those alone."""
     try:
         if isinstance(request, ExperimentRequest):
             check_experiment(request, settings.max_experiment_n)
         elif isinstance(request, PatchRequest):
             n_tokens = len(loaded.tokenizer(request.prompt, add_special_tokens=True)["input_ids"])
             g, limit = loaded.geometry, settings.max_patch_cost
-            check_patch(request, n_tokens, g.n_layers, g.n_heads, limit)
+            check_patch(request, n_tokens, g.n_layers, g.n_heads, limit, added)
         else:
             ids = loaded.tokenizer(request.prompt, add_special_tokens=True)["input_ids"]
             check_analysis(len(ids), request, settings.max_analysis_cost)
@@ -551,26 +561,77 @@ def ensure_helpers(
     return queued
 
 
-def patching_job(request_json: str, result_ttl_s: int) -> None:
+def run_patch(
+    loaded: LoadedModel,
+    request: PatchRequest,
+    settings: Settings,
+    progress: Callable[[float, str], None],
+    base: PatchingResult | None = None,
+) -> PatchingResult:
+    """Patch `request`, priced first: with `base` (a finished patch it adds heads to, checked
+    as this model's) only the added heads' rows, else whole (model_worker.patching.extend)."""
+    from model_worker.patching.extend import extend
+    from model_worker.patching.run import patch
+
+    added = None if base is None else added_heads(base, request)
+    if base is not None and added is not None:
+        within_budget(loaded, request, settings, len(added))
+        extended = extend(loaded, base, request, settings.max_prompt_tokens, progress)
+        if extended is not None:
+            return extended
+    within_budget(loaded, request, settings)
+    return patch(loaded, request, settings.max_prompt_tokens, progress)
+
+
+#: What a patching job that adds heads to a finished patch is handed (JSON, as RQ stores the
+#: job): the finished patch's job id, its result JSON, and the web tier's signature of that
+#: result for (that id, the new request's digest).
+Reuse = list[str]
+
+
+def reused_base(
+    reuse: Reuse | None,
+    request: PatchRequest,
+    model: str,
+    loaded: LoadedModel,
+    signer: ResultSigner,
+) -> PatchingResult | None:
+    """The finished patch a job may reuse: signed for this request, and computed by this
+    model (its id is the content hash of its request with this model's fingerprint); else
+    None (the job patches whole)."""
+    if reuse is None:
+        return None
+    base_id, body, signature = reuse
+    signed = {BODY: body.encode(), SIGNATURE_PART: signature.encode()}
+    if signer.verify(base_id, request_digest(request), signed) is None:
+        log.warning("patch %s: the reused result is not signed for it; patching whole", base_id)
+        return None
+    base = PatchingResult.model_validate_json(body)
+    if base.request is None or patching_job_id(model, loaded.fingerprint, base.request) != base_id:
+        return None
+    return base
+
+
+def patching_job(request_json: str, result_ttl_s: int, reuse: Reuse | None = None) -> None:
     """RQ job: activation patching of one prompt against its corruption (a UserInputError of
-    one sentence fails the job: e.g. a corruption that does not move the logit difference)."""
+    one sentence fails the job: e.g. a corruption that does not move the logit difference).
+    With `reuse`, a finished patch this one adds heads to: only their rows are computed."""
     job, connection = _current()
     with _job_context(job):
-        from model_worker.patching.run import patch
-
         request = PatchRequest.model_validate_json(request_json)
         loaded, settings = _served()
         signer, digest = result_signer(settings), request_digest(request)
         if _computed(connection, job.id, signer, digest):
             return
-        within_budget(loaded, request, settings)
+        model = str(job.meta.get("model") or loaded.name)
+        base = reused_base(reuse, request, model, loaded, signer)
         report = progress_reporter(job)
 
         def progress(fraction: float, message: str) -> None:
             stop_if_cancelled(job)  # a cancelled patch stops at its next step
             report(fraction, message)
 
-        result = patch(loaded, request, settings.max_prompt_tokens, progress)
+        result = run_patch(loaded, request, settings, progress, base)
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
 

@@ -163,3 +163,49 @@ def test_the_patching_page_long_polls_its_status(client: TestClient) -> None:
         body = client.get(f"/p/{job}/status?wait=10").text
     assert 'data-status="done"' in body and 'data-direction="denoising"' in body
     assert client.get(f"/p/{job}/status?wait=31").status_code == 422
+
+
+def test_adding_a_head_computes_only_its_rows(client: TestClient, done: dict) -> None:
+    """ "Patch this head per position" reran the whole patch; now the job reuses the stored
+    result and runs the pair's two recordings, one attribution pass and the head's rows only,
+    and its result is what patching whole with the head added gives."""
+    from model_worker.contracts.patching import PatchingResult, PatchRequest
+    from model_worker.patching.run import patch
+
+    loaded = client.app.state.backend._model.result()  # type: ignore[attr-defined]
+    result = done["patching"]
+    have = {item["name"] for item in result["directions"][0]["positions"]}
+    head = next(
+        h["name"]
+        for h in result["directions"][0]["heads"]
+        if h["exact"] is None and h["name"] not in have
+    )
+    rows: list[int] = []
+    hook = loaded.model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(int(kwargs["input_ids"].shape[0])),
+        with_kwargs=True,
+    )
+    try:
+        added = client.post(f"/p/{done['id']}/heads", data={"head": head}, follow_redirects=False)
+        assert added.status_code == 303, added.text
+        new_id = re.search(r"/p/(p-[0-9a-f]+)/", added.headers["location"])[1]  # type: ignore[index]
+        assert new_id != done["id"]
+        body = wait_done(client, new_id, timeout=120)
+    finally:
+        hook.remove()
+    assert body["status"] == "done", body
+    n_tokens = len(result["tokens"])
+    assert sum(rows) == 2 + 1 + n_tokens  # the pair, one attribution pass, the head's rows
+    merged = PatchingResult.model_validate(body["patching"])
+    assert [item.name for item in merged.directions[0].positions] == [*have, head]
+    assert merged.request is not None
+    whole = patch(loaded, PatchRequest.model_validate(merged.request.model_dump()))
+    for got, expected in zip(merged.directions, whole.directions, strict=True):
+        for a, b in zip(got.positions, expected.positions, strict=True):
+            assert a.name == b.name
+            for p, q in zip(a.positions, b.positions, strict=True):
+                assert abs(p.exact - q.exact) < 1e-5 and abs(p.attribution - q.attribution) < 1e-5
+        assert got.heads == expected.heads or all(
+            abs((x.exact or 0) - (y.exact or 0)) < 1e-5
+            for x, y in zip(got.heads, expected.heads, strict=True)
+        )

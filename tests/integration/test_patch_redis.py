@@ -119,3 +119,57 @@ def test_an_unsigned_result_planted_in_redis_is_discarded(
     worker.drain()
     body = ended(client, job_id)
     assert body["status"] == "done" and body["patching"]["corruption"] == "query"
+
+
+def added_head(client: TestClient, job_id: str, head: str) -> str:
+    """POST "patch this head per position" on `job_id`'s page; the new job's id."""
+    added = client.post(f"/p/{job_id}/heads", data={"head": head}, follow_redirects=False)
+    assert added.status_code == 303, added.text
+    return added.headers["location"].split("/")[2]
+
+
+def test_adding_a_head_hands_the_worker_the_stored_patch(
+    client: TestClient, worker: BurstWorker, serving: tuple[Setup, BurstWorker]
+) -> None:
+    """ "Patch this head per position" reran the whole patch on a worker; now the job carries
+    the stored result, signed by the web tier for the new request, and the worker runs only
+    the pair and the head's rows. A reused result whose signature does not hold is ignored
+    (the worker patches whole: nothing unsigned reaches its signature)."""
+    from model_worker.service.queue.reaper import fetch_job
+
+    redis = Redis.from_url(serving[0][1])
+    request = {"prompt": EXAMPLE_PROMPT, **FAST, "top_k": 2}
+    job_id = client.post("/api/patch", json=request).json()["id"]
+    worker.drain()
+    result = ended(client, job_id)["patching"]
+    have = {item["name"] for item in result["directions"][0]["positions"]}
+    spare = [h["name"] for h in result["directions"][0]["heads"] if h["name"] not in have]
+    rows: list[int] = []
+    hook = worker.worker.loaded.model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(int(kwargs["input_ids"].shape[0])),
+        with_kwargs=True,
+    )
+    try:
+        new_id = added_head(client, job_id, spare[0])
+        handed = fetch_job(new_id, redis).args[2]
+        assert handed[0] == job_id and len(handed) == 3
+        worker.drain()
+        reused, reused_rows = ended(client, new_id), sum(rows)
+        forged_id = added_head(client, job_id, spare[1])
+        forged = fetch_job(forged_id, redis)
+        base_id, body, signature = forged.args[2]
+        forged.args = [*forged.args[:2], [base_id, body.replace("swap-labels", "query"), signature]]
+        forged.save()
+        rows.clear()
+        worker.drain()
+        whole = ended(client, forged_id)
+    finally:
+        hook.remove()
+    n_tokens = len(result["tokens"])
+    attribution = 0 if spare[0] in result["directions"][0]["estimated_positions"] else 1
+    assert reused["status"] == "done", reused
+    assert reused_rows == 2 + attribution + n_tokens  # not the whole patch again
+    positions = reused["patching"]["directions"][0]["positions"]
+    assert [item["name"] for item in positions] == [*have, spare[0]]
+    assert whole["status"] == "done" and whole["patching"]["corruption"] == "swap-labels"
+    assert sum(rows) > 2 * (2 + 1 + n_tokens)  # the forged copy was not used: patched whole

@@ -41,3 +41,17 @@ def test_anything_else_is_refused_with_a_reason() -> None:
         if expected != "os.system":
             assert expected in reason, reason
     assert "'os.system' is not one of this project's jobs" in (refusal(cases["os.system"]) or "")
+
+
+def test_only_a_patch_may_carry_the_patch_it_reuses() -> None:
+    """A patch adding heads to a finished one is handed it (id, result JSON, signature): three
+    strings, for the patching job alone."""
+    handed = ["p-" + "0" * 64, '{"model": "m"}', "ab" * 32]
+    assert refusal(job(PATCHING_FUNC, '{"prompt": "a : b c :"}', 60, handed)) is None
+    for case in (
+        job(ANALYSIS_FUNC, '{"prompt": "a : b c :"}', 60, handed),
+        job(PATCHING_FUNC, '{"prompt": "a : b c :"}', 60, [*handed, "x"]),
+        job(PATCHING_FUNC, '{"prompt": "a : b c :"}', 60, [handed[0], {"body": 1}, handed[2]]),
+        job(PATCHING_FUNC, '{"prompt": "a : b c :"}', 60, handed, "more"),
+    ):
+        assert "arguments" in (refusal(case) or ""), case
