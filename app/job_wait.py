@@ -12,12 +12,12 @@ beyond answers at once without waiting).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from app.deps import job_state
 from app.queue.interface import Backend, BackendError
-from app.security.client_slots import ClientSlots
+from app.security.shared_slots import SharedSlots
 from model_worker.service.queue.result_parts import DETAILS_MESSAGE
 from model_worker.service.queue.states import JobState, JobStatus
 
@@ -25,11 +25,11 @@ from model_worker.service.queue.states import JobState, JobStatus
 REREAD_S = 1.0
 
 
-@contextmanager
-def long_poll_slot(slots: ClientSlots, client: str) -> Iterator[None]:
-    """Hold one of `client`'s long-poll slots for the block; 429 + Retry-After when it holds
-    all of them already."""
-    with slots.slot(client) as granted:
+@asynccontextmanager
+async def long_poll_slot(slots: SharedSlots, client: str) -> AsyncIterator[None]:
+    """Hold one of `client`'s long-poll slots for the block (across every web process with
+    Redis, app.security.shared_slots); 429 + Retry-After when it holds all of them already."""
+    async with slots.slot(client) as granted:
         if not granted:
             raise BackendError(
                 f"too many long polls from this client at once (at most {slots.limit}, "

@@ -29,8 +29,8 @@ from app.routes import (
     patching,
     pins,
 )
-from app.security.client_slots import ClientSlots
 from app.security.responses import error_response
+from app.security.shared_slots import SharedSlots
 from model_worker.common.log_safety import redact
 from model_worker.common.settings import Settings, get_settings
 
@@ -81,7 +81,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app = FastAPI(title="ICL Heads Explorer", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
-    app.state.long_polls = ClientSlots(settings.client_long_polls)  # app.job_wait
+    app.state.long_polls = SharedSlots.of(  # app.job_wait; shared by replicas with Redis
+        settings, settings.client_long_polls, "long-polls"
+    )
 
     @app.exception_handler(BackendError)
     async def backend_error(request: Request, exc: BackendError) -> Response:

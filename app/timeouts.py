@@ -16,7 +16,9 @@ of a 4.8 MB result held +1.7 GB). This HTTP protocol (uvicorn's httptools one):
 - answers 429 (Retry-After, then closes) on a client's connection beyond
   `client_connections.limit` open ones, the client being its IPv4 address or IPv6 /64; a
   trusted proxy's connections (ICL_TRUSTED_PROXIES) are not counted: its clients are told
-  apart above this layer.
+  apart above this layer. With ICL_REDIS_URL the share holds across every web process
+  (app.security.shared_slots: a lease in Redis per connection, its reading paused until
+  Redis answers; a Redis that does not answer leaves this process's own count).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.security.client_slots import ClientSlots
 from app.security.clients import client_key
+from app.security.shared_slots import Lease, SharedSlots
 from model_worker.common.settings import Settings
 
 #: Slowest reading a response may go on at while the server's buffer for it is full (bytes/s).
@@ -97,6 +99,8 @@ def too_many_connections(limit: int) -> bytes:
 
 #: The most of a refused connection's request read before its 429 goes out anyway.
 REFUSED_HEAD_BYTES = 16 * 1024
+#: The most a connection may send while Redis counts it (a few ms) before it is closed.
+MAX_EARLY_BYTES = 1024 * 1024
 
 
 class DeadlineProtocol(HttpToolsProtocol):
@@ -106,7 +110,7 @@ class DeadlineProtocol(HttpToolsProtocol):
     header_timeout_s = 10.0
     body_timeout_s = 60.0
     send_timeout_s = 20.0
-    client_connections = ClientSlots(32)
+    client_connections = SharedSlots(32, "connections")
     stalled = StalledSends(256 * 1024 * 1024)
     trusted_proxies: tuple[str, ...] = ()
 
@@ -115,7 +119,10 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
         self._buffered_then = 0
-        self._client_key: str | None = None
+        self._lease: Lease | None = None
+        self._lost = False
+        #: what arrived while Redis counted the connection (None: counted, or not waited for)
+        self._early: bytes | None = None
         #: what a refused connection's request has sent so far (None: not refused)
         self._refused_head: bytes | None = None
 
@@ -132,14 +139,44 @@ class DeadlineProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         peer = self.client[0] if self.client else None
         if peer is not None and not is_trusted(peer, self.trusted_proxies):
-            key = client_key(peer)
-            if self.client_connections.take(key):
-                self._client_key = key
-            else:  # its request (once its headers are in) is answered 429, then closed
-                self._refused_head = b""
+            key, slots = client_key(peer), self.client_connections
+            if slots.shared:  # nothing is parsed until Redis counted the connection
+                self._early = b""
+                transport.pause_reading()  # (an event loop may deliver some bytes anyway)
+                admission = self.loop.create_task(slots.take(key))
+                admission.add_done_callback(self._admitted)
+            else:
+                self._admit(slots.take_here(key))
         self._arm(self.header_timeout_s, self._headers_too_slow)
 
+    def _admit(self, lease: Lease | None) -> None:
+        if lease is not None:
+            self._lease = lease
+        else:  # its request (once its headers are in) is answered 429, then closed
+            self._refused_head = b""
+
+    def _admitted(self, admission: asyncio.Task[Lease | None]) -> None:
+        """Redis has counted the connection (or not answered: admitted, counted here)."""
+        failed = admission.cancelled() or admission.exception() is not None
+        lease = None if failed else admission.result()
+        if self._lost:  # gone meanwhile
+            if lease is not None:
+                self.client_connections.release(lease)
+            return
+        if not failed:  # (an error: admitted, as when Redis does not answer)
+            self._admit(lease)
+        early, self._early = self._early or b"", None
+        if early:
+            self.data_received(early)
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
+        if self._early is not None:  # Redis is counting the connection: parsed once it has
+            self._early += data
+            if len(self._early) > MAX_EARLY_BYTES:
+                self.transport.close()
+            return
         if self._refused_head is None:
             super().data_received(data)
             return
@@ -158,9 +195,10 @@ class DeadlineProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._stop_send_watch()
-        if self._client_key is not None:
-            self.client_connections.give_back(self._client_key)
-            self._client_key = None
+        self._lost = True
+        if self._lease is not None:
+            self.client_connections.release(self._lease)
+            self._lease = None
         super().connection_lost(exc)
 
     # --- slow readers: the transport calls these when its buffer passes its high-water mark
@@ -256,7 +294,9 @@ def deadline_protocol(settings: Settings) -> type[DeadlineProtocol]:
             "header_timeout_s": settings.header_timeout_s,
             "body_timeout_s": settings.body_timeout_s,
             "send_timeout_s": settings.send_timeout_s,
-            "client_connections": ClientSlots(settings.client_connections),
+            "client_connections": SharedSlots.of(
+                settings, settings.client_connections, "connections"
+            ),
             "stalled": StalledSends(settings.stalled_send_bytes),
             "trusted_proxies": tuple(settings.trusted_proxies),
         },

@@ -47,16 +47,16 @@ async def login(
         return RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     limiter: LoginLimiter = request.app.state.login_limiter
     address = client_address(request.scope)
-    wait = limiter.retry_after(address)
+    wait = await limiter.retry_after(address)
     if wait is not None:
         response = login_page(request, next, too_many_failures(wait), 429)
         response.headers["Retry-After"] = str(wait)
         return response
     account = accounts.holder(token)
     if account is None:
-        limiter.failed(address)
+        await limiter.failed(address)
         return login_page(request, next, "That token is not right.", 401)
-    limiter.succeeded(address)
+    await limiter.succeeded(address)
     sessions: SessionStore = request.app.state.sessions
     response = RedirectResponse(safe_next(next), status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(

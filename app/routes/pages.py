@@ -197,7 +197,7 @@ async def analysis_page(
     """The permalink: rendered whole when done, else a poller that fills it in; `head` (checked
     against the head grammar, and the model's range once done) opens that head's panel. Its
     short wait holds one of the client's long-poll slots; with none free it does not wait."""
-    with request.app.state.long_polls.slot(client) as waits:
+    async with request.app.state.long_polls.slot(client) as waits:
         wait_s = PAGE_WAIT_S if waits else 0.0
         state = await drawable_state(backend, job_id, wait_s, gone=request.is_disconnected)
     pages = page_cache(request)

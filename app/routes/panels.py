@@ -308,7 +308,7 @@ async def status_panel(
     they are done and then fetches the whole body; when done: the whole body. A client holds
     at most ICL_CLIENT_LONG_POLLS long polls (`wait` > 0) at once: 429 beyond."""
     heads_shown = after == "heads"
-    with long_poll_slot(request.app.state.long_polls, client) if wait else nullcontext():
+    async with long_poll_slot(request.app.state.long_polls, client) if wait else nullcontext():
         state = await next_state(
             backend, job_id, wait, gone=request.is_disconnected, heads_shown=heads_shown
         )

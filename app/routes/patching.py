@@ -195,7 +195,7 @@ async def patching_status(
     soon as the job ends or reports progress (a long poll, as the analysis' status: the page
     shows the result when it is there, not at its next poll)."""
     if wait and state.status in (JobStatus.QUEUED, JobStatus.RUNNING):
-        with long_poll_slot(request.app.state.long_polls, client):
+        async with long_poll_slot(request.app.state.long_polls, client):
             state = await next_state(backend, state.id, wait, gone=request.is_disconnected)
     context = await _context(backend, state, None, None)
     name = "partials/_patching_body.html" if context["done"] else "partials/_patching_status.html"

@@ -39,13 +39,15 @@ def install(app: FastAPI, settings: Settings) -> None:
     install_error_handlers(app)
     document_errors(app)
     app.state.sessions = session_store(settings)
+    app.state.rate_limiter = ClientLimiter(settings)  # (also the figure files' pace)
     app.state.login_limiter = LoginLimiter(
-        settings.login_failures_per_client, settings.login_failures_per_account
+        app.state.rate_limiter,
+        settings.login_failures_per_client,
+        settings.login_failures_per_account,
     )
     # add_middleware puts each new layer outside the previous ones: innermost first.
     app.add_middleware(HtmlOnlyForHtmxMiddleware)
     app.add_middleware(JsonInputMiddleware)
-    app.state.rate_limiter = ClientLimiter(settings)  # (also the figure files' pace)
     app.add_middleware(  # inside authentication: a named user's requests count as theirs
         RateLimitMiddleware,
         limiter=app.state.rate_limiter,

@@ -99,7 +99,7 @@ class AuthMiddleware:
         connection = HTTPConnection(scope)
         address = client_address(scope)
         bearer = bearer_token(connection.headers) if self.accounts.enabled else None
-        wait = None if bearer is None else self.limiter.retry_after(address)
+        wait = None if bearer is None else await self.limiter.retry_after(address)
         if wait is not None:
             detail, headers = too_many_failures(wait), {"Retry-After": str(wait)}
             await error_response(scope, 429, detail, headers)(scope, receive, send)
@@ -114,7 +114,7 @@ class AuthMiddleware:
             account = None
         authenticated = account is not None
         if bearer is not None:
-            (self.limiter.succeeded if authenticated else self.limiter.failed)(address)
+            await (self.limiter.succeeded if authenticated else self.limiter.failed)(address)
         state = scope.setdefault("state", {})
         state["authenticated"] = authenticated
         if account is not None and account.user is not None:

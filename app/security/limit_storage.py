@@ -51,7 +51,21 @@ class ClientLimiter:
 
     async def reset_time(self, item: RateLimitItem, key: str) -> float:
         """When the window lets `key` in again (epoch seconds)."""
+        return (await self.window(item, key))[0]
+
+    async def window(self, item: RateLimitItem, key: str) -> tuple[float, int]:
+        """(when the window's oldest hit leaves it, in epoch seconds; hits in the window);
+        (0, 0) when Redis does not answer."""
         try:
-            return float((await self._limiter.get_window_stats(item, key)).reset_time)
-        except (RedisError, OSError):
-            return 0.0
+            stats = await self._limiter.get_window_stats(item, key)
+        except (RedisError, OSError) as exc:
+            log.warning("rate limit not read (its Redis does not answer): %s", exc)
+            return 0.0, 0
+        return float(stats.reset_time), item.amount - stats.remaining
+
+    async def clear(self, item: RateLimitItem, key: str) -> None:
+        """Forget `key`'s hits of `item`."""
+        try:
+            await self._limiter.clear(item, key)
+        except (RedisError, OSError) as exc:
+            log.warning("rate limit not cleared (its Redis does not answer): %s", exc)

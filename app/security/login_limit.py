@@ -7,63 +7,72 @@ client and per account, with no shared bucket one client could empty to lock eve
   the window, the server is under a spread-out attack; then only clients that have failed
   themselves must wait (ATTACK_PAUSE_S after their last failure): a client with no failure in
   the window may still try, so nobody who types the right token at once is ever locked out.
-A success forgets the client's failures. Counts live in this process (one per web process).
+A success forgets the client's failures. The counts are moving windows of the rate limits'
+storage (app.security.limit_storage): in Redis when ICL_REDIS_URL is set, so that every web
+process counts one client's failures together (N replicas give N guesses no more); a Redis
+that does not answer lets the attempt through, as the rate limits do.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict, deque
+
+from limits import RateLimitItem, RateLimitItemPerSecond
 
 from app.security.clients import client_key
+from app.security.limit_storage import ClientLimiter
 
 #: Under a spread-out attack, a client that failed waits this long after its last failure.
-ATTACK_PAUSE_S = 60.0
-#: Clients remembered at most (the least recently failing are forgotten first).
-MAX_CLIENTS = 100_000
+ATTACK_PAUSE_S = 60
+#: The key of the account's failures (one shared token).
+ACCOUNT = "account"
 
 
 class LoginLimiter:
     """Failed logins per client and per account in a moving window of `window_s` seconds."""
 
-    def __init__(self, per_client: int, per_account: int, window_s: float = 900.0) -> None:
+    def __init__(
+        self, limiter: ClientLimiter, per_client: int, per_account: int, window_s: int = 900
+    ) -> None:
         self.per_client = per_client
-        self.window_s = window_s
-        self._clients: OrderedDict[str, deque[float]] = OrderedDict()
-        self._account: deque[float] = deque(maxlen=per_account)
+        self._limiter = limiter
+        self._client: RateLimitItem = RateLimitItemPerSecond(
+            per_client, window_s, namespace="login-client"
+        )
+        self._account: RateLimitItem = RateLimitItemPerSecond(
+            per_account, window_s, namespace="login-account"
+        )
+        #: a client's last failure, kept ATTACK_PAUSE_S (cleared and hit again at each one)
+        self._last: RateLimitItem = RateLimitItemPerSecond(
+            1, ATTACK_PAUSE_S, namespace="login-last"
+        )
 
-    def _recent(self, times: deque[float], now: float) -> deque[float]:
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-        return times
-
-    def retry_after(self, address: str) -> int | None:
+    async def retry_after(self, address: str) -> int | None:
         """Seconds this client must wait before its next attempt, or None if it may try."""
-        now = time.monotonic()
-        failures = self._recent(self._clients.get(client_key(address), deque()), now)
+        key, now = client_key(address), time.time()
+        reset, failures = await self._limiter.window(self._client, key)
         if not failures:
             return None
-        account = self._recent(self._account, now)
-        under_attack = account.maxlen is not None and len(account) >= account.maxlen
-        if len(failures) >= self.per_client:
-            return max(1, math.ceil(failures[-self.per_client] + self.window_s - now))
-        if under_attack and failures[-1] + ATTACK_PAUSE_S > now:
-            return max(1, math.ceil(failures[-1] + ATTACK_PAUSE_S - now))
-        return None
+        if failures >= self.per_client:
+            return max(1, math.ceil(reset - now))
+        _, attempts = await self._limiter.window(self._account, ACCOUNT)
+        if attempts < self._account.amount:  # not under a spread-out attack
+            return None
+        last_until, recent = await self._limiter.window(self._last, key)
+        return max(1, math.ceil(last_until - now)) if recent else None
 
-    def failed(self, address: str) -> None:
-        now = time.monotonic()
+    async def failed(self, address: str) -> None:
         key = client_key(address)
-        failures = self._clients.pop(key, None) or deque(maxlen=self.per_client)
-        failures.append(now)
-        self._clients[key] = failures
-        self._account.append(now)
-        while len(self._clients) > MAX_CLIENTS:
-            self._clients.popitem(last=False)
+        await self._limiter.hit(self._client, key)
+        await self._limiter.hit(self._account, ACCOUNT)
+        await self._limiter.clear(self._last, key)
+        await self._limiter.hit(self._last, key)
 
-    def succeeded(self, address: str) -> None:
-        self._clients.pop(client_key(address), None)
+    async def succeeded(self, address: str) -> None:
+        key = client_key(address)
+        await self._limiter.clear(self._client, key)
+        await self._limiter.clear(self._last, key)
 
 
 def too_many_failures(wait_s: int) -> str:

@@ -1,0 +1,185 @@
+"""Concurrent things per client (open connections, long polls) counted across every web process
+in front of one Redis, so that N replicas give a client one share, not N.
+
+Each slot is counted in this process (`ClientSlots`, as without Redis) and, when ICL_REDIS_URL
+is set, as a lease in Redis: a sorted set per client whose members are the slots held, scored by
+when their lease ends (Redis `TIME`, so hosts' clocks need not agree). Taking a slot drops the
+ended leases and adds one only while the client holds fewer than the limit (one Lua script);
+giving it back removes it; each process renews the leases it holds every LEASE_S / 3, so a
+replica that dies (or loses Redis) frees its slots within LEASE_S.
+
+A Redis that does not answer lets the slot be taken (as the rate limits let a request through,
+app.security.limit_storage) with a log line: this process's own count still applies, so the
+share degrades to one per process, never to none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.security.client_slots import ClientSlots
+from app.security.limit_storage import SHARED_SCHEMES
+from model_worker.common.settings import Settings
+
+log = logging.getLogger(__name__)
+#: How long a slot's lease lasts unless its process renews it (a dead replica's slots are
+#: free again within this).
+LEASE_S = 30.0
+#: Redis keys of the leases: `icl:slots:<kind>:<client>`.
+PREFIX = "icl:slots"
+#: Errors that mean "Redis did not answer" (a loop the client was not made on included).
+UNANSWERED = (RedisError, OSError, RuntimeError, asyncio.TimeoutError)
+
+# KEYS[1]: the client's leases; ARGV: limit, lease seconds, this slot's token. 1 if taken.
+TAKE = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[2]), ARGV[3])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
+return 1
+"""
+# KEYS: leases' sets; ARGV: lease seconds, then one token per key. Pushes each lease's end.
+RENEW = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1e6
+for i, key in ipairs(KEYS) do
+  redis.call('ZADD', key, 'XX', t + tonumber(ARGV[1]), ARGV[i + 1])
+  redis.call('EXPIRE', key, math.ceil(tonumber(ARGV[1])) + 1)
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A slot held by `client`; `token` its Redis lease (None: counted in this process only)."""
+
+    client: str
+    token: str | None = None
+
+
+class SharedSlots:
+    """At most `limit` slots held at once per client, in this process and across every web
+    process sharing `redis_url` (a `redis://` or `rediss://` URL; else this process only)."""
+
+    def __init__(
+        self,
+        limit: int,
+        kind: str,
+        redis_url: str | None = None,
+        timeout_s: float = 2.0,
+        lease_s: float = LEASE_S,
+    ) -> None:
+        self.limit, self.kind, self.lease_s = limit, kind, lease_s
+        self.local = ClientSlots(limit)
+        shared = (redis_url or "").split("://", 1)[0] in SHARED_SCHEMES
+        self._redis: Redis | None = (
+            Redis.from_url(
+                redis_url or "", socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            )
+            if shared
+            else None
+        )
+        self._held: dict[str, str] = {}  # token → its Redis key
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._renewer: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, limit: int, kind: str) -> SharedSlots:
+        """`limit` slots per client of `kind`, shared through ICL_REDIS_URL when it is Redis."""
+        return cls(limit, kind, settings.redis_url, settings.redis_timeout_s)
+
+    @property
+    def shared(self) -> bool:
+        return self._redis is not None
+
+    def held(self, client: str) -> int:
+        """Slots `client` holds in this process."""
+        return self.local.held(client)
+
+    def _key(self, client: str) -> str:
+        return f"{PREFIX}:{self.kind}:{client}"
+
+    def take_here(self, client: str) -> Lease | None:
+        """A slot counted in this process only (what `take` does without Redis)."""
+        return Lease(client) if self.local.take(client) else None
+
+    async def take(self, client: str) -> Lease | None:
+        """One of `client`'s slots, or None (nothing taken) when it holds all of them, here or
+        (with Redis) across every web process."""
+        if not self.local.take(client):
+            return None
+        if self._redis is None:
+            return Lease(client)
+        token = uuid.uuid4().hex
+        try:
+            taken = await self._redis.eval(
+                TAKE, 1, self._key(client), self.limit, self.lease_s, token
+            )
+        except UNANSWERED as exc:
+            log.warning(
+                "%s slot counted in this process only (Redis does not answer): %s", self.kind, exc
+            )
+            return Lease(client)
+        if not taken:
+            self.local.give_back(client)
+            return None
+        self._held[token] = self._key(client)
+        self._start_renewing()
+        return Lease(client, token)
+
+    def release(self, lease: Lease) -> None:
+        """Give `lease` back (its Redis lease is removed in the background; were that lost,
+        the lease ends unrenewed within `lease_s`)."""
+        self.local.give_back(lease.client)
+        if lease.token is None or self._held.pop(lease.token, None) is None:
+            return
+        with suppress(RuntimeError):  # no running loop: the lease ends by itself
+            task = asyncio.get_running_loop().create_task(self._remove(lease))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _remove(self, lease: Lease) -> None:
+        assert self._redis is not None
+        try:
+            await self._redis.zrem(self._key(lease.client), lease.token or "")
+        except UNANSWERED as exc:
+            log.warning("a %s lease left to end by itself: %s", self.kind, exc)
+
+    @asynccontextmanager
+    async def slot(self, client: str) -> AsyncIterator[bool]:
+        """Hold one of `client`'s slots for the block; yields False (and holds none) when
+        full."""
+        lease = await self.take(client)
+        try:
+            yield lease is not None
+        finally:
+            if lease is not None:
+                self.release(lease)
+
+    def _start_renewing(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(self._renew())
+
+    async def _renew(self) -> None:
+        """Every lease_s / 3, push the end of every lease this process holds."""
+        while self._held:
+            await asyncio.sleep(self.lease_s / 3)
+            held = list(self._held.items())
+            if not held or self._redis is None:
+                continue
+            keys, tokens = [key for _, key in held], [token for token, _ in held]
+            try:
+                await self._redis.eval(RENEW, len(keys), *keys, self.lease_s, *tokens)
+            except UNANSWERED as exc:
+                log.warning("%s leases not renewed (Redis does not answer): %s", self.kind, exc)

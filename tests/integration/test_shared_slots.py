@@ -1,0 +1,50 @@
+"""Per-client slots shared by web processes through Redis (app/security/shared_slots.py): one
+share across processes, leases renewed while held, a dead process's slots free again within a
+lease, and a Redis that does not answer leaves each process its own count (fail open, as the
+rate limits)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.security.shared_slots import SharedSlots
+from tests.integration.redis_support import free_port, private_db
+
+pytestmark = pytest.mark.redis
+
+
+def test_two_processes_share_one_count_and_a_dead_ones_slots_come_back() -> None:
+    async def scenario(url: str) -> None:
+        alive = SharedSlots(1, "t", url, lease_s=0.6)
+        dead = SharedSlots(1, "t", url, lease_s=0.6)
+        held = await alive.take("c")
+        assert held is not None and held.token is not None
+        assert await dead.take("c") is None  # one share over both
+        await asyncio.sleep(1.5)  # renewed every 0.2 s: still held
+        assert await dead.take("c") is None
+        assert alive._renewer is not None
+        alive._renewer.cancel()  # the process dies holding it: nothing renews nor removes it
+        await asyncio.sleep(1.0)
+        taken = await dead.take("c")
+        assert taken is not None  # its lease ended
+        dead.release(taken)
+        await asyncio.sleep(0.1)  # removed in the background
+        again = await SharedSlots(1, "t", url, lease_s=0.6).take("c")
+        assert again is not None
+
+    with private_db() as url:
+        asyncio.run(scenario(url))
+
+
+def test_a_redis_that_does_not_answer_leaves_the_processes_own_count() -> None:
+    async def scenario() -> None:
+        away = SharedSlots(1, "t", f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)
+        first = await away.take("c")
+        assert first is not None and first.token is None  # let through, counted here only
+        assert await away.take("c") is None  # this process's own share still holds
+        away.release(first)
+        assert away.held("c") == 0
+
+    asyncio.run(scenario())
