@@ -3,7 +3,8 @@ connections by address, before any request names anyone; this layer, inside auth
 counts a client's requests being answered by its key (app.security.clients): a named user's
 wherever they come from, else the address. A user spreading stalled downloads or slow requests
 over many addresses still holds at most `limit` at once (429 + Retry-After beyond). Counted
-per web process, like the connection cap."""
+per web process: it bounds that process's own work (the connection cap and long-poll slots are
+shared by every web process with Redis, app.security.shared_slots)."""
 
 from __future__ import annotations
 

@@ -70,9 +70,8 @@ class LoginLimiter:
         await self._limiter.hit(self._last, key)
 
     async def succeeded(self, address: str) -> None:
-        key = client_key(address)
-        await self._limiter.clear(self._client, key)
-        await self._limiter.clear(self._last, key)
+        """Forget the client's failures (its last one matters only beside them)."""
+        await self._limiter.clear(self._client, client_key(address))
 
 
 def too_many_failures(wait_s: int) -> str:
