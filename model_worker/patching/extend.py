@@ -36,27 +36,25 @@ def extend(
 ) -> PatchingResult | None:
     """`base` with the heads `request` adds patched per position (the result `patch(request)`
     gives); None when `base` is another patch or its pair reads differently now (a changed
-    tokenizer): then the caller patches whole."""
+    tokenizer): then the caller patches whole. Adding no head computes nothing."""
     added = added_heads(base, request)
     if added is None:
         return None
     report = progress or (lambda fraction, message: None)
-    report(0.0, "recording the clean and corrupted runs")
-    pair = make_pair(loaded, request, max_tokens)
-    same = (pair.clean.texts, pair.corrupted.texts, pair.target) == (
-        base.tokens,
-        base.corrupted_tokens,
-        base.target,
-    )
-    if not same:
-        return None
+    wanted = position_heads(request, base.in_context_heads)
+    pair = None
+    if added:
+        report(0.0, "recording the clean and corrupted runs")
+        pair = make_pair(loaded, request, max_tokens)
+        now = (pair.clean.texts, pair.corrupted.texts, pair.target)
+        if now != (base.tokens, base.corrupted_tokens, base.target):
+            return None
     directions = []
     for i, stored in enumerate(base.directions):
         share = f"{len(added)} added head(s) patched at every position"
         report(0.05 + 0.95 * i / len(base.directions), f"{stored.direction}: {share}")
-        new = _added_rows(loaded, pair, stored, added)
+        new = [] if pair is None else _added_rows(loaded, pair, stored, added)
         by_name = {item.name: item for item in [*stored.positions, *new]}
-        wanted = position_heads(request, base.in_context_heads)
         merged = [by_name[name] for name in wanted]
         directions.append(stored.model_copy(update={"positions": merged}))
     return base.model_copy(update={"directions": directions, "request": request})
@@ -66,8 +64,6 @@ def _added_rows(
     loaded: LoadedModel, pair: Pair, stored: DirectionResult, added: list[str]
 ) -> list[HeadPositions]:
     """Each added head's output patched at every position, in `stored`'s direction."""
-    if not added:
-        return []
     denoising = stored.direction == "denoising"
     base_ids = (pair.corrupted if denoising else pair.clean).ids
     source = pair.clean_run if denoising else pair.corrupted_run

@@ -115,3 +115,17 @@ def test_adding_a_head_is_priced_for_its_rows_only() -> None:
     check_patch(request, n_tokens, 30, 9, limit, added=1)
     with pytest.raises(BudgetError, match="ICL_MAX_PATCH_COST"):
         check_patch(request, n_tokens, 30, 9, limit - 1, added=1)
+
+
+def test_asking_again_for_heads_it_has_computes_nothing(
+    loaded: LoadedModel, base: PatchingResult
+) -> None:
+    """The button on a head already patched per position (named now, the default before):
+    the stored result under the new request, in its order, with no pass at all."""
+    default = base.directions[0].positions[0].name
+    request = BASE.model_copy(update={"heads": [default]})
+    assert added_heads(base, request) == []
+    with rows_counted(loaded) as rows:
+        same = extend(loaded, base, request, 512)
+    assert same is not None and not rows
+    assert same.directions == base.directions and same.request == request
