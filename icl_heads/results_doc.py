@@ -382,6 +382,53 @@ def _which(interval: dict[str, Any], seed: int) -> str:
     return f"seeds {', '.join(map(str, seeds))} pooled" if seeds else f"seed {seed}"
 
 
+#: what each label style puts after the demonstrations
+LABEL_WORDS = {"arbitrary": "foo/bar", "meaningful": "each class's own name"}
+
+
+def design_options(data: dict[str, Any]) -> tuple[int, str]:
+    """The stored result's demonstrations per label and label style; a result stored before
+    it recorded them ran the only design there was then (the contract's defaults)."""
+    fields = ExperimentResult.model_fields
+    return (
+        int(data.get("demos_per_label", fields["demos_per_label"].default)),
+        str(data.get("labels", fields["labels"].default)),
+    )
+
+
+def _design_text(data: dict[str, Any]) -> str:
+    """`design counterbalanced, 2 demonstrations per label (4 in all), labels arbitrary
+    (foo/bar)`."""
+    per_label, labels = design_options(data)
+    return (
+        f"design {data['design']}, {per_label} demonstrations per label ({2 * per_label} in "
+        f"all), labels {labels} ({LABEL_WORDS.get(labels, labels)})"
+    )
+
+
+def _design_flags(data: dict[str, Any]) -> str:
+    """The command-line options that give the stored result's design beyond the default."""
+    per_label, labels = design_options(data)
+    fields = ExperimentResult.model_fields
+    return (
+        f" --demos-per-label {per_label}" if per_label != fields["demos_per_label"].default else ""
+    ) + (f" --labels {labels}" if labels != fields["labels"].default else "")
+
+
+def _seeds_of_table(data: dict[str, Any], table: str) -> str:
+    """`seeds 0, 1 pooled` when the stored table pools every seed's prompts, else `seed 0`
+    (one seed; or a table the result marks, or a result stored before it marked any, as the
+    first seed's alone)."""
+    seeds = data.get("seeds") or [data["seed"]]
+    if (
+        len(seeds) > 1
+        and "first_seed_only" in data
+        and f"tables.{table}" not in data["first_seed_only"]
+    ):
+        return f"seeds {', '.join(map(str, seeds))} pooled"
+    return f"seed {data['seed']}"
+
+
 def section(data: dict[str, Any]) -> list[str]:
     """The Markdown lines of one stored experiment."""
     seeds = data.get("seeds") or [data["seed"]]
@@ -389,7 +436,7 @@ def section(data: dict[str, Any]) -> list[str]:
         f"## {TITLES.get(data['name'], data['name'])}",
         "",
         f"Run: `{data['name']}` on {_num(data['model'])}, dataset {_num(data['dataset'])}, "
-        f"design {data['design']}, n = {data['n']} per prompt set, seeds "
+        f"{_design_text(data)}, n = {data['n']} per prompt set, seeds "
         f"{', '.join(map(str, seeds))}.",
         "",
     ]
@@ -439,13 +486,13 @@ def section(data: dict[str, Any]) -> list[str]:
         lines.append("")
     arrangements = data["tables"].get("by_arrangement")
     if arrangements:
-        lines += [f"Per demonstration arrangement (seed {data['seed']}):", ""]
+        lines += [f"Per demonstration arrangement ({_seeds_of_table(data, 'by_arrangement')}):", ""]
         first = ["arrangement", "n"]
         lines += _table(arrangements, first + [c for c in arrangements[0] if c not in first])
         lines.append("")
     mirrored = data["tables"].get("by_mirror_pair")
     if mirrored:
-        lines += [f"Per mirror pair, sign-aligned (seed {data['seed']}):", ""]
+        lines += [f"Per mirror pair, sign-aligned ({_seeds_of_table(data, 'by_mirror_pair')}):", ""]
         first = ["pair", "n"]
         lines += _table(mirrored, first + [c for c in mirrored[0] if c not in first])
         lines.append("")
@@ -711,8 +758,8 @@ def render(folder: Path) -> str:
             seeds = ",".join(map(str, data.get("seeds") or [data["seed"]]))
             lines.append(
                 f"- `{name}`: `scripts/results.py run {name}:{seeds} --n {data['n']} --dataset "
-                f"{data['dataset']} --design {data['design']}` on {_num(data['model'])}"
-                + _how_it_ran(data.get("run"))
+                f"{data['dataset']} --design {data['design']}{_design_flags(data)}` on "
+                f"{_num(data['model'])}" + _how_it_ran(data.get("run"))
             )
     missing = [name for name in order if name not in stored]
     if missing:
@@ -773,3 +820,11 @@ def render(folder: Path) -> str:
             "of ICL.",
         ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def document(folder: Path) -> str:
+    """The document of a folder of stored results: its `preface.md`, if any (what its design
+    changes from the paper's), then `render(folder)`."""
+    preface = folder / "preface.md"
+    text = preface.read_text(encoding="utf-8") + "\n" if preface.is_file() else ""
+    return text + render(folder)
