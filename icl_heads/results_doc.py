@@ -244,7 +244,10 @@ indicative.
 prompts of all seeds ({combined}). The rule: {rule} Each seed's own verdict is shown beside the
 pooled one as a stability check; it does not vote. A result stored before seeds were pooled
 (its verdicts combined by "every seed must agree") has no pooled interval: its verdicts are
-shown as not decided until it is rerun.
+shown as not decided until it is rerun. Every interval says whose prompts it is over ("prompts
+of"); a per-arrangement or per-mirror-pair table says "seeds … pooled" when its rows pool every
+seed's prompts (results stored from now on), else "seed 0" (results stored before tables were
+pooled); the located heads are always the first seed's (each seed locates its own).
 
 **Model adequacy.** Before head-level claims, each experiment checks that the model does the
 task above chance under counterbalanced order (the accuracy interval's lower bound above 50%,
@@ -339,6 +342,12 @@ NOTES = {
         "`top20_overlap_share`: the share of this dataset's top 20 heads that are also in the "
         "other built-in dataset's top 20 (each dataset's prompts resampled on its own, both top "
         "20s re-ranked in every resample); chance is 20 / (layers × heads)."
+    ),
+    "attention": (
+        "`spearman_attention_increase`: Spearman's ρ between a top-3 head's attention on a true "
+        "label and that label's log-probability increase, over (prompt, head, label) points, its "
+        "interval resampling whole prompts. A result stored before its prompts' points were kept "
+        'gives it over the first seed\'s prompts alone ("prompts of": seed 0).'
     ),
     "imbalance": (
         "The imbalanced prompt drops the true demonstration nearest the input, so the summed "
