@@ -244,7 +244,10 @@ indicative.
 prompts of all seeds ({combined}). The rule: {rule} Each seed's own verdict is shown beside the
 pooled one as a stability check; it does not vote. A result stored before seeds were pooled
 (its verdicts combined by "every seed must agree") has no pooled interval: its verdicts are
-shown as not decided until it is rerun.
+shown as not decided until it is rerun. Every interval says whose prompts it is over ("prompts
+of"); a per-arrangement or per-mirror-pair table says "seeds … pooled" when its rows pool every
+seed's prompts (results stored from now on), else "seed 0" (results stored before tables were
+pooled); the located heads are always the first seed's (each seed locates its own).
 
 **Model adequacy.** Before head-level claims, each experiment checks that the model does the
 task above chance under counterbalanced order (the accuracy interval's lower bound above 50%,
@@ -340,6 +343,12 @@ NOTES = {
         "other built-in dataset's top 20 (each dataset's prompts resampled on its own, both top "
         "20s re-ranked in every resample); chance is 20 / (layers × heads)."
     ),
+    "attention": (
+        "`spearman_attention_increase`: Spearman's ρ between a top-3 head's attention on a true "
+        "label and that label's log-probability increase, over (prompt, head, label) points, its "
+        "interval resampling whole prompts. A result stored before its prompts' points were kept "
+        'gives it over the first seed\'s prompts alone ("prompts of": seed 0).'
+    ),
     "imbalance": (
         "The imbalanced prompt drops the true demonstration nearest the input, so the summed "
         "true-label attention (`located_attn_true_drop`, `top20_true_attention_drop_rate`) "
@@ -382,6 +391,53 @@ def _which(interval: dict[str, Any], seed: int) -> str:
     return f"seeds {', '.join(map(str, seeds))} pooled" if seeds else f"seed {seed}"
 
 
+#: what each label style puts after the demonstrations
+LABEL_WORDS = {"arbitrary": "foo/bar", "meaningful": "each class's own name"}
+
+
+def design_options(data: dict[str, Any]) -> tuple[int, str]:
+    """The stored result's demonstrations per label and label style; a result stored before
+    it recorded them ran the only design there was then (the contract's defaults)."""
+    fields = ExperimentResult.model_fields
+    return (
+        int(data.get("demos_per_label", fields["demos_per_label"].default)),
+        str(data.get("labels", fields["labels"].default)),
+    )
+
+
+def _design_text(data: dict[str, Any]) -> str:
+    """`design counterbalanced, 2 demonstrations per label (4 in all), labels arbitrary
+    (foo/bar)`."""
+    per_label, labels = design_options(data)
+    return (
+        f"design {data['design']}, {per_label} demonstrations per label ({2 * per_label} in "
+        f"all), labels {labels} ({LABEL_WORDS.get(labels, labels)})"
+    )
+
+
+def _design_flags(data: dict[str, Any]) -> str:
+    """The command-line options that give the stored result's design beyond the default."""
+    per_label, labels = design_options(data)
+    fields = ExperimentResult.model_fields
+    return (
+        f" --demos-per-label {per_label}" if per_label != fields["demos_per_label"].default else ""
+    ) + (f" --labels {labels}" if labels != fields["labels"].default else "")
+
+
+def _seeds_of_table(data: dict[str, Any], table: str) -> str:
+    """`seeds 0, 1 pooled` when the stored table pools every seed's prompts, else `seed 0`
+    (one seed; or a table the result marks, or a result stored before it marked any, as the
+    first seed's alone)."""
+    seeds = data.get("seeds") or [data["seed"]]
+    if (
+        len(seeds) > 1
+        and "first_seed_only" in data
+        and f"tables.{table}" not in data["first_seed_only"]
+    ):
+        return f"seeds {', '.join(map(str, seeds))} pooled"
+    return f"seed {data['seed']}"
+
+
 def section(data: dict[str, Any]) -> list[str]:
     """The Markdown lines of one stored experiment."""
     seeds = data.get("seeds") or [data["seed"]]
@@ -389,7 +445,7 @@ def section(data: dict[str, Any]) -> list[str]:
         f"## {TITLES.get(data['name'], data['name'])}",
         "",
         f"Run: `{data['name']}` on {_num(data['model'])}, dataset {_num(data['dataset'])}, "
-        f"design {data['design']}, n = {data['n']} per prompt set, seeds "
+        f"{_design_text(data)}, n = {data['n']} per prompt set, seeds "
         f"{', '.join(map(str, seeds))}.",
         "",
     ]
@@ -439,13 +495,13 @@ def section(data: dict[str, Any]) -> list[str]:
         lines.append("")
     arrangements = data["tables"].get("by_arrangement")
     if arrangements:
-        lines += [f"Per demonstration arrangement (seed {data['seed']}):", ""]
+        lines += [f"Per demonstration arrangement ({_seeds_of_table(data, 'by_arrangement')}):", ""]
         first = ["arrangement", "n"]
         lines += _table(arrangements, first + [c for c in arrangements[0] if c not in first])
         lines.append("")
     mirrored = data["tables"].get("by_mirror_pair")
     if mirrored:
-        lines += [f"Per mirror pair, sign-aligned (seed {data['seed']}):", ""]
+        lines += [f"Per mirror pair, sign-aligned ({_seeds_of_table(data, 'by_mirror_pair')}):", ""]
         first = ["pair", "n"]
         lines += _table(mirrored, first + [c for c in mirrored[0] if c not in first])
         lines.append("")
@@ -711,8 +767,8 @@ def render(folder: Path) -> str:
             seeds = ",".join(map(str, data.get("seeds") or [data["seed"]]))
             lines.append(
                 f"- `{name}`: `scripts/results.py run {name}:{seeds} --n {data['n']} --dataset "
-                f"{data['dataset']} --design {data['design']}` on {_num(data['model'])}"
-                + _how_it_ran(data.get("run"))
+                f"{data['dataset']} --design {data['design']}{_design_flags(data)}` on "
+                f"{_num(data['model'])}" + _how_it_ran(data.get("run"))
             )
     missing = [name for name in order if name not in stored]
     if missing:
@@ -773,3 +829,11 @@ def render(folder: Path) -> str:
             "of ICL.",
         ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def document(folder: Path) -> str:
+    """The document of a folder of stored results: its `preface.md`, if any (what its design
+    changes from the paper's), then `render(folder)`."""
+    preface = folder / "preface.md"
+    text = preface.read_text(encoding="utf-8") + "\n" if preface.is_file() else ""
+    return text + render(folder)

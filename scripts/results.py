@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from icl_heads.results_doc import render, store  # noqa: E402
+from icl_heads.results_doc import document, store  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 DOCUMENT = ROOT / "docs" / "results.md"
@@ -113,10 +113,7 @@ def main() -> None:
     if args.command == "run":
         run(args)
     else:
-        folder = Path(args.results)
-        preface = folder / "preface.md"
-        text = preface.read_text(encoding="utf-8") + "\n" if preface.is_file() else ""
-        Path(args.out).write_text(text + render(folder), encoding="utf-8")
+        Path(args.out).write_text(document(Path(args.results)), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -148,6 +148,11 @@ class ExperimentResult(Frozen):
     #: with several seeds: the seeds, and each metric's spread between them
     seeds: list[int] = Field(default_factory=list)
     seed_spread: dict[str, SpreadOut] = Field(default_factory=dict)
+    #: with several seeds: what stays the first seed's alone, not pooled over every seed's
+    #: prompts (`metrics.NAME`, `tables.NAME`, `figures`, `report`); the rest is pooled
+    #: (results combined before this was recorded: empty, and everything but the verdicts,
+    #: intervals and gate is the first seed's)
+    first_seed_only: list[str] = Field(default_factory=list)
     #: caveats on what the numbers mean (e.g. `small_sample`: fewer than 5 prompts)
     warnings: list[CodedWarning] = Field(default_factory=list)
 

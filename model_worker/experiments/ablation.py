@@ -181,7 +181,7 @@ def run(ctx: Context) -> ExperimentResult:
         metrics,
         {
             "ablation": rows,
-            "by_arrangement": by_arrangement(unablated),
+            "by_arrangement": by_arrangement(evidence, unablated),
             "location": location.candidates,
         },
         {"ablation": figure},

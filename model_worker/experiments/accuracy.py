@@ -89,7 +89,7 @@ def run(ctx: Context) -> ExperimentResult:
         min_effect=0.05,
         behaviour=True,
     )
-    arrangements = by_arrangement(everything)
+    arrangements = by_arrangement(evidence, everything)
     evidence.decide(
         "the model answers from position: more accurate when the nearest demonstration is true",
         "accuracy_true_nearest_minus_false_nearest",

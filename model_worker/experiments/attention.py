@@ -164,7 +164,7 @@ def run(ctx: Context) -> ExperimentResult:
         min_effect=0.02,
     )
     evidence.add("spearman_attention_increase", _rho_interval(true_points))
-    arrangements = by_arrangement(runs, true_minus_false, "attn_true_minus_false")
+    arrangements = by_arrangement(evidence, runs, true_minus_false, "attn_true_minus_false")
     figures = {
         "attention": bar_chart(
             f"Last-token attention on true vs false labels — {ctx.dataset.name}",
@@ -262,22 +262,34 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 def _rho_interval(points: Sequence[Row], resamples: int = 500) -> stats.Interval:
     """ρ(attention, increase) with a bootstrap interval over prompts (a prompt's points stay
-    together)."""
+    together); it keeps its prompts' points, so seeds pool (`stats.pool`)."""
     groups: dict[int, list[tuple[float, float]]] = {}
     for p in points:
         groups.setdefault(int(p["prompt"] or 0), []).append(
             (float(p["attention"] or 0), float(p["increase"] or 0))
         )
-    blocks = [np.array(g) for g in groups.values()]
-    if not blocks:
+    if not groups:
         return stats.Interval(
             float("nan"), float("nan"), float("nan"), 0, "bootstrap", undefined="no prompts"
         )
-    whole = np.concatenate(blocks)
+    width = max(len(g) for g in groups.values())
+    blocks = np.full((len(groups), width, 2), np.nan)  # [prompt, point, (attention, increase)]
+    for i, g in enumerate(groups.values()):
+        blocks[i, : len(g)] = g
+    return _rho_of_blocks(blocks, resamples)
+
+
+def _rho_of_blocks(blocks: np.ndarray, resamples: int = 500) -> stats.Interval:
+    """`_rho_interval` of points [prompt, point, 2] (NaN-padded where a prompt has fewer):
+    whole prompts resampled from a fixed seed."""
     rng = np.random.default_rng(stats.SEED)
-    draws = []
-    for _ in range(resamples):
-        picked = np.concatenate([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))])
-        draws.append(_spearman(picked[:, 0], picked[:, 1]))
-    estimate = _spearman(whole[:, 0], whole[:, 1])
-    return stats.from_draws(estimate, draws, len(blocks), "bootstrap")
+
+    def rho(picked: np.ndarray) -> float:
+        flat = picked.reshape(-1, 2)
+        flat = flat[~np.isnan(flat).any(axis=1)]
+        return _spearman(flat[:, 0], flat[:, 1])
+
+    n = blocks.shape[0]
+    draws = [rho(blocks[rng.integers(0, n, n)]) for _ in range(resamples)]
+    sample = stats.Sample((blocks,), (0,), lambda joined: _rho_of_blocks(joined, resamples))
+    return stats.from_draws(rho(blocks), draws, n, "bootstrap", sample=sample)

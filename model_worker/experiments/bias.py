@@ -439,7 +439,7 @@ def run(ctx: Context) -> ExperimentResult:
         {
             "majority": majority_rows,
             "recency": recency_rows,
-            "by_arrangement": by_arrangement(balanced),
+            "by_arrangement": by_arrangement(evidence, balanced),
             "location": location.candidates,
         },
         figures,

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # torch-free at run time: the results document imports this m
 ADEQUACY = "adequacy accuracy"
 #: chance of the two-label argmax
 CHANCE = 0.5
+#: the tables whose rows pool over seeds (each row's intervals kept as cells), each with the
+#: column that names its rows
+POOLED_TABLES = {"by_arrangement": "arrangement", "by_mirror_pair": "pair"}
 RULE_TEXT = (
     "supported when the 95% interval lies entirely above the null; not supported when it lies "
     "entirely below null + smallest effect (an effect that size is excluded, as is any effect in "
@@ -38,6 +41,8 @@ class Evidence:
     intervals: dict[str, stats.Interval] = field(default_factory=dict)
     verdicts: list[stats.Verdict] = field(default_factory=list)
     adequacy: Adequacy | None = None
+    #: the intervals in tables' rows (`cell_name`), kept to pool seeds, not results' intervals
+    cells: dict[str, stats.Interval] = field(default_factory=dict)
 
     def add(self, name: str, interval: stats.Interval) -> stats.Interval:
         """Record `interval` under `name` (not when it has no units: it would be NaN)."""
@@ -64,10 +69,16 @@ class Evidence:
         self.verdicts.append(found)
         return found
 
+    def cell(self, table: str, key: str, column: str, interval: stats.Interval) -> Row:
+        """`interval_columns(column, interval)` for the row `key` of `table`, the interval kept
+        so that the row pools over seeds (POOLED_TABLES)."""
+        self.cells[cell_name(table, key, column)] = interval
+        return interval_columns(column, interval)
+
     def kept(self) -> dict[str, stats.Interval]:
-        """Every interval with its sample, the adequacy gate's accuracy included (for pooling
-        seeds: model_worker.experiments.seeds)."""
-        found = dict(self.intervals)
+        """Every interval with its sample, the tables' cells and the adequacy gate's accuracy
+        included (for pooling seeds: model_worker.experiments.seeds)."""
+        found = {**self.cells, **self.intervals}
         if self.adequacy is not None:
             found[ADEQUACY] = self.adequacy.accuracy
         return found
@@ -127,13 +138,20 @@ def adequacy_from(found: stats.Interval, design: str) -> Adequacy:
     return Adequacy(found, CHANCE, design, adequate, note)
 
 
+def cell_name(table: str, key: str, column: str) -> str:
+    """The name a table cell's interval is kept under: `by_arrangement[FFTT].accuracy`."""
+    return f"{table}[{key}].{column}"
+
+
 def by_arrangement(
+    evidence: Evidence,
     runs: Sequence[PromptRun],
     value: Callable[[PromptRun], float] | None = None,
     name: str = "accuracy",
 ) -> list[Row]:
     """Per demonstration arrangement (`FFTT`, `FTFT`, …): n, and `name` with its 95% interval
-    (accuracy: exact binomial; another per-prompt `value`: bootstrap over prompts)."""
+    (accuracy: exact binomial; another per-prompt `value`: bootstrap over prompts), each kept
+    in `evidence` as a cell (so the table pools over seeds)."""
     groups: dict[str, list[PromptRun]] = {}
     for r in runs:
         groups.setdefault(r.item.prompt.arrangement, []).append(r)
@@ -149,9 +167,7 @@ def by_arrangement(
             {
                 "arrangement": arrangement,
                 "n": len(members),
-                name: found.estimate,
-                f"{name}_low": found.low,
-                f"{name}_high": found.high,
+                **evidence.cell("by_arrangement", arrangement, name, found),
             }
         )
     return rows

@@ -58,7 +58,6 @@ from model_worker.experiments.evidence import (
     Evidence,
     accuracy_interval,
     adequacy,
-    interval_columns,
 )
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
@@ -256,13 +255,19 @@ def run(ctx: Context) -> ExperimentResult:
             )
             if reordered:
                 row["pair"] = pair_of(arrangement)[0]
-            row.update(interval_columns(quantity, stats.bootstrap_mean(members)))
+            row.update(
+                evidence.cell(
+                    "by_arrangement", arrangement, quantity, stats.bootstrap_mean(members)
+                )
+            )
         by_pair: dict[str, list[float]] = {}
         for p, v in zip(pairs, values, strict=False):
             by_pair.setdefault(p, []).append(v)
         for pair in sorted(by_pair, key=lambda p: (p != PAPER_PAIR, p)):
             row = pair_rows.setdefault(pair, {"pair": pair, "n": len(by_pair[pair])})
-            row.update(interval_columns(quantity, stats.bootstrap_mean(by_pair[pair])))
+            row.update(
+                evidence.cell("by_mirror_pair", pair, quantity, stats.bootstrap_mean(by_pair[pair]))
+            )
     arrangements = list(arrangement_rows.values())
     top = location.top(TOP)
     rates = _head_rates(evidence, variant, balanced, changed, top, control, signs=signs)

@@ -136,3 +136,115 @@ def test_a_bootstrap_with_no_spread_is_undefined_not_x_x() -> None:
     assert math.isnan(one.low) and one.undefined == "fewer than 2 prompts"
     out = contract_fields(Evidence(intervals={"x": found}))["intervals"]
     assert out["x"].low is None and out["x"].undefined == found.undefined  # type: ignore[index]
+
+
+# --- metrics and tables over every seed's prompts -------------------------------------------
+
+
+def _arrangement_run(
+    seed: int, counts: dict[str, tuple[int, int]]
+) -> tuple[ExperimentResult, dict[str, stats.Interval]]:
+    """A run whose `by_arrangement` rows have `counts[arrangement] = (correct, n)`, whose
+    metric `accuracy` has an interval of its name, and whose `location` table and metric
+    `n_heads` have none (they cannot pool)."""
+    evidence = Evidence()
+    rows = []
+    flags: list[bool] = []
+    for arrangement, (correct, n) in counts.items():
+        these = [True] * correct + [False] * (n - correct)
+        flags += these
+        rows.append(
+            {
+                "arrangement": arrangement,
+                "n": n,
+                **evidence.cell("by_arrangement", arrangement, "accuracy", stats.rate(these)),
+            }
+        )
+    evidence.add("accuracy", stats.rate(flags))
+    result = ExperimentResult(
+        name="accuracy",
+        model="m",
+        dataset="d",
+        n=len(flags),
+        seed=seed,
+        metrics={"accuracy": sum(flags) / len(flags), "n_heads": 4.0 + seed},
+        tables={"by_arrangement": rows, "location": [{"head": f"L{seed}H0", "score": 0.1}]},
+        figures={},
+        **contract_fields(evidence),  # type: ignore[arg-type]
+    )
+    return result, evidence.kept()
+
+
+def test_a_combined_result_pools_its_metrics_and_arrangement_rows_over_every_seed() -> None:
+    """Seed 0: FFTT 10/10, TTFF 0/10; seed 1: FFTT 2/10, TTFF 8/10. Pooled: FFTT 12/20,
+    TTFF 8/20, accuracy 20/40; the first seed's alone said 1.0 and 0.0."""
+    runs = [
+        _arrangement_run(0, {"FFTT": (10, 10), "TTFF": (0, 10)}),
+        _arrangement_run(1, {"FFTT": (2, 10), "TTFF": (8, 10)}),
+    ]
+    combined = combine_seeds([r for r, _ in runs], [k for _, k in runs])
+    assert combined.metrics["accuracy"] == pytest.approx(0.5)
+    fftt, ttff = combined.tables["by_arrangement"]
+    expected = stats.clopper_pearson(12, 20)
+    assert fftt["arrangement"] == "FFTT" and fftt["n"] == 20
+    assert fftt["accuracy"] == pytest.approx(0.6)
+    assert (fftt["accuracy_low"], fftt["accuracy_high"]) == pytest.approx(
+        (expected.low, expected.high)
+    )
+    assert ttff["n"] == 20 and ttff["accuracy"] == pytest.approx(0.4)
+    # what cannot pool stays the first seed's, and the result says so, in data and in words
+    assert combined.metrics["n_heads"] == 4.0
+    assert combined.tables["location"] == runs[0][0].tables["location"]
+    assert combined.first_seed_only == ["metrics.n_heads", "tables.location", "report"]
+    note = combined.report[0]
+    assert note.kind == "note" and "Seed 0's alone: the metrics n_heads; the tables location" in (
+        note.text
+    )
+
+
+def test_a_table_whose_rows_differ_between_seeds_stays_the_first_seeds() -> None:
+    runs = [
+        _arrangement_run(0, {"FFTT": (10, 10), "TTFF": (0, 10)}),
+        _arrangement_run(1, {"FFTT": (2, 20)}),
+    ]
+    combined = combine_seeds([r for r, _ in runs], [k for _, k in runs])
+    assert combined.tables["by_arrangement"] == runs[0][0].tables["by_arrangement"]
+    assert "tables.by_arrangement" in combined.first_seed_only
+
+
+def test_one_seed_is_its_own_pool_and_says_nothing_about_seeds() -> None:
+    run = _arrangement_run(0, {"FFTT": (10, 10), "TTFF": (0, 10)})
+    combined = combine_seeds([run[0]], [run[1]])
+    assert combined.first_seed_only == [] and combined.report == run[0].report
+    assert combined.tables["by_arrangement"] == run[0].tables["by_arrangement"]
+
+
+def test_results_of_different_designs_do_not_combine() -> None:
+    first = _arrangement_run(0, {"FFTT": (10, 10)})[0]
+    other = first.model_copy(update={"seed": 1, "demos_per_label": 8, "labels": "meaningful"})
+    with pytest.raises(ValueError, match="seed only"):
+        combine_seeds([first, other])
+
+
+def test_the_attention_rho_pools_over_seeds_as_the_joined_prompts() -> None:
+    """The ρ(attention, increase) interval resamples whole prompts; pooled over two seeds it is
+    the interval of the prompts joined (today it could not pool: no sample kept)."""
+    from model_worker.experiments.attention import _rho_interval
+
+    rng = np.random.default_rng(7)
+
+    def points(prompts: range) -> list[dict[str, float | int | str | None]]:
+        return [
+            {"prompt": p, "attention": a, "increase": a + rng.normal(0, 0.5)}
+            for p in prompts
+            for a in rng.uniform(0, 1, 3 + p % 2)  # prompts of 3 and of 4 points
+        ]
+
+    first, second = points(range(12)), points(range(15))
+    pooled = stats.pool([_rho_interval(first), _rho_interval(second)])
+    renumbered = [{**p, "prompt": int(p["prompt"] or 0) + 100} for p in second]
+    joined = _rho_interval(first + renumbered)
+    assert pooled.n == 27 and not math.isnan(pooled.low)
+    assert (pooled.estimate, pooled.low, pooled.high) == pytest.approx(
+        (joined.estimate, joined.low, joined.high)
+    )

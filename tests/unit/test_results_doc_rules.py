@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from icl_heads.results_doc import render
+import pytest
+
+from icl_heads.results_doc import document, render
 from model_worker.experiments.seeds import COMBINED_RULE, VOTE_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,8 +188,46 @@ def test_nothing_settled_behind_a_failed_gate_and_only_passing_heads_located(
     assert "the measurement alone: inconclusive" in bias
 
 
-def test_the_stored_results_render_byte_identically() -> None:
-    folder = ROOT / "docs" / "results"
-    first = render(folder)
-    assert render(folder) == first
-    assert first == (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+def test_each_section_says_the_design_its_stored_result_records(tmp_path: Path) -> None:
+    """The "Run:" line and the command name the demonstrations per label and the labels (a
+    result stored before they were recorded ran the paper's: 2 per label, foo/bar)."""
+    verdict = _verdict(
+        "attn_true_minus_false", "supported", COMBINED_RULE, _interval(0.2, 0.1, 0.3)
+    )
+    meaningful = {**_stored("attention", [verdict], True), "demos_per_label": 8}
+    meaningful["labels"] = "meaningful"
+    text = _write(tmp_path / "m", meaningful)
+    assert (
+        "design counterbalanced, 8 demonstrations per label (16 in all), labels meaningful "
+        "(each class's own name), n = 48" in text
+    )
+    assert "--design counterbalanced --demos-per-label 8 --labels meaningful`" in text
+    old = _write(tmp_path / "o", _stored("attention", [verdict], True))
+    assert "2 demonstrations per label (4 in all), labels arbitrary (foo/bar), n = 48" in old
+    assert "--labels" not in old
+
+
+def test_a_table_is_called_pooled_only_when_the_result_says_it_is(tmp_path: Path) -> None:
+    rows = [{"arrangement": "FFTT", "n": 16, "accuracy": 0.5}]
+    verdict = _verdict(
+        "accuracy_minus_chance", "supported", COMBINED_RULE, _interval(0.2, 0.1, 0.3)
+    )
+    pooled = {**_stored("accuracy", [verdict], True, by_arrangement=rows), "first_seed_only": []}
+    assert "Per demonstration arrangement (seeds 0, 1 pooled):" in _write(tmp_path / "p", pooled)
+    alone = {**pooled, "first_seed_only": ["tables.by_arrangement"]}
+    assert "Per demonstration arrangement (seed 0):" in _write(tmp_path / "a", alone)
+    legacy = _stored("accuracy", [verdict], True, by_arrangement=rows)  # stored before marking
+    assert "Per demonstration arrangement (seed 0):" in _write(tmp_path / "l", legacy)
+
+
+@pytest.mark.parametrize(
+    ("folder", "rendered"),
+    [
+        ("docs/results", "docs/results.md"),
+        ("docs/results/meaningful-16", "docs/results-meaningful-16.md"),
+    ],
+)
+def test_the_stored_results_render_byte_identically(folder: str, rendered: str) -> None:
+    first = document(ROOT / folder)
+    assert document(ROOT / folder) == first
+    assert first == (ROOT / rendered).read_text(encoding="utf-8")
