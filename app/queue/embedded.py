@@ -150,6 +150,11 @@ class EmbeddedBackend(PartsReader):
         self._news = JobNews()  # wakes the long polls of a job when it changes
         self._mean_job_s: float | None = None  # recent jobs' mean time (a queued job's wait)
 
+    @property
+    def store(self) -> ResultStore:
+        """The durable store (requests, results, studies)."""
+        return self._store
+
     def _timed_load(self) -> LoadedModel:
         loaded = self._engine.load()
         seconds = time.monotonic() - self._load_started

@@ -144,6 +144,11 @@ class RedisBackend(PartsReader):
         self._seen: dict[str, WorkerBeat] = {}  # model -> the last beat of one of its workers
         self._seen_beats: list[WorkerBeat] = []  # the live beats read last
 
+    @property
+    def store(self) -> ResultStore:
+        """The durable store (requests, results, studies)."""
+        return self._store
+
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(
             redact(f"the job queue (Redis at {self._url}) is unreachable: {exc}; ")
