@@ -697,6 +697,7 @@ class RedisBackend(PartsReader):
             if progress is not None:  # an experiment between two of its chunks
                 waiting_text = "" if message is None else f"; {message}"
                 message = f"{job.meta.get('message', '')} (paused between chunks{waiting_text})"
+                wait = job.meta.get("eta_s")  # the time left at its rate, not the next start
             return JobState(
                 id=job_id,
                 status=JobStatus.QUEUED,
