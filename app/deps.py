@@ -12,6 +12,7 @@ from pydantic import AfterValidator
 
 from app.queue.interface import Backend
 from app.security.clients import client_of
+from app.studies import Studies
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisCore, AnalysisSummary
 from model_worker.contracts.common import parse_head_name
@@ -22,6 +23,11 @@ from model_worker.service.queue.states import JobState, JobStatus
 async def get_backend(request: Request) -> Backend:
     backend: Backend = request.app.state.backend
     return backend
+
+
+async def get_studies(request: Request) -> Studies:
+    studies: Studies = request.app.state.studies
+    return studies
 
 
 async def get_app_settings(request: Request) -> Settings:
@@ -38,8 +44,12 @@ async def get_client(request: Request) -> str:
 BackendDep = Annotated[Backend, Depends(get_backend)]
 ClientDep = Annotated[str, Depends(get_client)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+StudiesDep = Annotated[Studies, Depends(get_studies)]
 
-_JOB_ID_DOC = "A job id: `a-` (analysis) or `e-` (experiment) and 32 hex digits."
+_JOB_ID_DOC = (
+    "A job id: `a-` (analysis), `e-` (experiment), `p-` (patching) or `s-` (study) and 32 hex "
+    "digits."
+)
 #: A job id in a path or a query: anything else is refused (422) before it reaches a backend,
 #: a template's URL or RQ (which raises on ids with other characters).
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description=_JOB_ID_DOC)]

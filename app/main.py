@@ -28,9 +28,11 @@ from app.routes import (
     panels,
     patching,
     pins,
+    studies,
 )
 from app.security.responses import error_response
 from app.security.shared_slots import SharedSlots
+from app.studies import Studies, StudyDocument
 from model_worker.common.log_safety import redact
 from model_worker.common.settings import Settings, get_settings
 
@@ -40,12 +42,14 @@ MAINTAIN_EVERY_S = 5.0
 log = logging.getLogger(__name__)
 
 
-async def maintain_forever(backend: Backend) -> None:
-    """Run `backend.maintain()` every MAINTAIN_EVERY_S until cancelled; errors are logged."""
+async def maintain_forever(backend: Backend, studies: Studies) -> None:
+    """Run `backend.maintain()`, then advance the pending studies, every MAINTAIN_EVERY_S until
+    cancelled; errors are logged."""
     while True:
         await asyncio.sleep(MAINTAIN_EVERY_S)
         try:
             await backend.maintain()
+            await studies.advance_all()
         except Exception as exc:  # Redis or the store away: the next pass tries again
             log.warning("upkeep failed: %s", exc)
 
@@ -62,14 +66,21 @@ def default_backend(settings: Settings) -> Backend:
     return RedisBackend(settings)
 
 
-def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
-    """The app; `backend` defaults to what the settings ask for."""
+def create_app(
+    settings: Settings | None = None,
+    backend: Backend | None = None,
+    study_document: StudyDocument | None = None,
+) -> FastAPI:
+    """The app; `backend` defaults to what the settings ask for; `study_document` renders a
+    finished study's results document (the library's icl_heads.study.study_document; without
+    it, `GET /api/studies/{id}/results.md` answers 501)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.backend = backend or default_backend(settings)
-        upkeep = asyncio.create_task(maintain_forever(app.state.backend))
+        app.state.studies = Studies(app.state.backend, settings, study_document)
+        upkeep = asyncio.create_task(maintain_forever(app.state.backend, app.state.studies))
         try:
             yield
         finally:
@@ -101,6 +112,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.include_router(families.router)
     app.include_router(pins.router)
     app.include_router(jobs.router)
+    app.include_router(studies.router)
     app.include_router(patching.router)
     app.include_router(atlas.router)
     security.install(app, settings)

@@ -73,6 +73,20 @@ def pin_caps(settings: Settings) -> PinCaps:
     return PinCaps(settings.pin_max_bytes_per_user, total)
 
 
+class StoredStudy(NamedTuple):
+    """A study as accepted: its request, who submitted it, the ids of its experiment jobs so
+    far (None: not submitted yet), and its state (pending, done or failed, with the reason)."""
+
+    id: str
+    model: str
+    fingerprint: str
+    request: str
+    client: str
+    jobs: list[str | None]
+    state: str
+    error: str | None
+
+
 class StoredJob(NamedTuple):
     id: str
     kind: str
@@ -102,6 +116,10 @@ def _schema(blob: str) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS icl_parts (job_id TEXT NOT NULL, name TEXT NOT NULL, "
         f"data {blob} NOT NULL, PRIMARY KEY (job_id, name))",
         "CREATE TABLE IF NOT EXISTS icl_datasets (digest TEXT PRIMARY KEY, text TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS icl_studies (id TEXT PRIMARY KEY, model TEXT NOT NULL, "
+        "fingerprint TEXT NOT NULL, request TEXT NOT NULL, client TEXT NOT NULL, "
+        "jobs TEXT NOT NULL, state TEXT NOT NULL, error TEXT, "
+        "created_at DOUBLE PRECISION NOT NULL)",
     ]
 
 
@@ -445,6 +463,60 @@ class ResultStore:
 
     def has_result(self, job_id: str) -> bool:
         rows = self._run("SELECT 1 FROM icl_parts WHERE job_id = ? LIMIT 1", (job_id,), True)
+        return bool(rows)
+
+    # --- studies (app.studies): a plan of experiment jobs, kept beside the jobs ----------
+
+    def remember_study(
+        self, study: str, model: str, fingerprint: str, request: str, client: str, n_jobs: int
+    ) -> None:
+        """Keep an accepted study (one that failed or was cancelled starts afresh)."""
+        jobs = json.dumps([None] * n_jobs)
+        self._run(
+            "INSERT INTO icl_studies (id, model, fingerprint, request, client, jobs, state, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "state = ?, error = NULL, client = ?, jobs = ? WHERE icl_studies.state = ?",
+            (study, model, fingerprint, request, client, jobs, PENDING, time.time())
+            + (PENDING, client, jobs, FAILED),
+        )
+
+    def study(self, study: str) -> StoredStudy | None:
+        rows = self._run(
+            "SELECT id, model, fingerprint, request, client, jobs, state, error FROM "
+            "icl_studies WHERE id = ?",
+            (study,),
+            fetch=True,
+        )
+        if not rows:
+            return None
+        study_id, model, fingerprint, request, client, jobs, state, error = rows[0]
+        return StoredStudy(
+            study_id, model, fingerprint, request, client, json.loads(jobs), state, error
+        )
+
+    def pending_studies(self, limit: int = 100) -> list[str]:
+        """The ids of studies not yet done or failed, oldest first."""
+        rows = self._run(
+            "SELECT id FROM icl_studies WHERE state = ? ORDER BY created_at LIMIT ?",
+            (PENDING, limit),
+            fetch=True,
+        )
+        return [row[0] for row in rows]
+
+    def study_jobs(self, study: str, jobs: list[str | None]) -> None:
+        """Record the ids of a pending study's experiment jobs submitted so far."""
+        self._run(
+            "UPDATE icl_studies SET jobs = ? WHERE id = ? AND state = ?",
+            (json.dumps(jobs), study, PENDING),
+        )
+
+    def end_study(self, study: str, state: str, error: str | None = None) -> bool:
+        """A pending study is done, or failed (cancelled) with `error`; False if it had ended."""
+        rows = self._run(
+            "UPDATE icl_studies SET state = ?, error = ? WHERE id = ? AND state = ? RETURNING id",
+            (state, error, study, PENDING),
+            fetch=True,
+        )
         return bool(rows)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,10 +21,12 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from icl_heads.results import AnalysisResult, ExperimentResult
+from icl_heads.study import Study
 from model_worker.contracts.analysis import AnalysisRequest
-from model_worker.contracts.experiments import ExperimentRequest
+from model_worker.contracts.experiments import DEFAULT_N, ExperimentRequest
 from model_worker.contracts.patching import PatchingResult, PatchRequest
-from model_worker.service.queue.states import JobState, JobStatus, ModelInfo
+from model_worker.contracts.studies import StudyRequest
+from model_worker.service.queue.states import JobState, JobStatus, ModelInfo, StudyState
 
 R = TypeVar("R", AnalysisResult, ExperimentResult, PatchingResult)
 RETRIED = (429, 503)
@@ -220,6 +222,52 @@ class Client:
         request = self._build(PatchRequest, prompt=prompt, corruption=corruption, **fields)
         return self._run("/api/patch", request, PatchingResult, timeout)
 
+    def study(
+        self,
+        experiments: Sequence[str] | None = None,
+        datasets: Sequence[str] = ("sentiment-number",),
+        *,
+        seeds: Sequence[int] = (0,),
+        n: int = DEFAULT_N,
+        model: str | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> Study:
+        """Run a study on the server (`POST /api/studies`): `experiments` (default: the paper's)
+        on every built-in dataset of `datasets`, every seed of `seeds` pooled in each;
+        `options`: the design (locate_by, correct_only, design, demos_per_label, labels). The
+        server submits its experiment jobs within this client's share of batch work; the bar
+        shows one fraction over all of them. Its results document and results once done."""
+        fields: dict[str, Any] = {"datasets": list(datasets), "seeds": list(seeds), "n": n}
+        fields |= {"model": model, **options}
+        if experiments is not None:
+            fields["experiments"] = list(experiments)
+        request = self._build(StudyRequest, **fields)
+        answer = self._request("POST", "/api/studies", json=request.model_dump(mode="json"))
+        state = self._study_state(answer)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._bar(state.id, True) as show:
+            interval = min(0.1, self.poll_interval)
+            while state.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+                show(JobState.model_validate(state.model_dump(exclude={"jobs", "document"})))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"study {state.id} still {state.status} after {timeout} s")
+                self.sleep(interval)
+                interval = min(interval * 1.5, self.poll_interval)
+                state = self._study_state(self._request("GET", f"/api/studies/{state.id}"))
+        if state.status == JobStatus.FAILED or state.document is None:
+            raise JobFailed(f"study {state.id} failed: {state.error}")
+        document = self._request("GET", state.document).text
+        results = [self.wait(job.id or "") for job in state.jobs]
+        return Study(state.id, document, [r for r in results if isinstance(r, ExperimentResult)])
+
+    @staticmethod
+    def _study_state(response: httpx.Response) -> StudyState:
+        try:
+            return StudyState.model_validate(response.json(), extra="ignore")
+        except (ValueError, ValidationError) as exc:
+            raise ClientError(f"unexpected answer from the server: {str(exc)[:300]}") from None
+
     def submit(self, request: AnalysisRequest | ExperimentRequest) -> JobState:
         """Submit without waiting: the job's state (its `id` for `wait`)."""
         path = "/api/analyses" if isinstance(request, AnalysisRequest) else "/api/experiments"
@@ -235,10 +283,11 @@ class Client:
         return self._finish(self._poll(job_id), AnalysisResult, None, timeout)
 
     def cancel(self, job_id: str) -> JobState:
-        """Cancel a queued or running job you submitted (an admin: anyone's): a queued one
-        leaves the queue at once, a running one stops within one slice of its work and keeps
-        nothing; its state then says `cancelled by …`. NotFound for an unknown job; ClientError
-        (409) for one already finished."""
+        """Cancel a queued or running job or study (`s-…`: each job it has queued or running)
+        you submitted (an admin: anyone's): a queued one leaves the queue at once, a running
+        one stops within one slice of its work and keeps nothing; its state then says
+        `cancelled by …`. NotFound for an unknown job; ClientError (409) for one already
+        finished."""
         return self._state(self._request("DELETE", f"/api/jobs/{job_id}"))
 
     # --- internals ------------------------------------------------------------------------

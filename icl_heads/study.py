@@ -1,81 +1,73 @@
-"""A study: several experiments × seeds as one submission, ending with the results document.
+"""A study: several experiments × datasets × seeds as one run, ending with the results document.
 
-`paper_requests` lists the paper's experiments (the results document's sections) under every
-seed; `run_study` hands them to a runner (a server: a few in flight at once, each spread over
-the model's workers in chunks; or this process, one after another), combines each experiment's
-seeds (model_worker.experiments.seeds), stores each under `folder` and renders
-`folder/results.md` (icl_heads.results_doc): data in, one document out.
+`StudyRequest` (model_worker.contracts.studies) plans it: one experiment job per experiment and
+dataset, every seed in each, pooled (the verdicts decided over every seed's prompts). On a
+server (`Client.study`: `POST /api/studies`) the server runs the jobs, within the client's share
+of batch work, each spread over the model's workers in chunks, and renders the document; here
+(`run_here`) they run one after another. Either way `study_document` renders the document from
+the results (icl_heads.results_doc) and `write_study` keeps them in a folder: data in, one
+document out.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from icl_heads.results_doc import TITLES, render, store
-from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentRequest, ExperimentResult
-from model_worker.experiments.seeds import combine_seeds
+from icl_heads.results_doc import render, store
+from model_worker.contracts.experiments import ExperimentRequest, ExperimentResult
+from model_worker.contracts.studies import PAPER_EXPERIMENTS, StudyRequest
 
 #: The studies by name: `paper` runs every experiment of the results document.
-STUDIES = {"paper": tuple(name for name in TITLES if name in EXPERIMENT_NAMES)}
+STUDIES = {"paper": PAPER_EXPERIMENTS}
 DOCUMENT = "results.md"
 
 
-class Submitter(Protocol):
-    """What `remote_runner` needs of `icl_heads.Client`."""
+@dataclass(frozen=True)
+class Study:
+    """A finished study: its id on the server (empty when run here), its results document and
+    its experiments' results (in its plan's order)."""
 
-    def submit(self, request: ExperimentRequest) -> object: ...
-
-    def wait(self, job_id: str, timeout: float | None = None) -> object: ...
-
-
-def paper_requests(
-    names: Sequence[str], dataset: str, seeds: Sequence[int], n: int, model: str | None
-) -> list[ExperimentRequest]:
-    """Every experiment of `names` under every seed (experiment by experiment)."""
-    return [
-        ExperimentRequest(name=name, dataset=dataset, n=n, seed=seed, model=model)
-        for name in names
-        for seed in seeds
-    ]
+    id: str
+    document: str
+    results: list[ExperimentResult]
 
 
-Runner = Callable[[Sequence[ExperimentRequest]], list[ExperimentResult]]
-
-
-def remote_runner(client: Submitter, in_flight: int = 2) -> Runner:
-    """Run requests on a server, at most `in_flight` submitted at once (a client's share of
-    experiments, ICL_CLIENT_EXPERIMENTS): results in request order."""
-
-    def run(requests: Sequence[ExperimentRequest]) -> list[ExperimentResult]:
-        results: dict[int, ExperimentResult] = {}
-        waiting: list[tuple[int, str]] = []
-        queued = list(enumerate(requests))
-        while queued or waiting:
-            while queued and len(waiting) < in_flight:
-                index, request = queued.pop(0)
-                state = client.submit(request)
-                waiting.append((index, str(getattr(state, "id", ""))))
-            index, job_id = waiting.pop(0)
-            result = client.wait(job_id)
-            if not isinstance(result, ExperimentResult):
-                raise TypeError(f"job {job_id} is not an experiment")
-            results[index] = result
-        return [results[i] for i in range(len(requests))]
-
-    return run
-
-
-def run_study(requests: Sequence[ExperimentRequest], runner: Runner, folder: Path) -> Path:
-    """Run `requests`, store each experiment's seeds combined under `folder`, and write the
-    results document there; its path."""
-    results = runner(requests)
-    by_name: dict[str, list[ExperimentResult]] = {}
+def _by_dataset(results: Sequence[ExperimentResult]) -> dict[str, list[ExperimentResult]]:
+    found: dict[str, list[ExperimentResult]] = {}
     for result in results:
-        by_name.setdefault(result.name, []).append(result)
-    for found in by_name.values():
-        store(combine_seeds(found) if len(found) > 1 else found[0], folder)
+        found.setdefault(result.dataset, []).append(result)
+    return found
+
+
+def study_document(results: Sequence[ExperimentResult]) -> str:
+    """The results document of a study's results: one document per dataset (in the order the
+    results name them), separated by a rule."""
+    documents = []
+    for found in _by_dataset(results).values():
+        with tempfile.TemporaryDirectory() as folder:
+            for result in found:
+                store(result, Path(folder))
+            documents.append(render(Path(folder)))
+    return "\n\n---\n\n".join(documents)
+
+
+def write_study(study: Study, folder: Path) -> Path:
+    """Keep each result under `folder` (several datasets: `folder/<dataset>/`) and write the
+    results document there; its path."""
+    by_dataset = _by_dataset(study.results)
+    for dataset, found in by_dataset.items():
+        for result in found:
+            store(result, folder if len(by_dataset) == 1 else folder / dataset)
     document = folder / DOCUMENT
-    document.write_text(render(folder), encoding="utf-8")
+    folder.mkdir(parents=True, exist_ok=True)
+    document.write_text(study.document, encoding="utf-8")
     return document
+
+
+def run_here(request: StudyRequest, run: Callable[[ExperimentRequest], ExperimentResult]) -> Study:
+    """The study with every experiment job run by `run` in this process, one after another."""
+    results = [run(plan) for plan in request.experiment_requests()]
+    return Study(id="", document=study_document(results), results=results)

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from icl_heads.serving import embedded_backend
+from icl_heads.study import study_document
 from model_worker.common.settings import Settings
 from model_worker.model.loading import LoadedModel
 from tests.tiny_models import tiny_llama
@@ -21,7 +22,8 @@ def embedded_client(
 ) -> TestClient:
     """A TestClient (`options`: its own) of the app over an embedded backend that serves the
     model `loader` makes."""
-    return TestClient(create_app(settings, embedded_backend(settings, loader=loader)), **options)
+    backend = embedded_backend(settings, loader=loader)
+    return TestClient(create_app(settings, backend, study_document), **options)
 
 
 def rendered_contexts(monkeypatch: pytest.MonkeyPatch, routes: ModuleType) -> list[dict[str, Any]]:

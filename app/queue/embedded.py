@@ -150,6 +150,11 @@ class EmbeddedBackend(PartsReader):
         self._news = JobNews()  # wakes the long polls of a job when it changes
         self._mean_job_s: float | None = None  # recent jobs' mean time (a queued job's wait)
 
+    @property
+    def store(self) -> ResultStore:
+        """The durable store (requests, results, studies)."""
+        return self._store
+
     def _timed_load(self) -> LoadedModel:
         loaded = self._engine.load()
         seconds = time.monotonic() - self._load_started
@@ -290,10 +295,13 @@ class EmbeddedBackend(PartsReader):
                 return result_parts(self._engine.patch(loaded, request, patch_progress, base))
 
             def heads_stage(partial: AnalysisResult) -> None:
+                self._stop_if_cancelled(job_id)  # a cancelled analysis stops between stages
                 self._heads[job_id] = analysis_parts(partial)[CORE]
                 self._set(JobState(id=job_id, status=JobStatus.RUNNING, message=DETAILS_MESSAGE))
 
-            return result_parts(self._engine.analyze(loaded, request, heads_stage))
+            analysis = self._engine.analyze(loaded, request, heads_stage)
+            self._stop_if_cancelled(job_id)  # ... and after its details: nothing kept
+            return result_parts(analysis)
 
         return work
 
@@ -425,7 +433,8 @@ class EmbeddedBackend(PartsReader):
 
     async def cancel(self, job_id: str, client: str, admin: bool = False) -> JobState | None:
         """Cancel a queued or running job of `client` (any job for an `admin`): a queued one
-        at once, a running one at its next slice; None for a job this server does not run.
+        at once, a running one at its next slice (an analysis: at the end of its stage, per-head
+        or details); None for a job this server does not run.
         403 for another client's job, 409 for a finished one."""
         state = await self.status(job_id, recover=False)
         if state is None:

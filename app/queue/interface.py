@@ -30,6 +30,7 @@ from model_worker.service.queue.result_parts import (
 from model_worker.service.queue.states import JobState, ModelInfo, done_body
 
 if TYPE_CHECKING:
+    from app.store import ResultStore
     from model_worker.model.loading import LoadedModel
 
 
@@ -171,6 +172,11 @@ class Backend(Protocol):
     """
 
     default_model: str
+
+    @property
+    def store(self) -> ResultStore:
+        """The durable store: accepted requests, results, studies (app.studies)."""
+        ...
 
     async def submit(self, request: AnalysisRequest, client: str = "") -> JobState:
         """Start (or find cached / in flight) the analysis of `request`."""

@@ -144,6 +144,11 @@ class RedisBackend(PartsReader):
         self._seen: dict[str, WorkerBeat] = {}  # model -> the last beat of one of its workers
         self._seen_beats: list[WorkerBeat] = []  # the live beats read last
 
+    @property
+    def store(self) -> ResultStore:
+        """The durable store (requests, results, studies)."""
+        return self._store
+
     def _unreachable(self, exc: Exception) -> BackendError:
         return BackendError(
             redact(f"the job queue (Redis at {self._url}) is unreachable: {exc}; ")
@@ -719,6 +724,7 @@ class RedisBackend(PartsReader):
             if progress is not None:  # an experiment between two of its chunks
                 waiting_text = "" if message is None else f"; {message}"
                 message = f"{job.meta.get('message', '')} (paused between chunks{waiting_text})"
+                wait = job.meta.get("eta_s")  # the time left at its rate, not the next start
             return JobState(
                 id=job_id,
                 status=JobStatus.QUEUED,

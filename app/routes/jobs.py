@@ -1,28 +1,35 @@
 """Cancelling a job: `DELETE /api/jobs/{id}` (JSON) and the Cancel button of the experiment and
 patch pages (a same-origin form POST, app.security.origin). Who submitted the job may cancel it,
 and so may an admin (`ICL_ADMINS`, named users). A queued job leaves the queue at once; a
-running one stops within one slice of its work; nothing of it is kept as a result, and its page
-says it was cancelled and by whom."""
+running one stops within one slice of its work (an analysis: at the end of its stage); nothing
+of it is kept as a result, and its page says it was cancelled and by whom. A study (`s-…`) is
+cancelled with every job it has queued or running (app.studies)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import RedirectResponse
 
-from app.deps import BackendDep, ClientDep, JobId, SettingsDep
+from app.deps import BackendDep, ClientDep, JobId, SettingsDep, StudiesDep
 from app.queue.interface import BackendError
 from app.security.clients import is_admin
 from app.templating import url_path
 from model_worker.common.settings import Settings
-from model_worker.service.queue.keys import is_experiment, is_patching
+from model_worker.service.queue.keys import is_experiment, is_patching, is_study
 from model_worker.service.queue.states import JobState
 
 router = APIRouter(tags=["analyses"])
 
 
-async def _cancel(job_id: str, backend: BackendDep, client: str, settings: Settings) -> JobState:
+async def _cancel(
+    job_id: str, backend: BackendDep, client: str, settings: Settings, studies: StudiesDep
+) -> JobState:
+    admin = is_admin(client, settings.admins)
     try:
-        state = await backend.cancel(job_id, client, is_admin(client, settings.admins))
+        if is_study(job_id):
+            state = await studies.cancel(job_id, client, admin)
+        else:
+            state = await backend.cancel(job_id, client, admin)
     except BackendError as exc:
         raise HTTPException(exc.status, str(exc)) from exc
     if state is None:
@@ -40,11 +47,16 @@ async def _cancel(job_id: str, backend: BackendDep, client: str, settings: Setti
     },
 )
 async def cancel_job(
-    job_id: JobId, backend: BackendDep, client: ClientDep, settings: SettingsDep
+    job_id: JobId,
+    backend: BackendDep,
+    client: ClientDep,
+    settings: SettingsDep,
+    studies: StudiesDep,
 ) -> JobState:
-    """Cancel a queued or running job you submitted (an admin: anyone's). Answers its state:
-    failed with `cancelled by …` when it left the queue, else running until its next slice."""
-    return await _cancel(job_id, backend, client, settings)
+    """Cancel a queued or running job or study you submitted (an admin: anyone's). Answers
+    its state: failed with `cancelled by …` when it left the queue (a study: at once, its
+    running jobs stopping within a slice), else running until its next slice."""
+    return await _cancel(job_id, backend, client, settings, studies)
 
 
 @router.post("/jobs/{job_id}/cancel", response_class=RedirectResponse, status_code=303)
@@ -54,9 +66,10 @@ async def cancel_job_form(
     backend: BackendDep,
     client: ClientDep,
     settings: SettingsDep,
+    studies: StudiesDep,
 ) -> RedirectResponse:
     """The Cancel button: cancel, then back to the job's page (which says so)."""
-    await _cancel(job_id, backend, client, settings)
+    await _cancel(job_id, backend, client, settings, studies)
     if is_experiment(job_id):
         page = url_path(request, "experiment_job_page", job_id=job_id)
     elif is_patching(job_id):

@@ -60,17 +60,18 @@ def serve(
     from app.main import create_app
     from app.security.bind import enforce_bind
     from app.timeouts import server_config
+    from icl_heads.study import study_document
 
     settings = settings_with(host=host, port=port)
     enforce_bind(settings.host, settings, insecure)
     if settings.redis_url:
-        web_app = create_app(settings)
+        web_app = create_app(settings, study_document=study_document)
     else:
         from icl_heads.serving import embedded_backend
         from model_worker.resources.threads import set_threads
 
         set_threads(threads, workers_per_host)  # before the engine's thread loads the model
-        web_app = create_app(settings, embedded_backend(settings))
+        web_app = create_app(settings, embedded_backend(settings), study_document)
     uvicorn.Server(server_config(web_app, settings, **uvicorn_options(settings))).run()
 
 

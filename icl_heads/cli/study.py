@@ -1,6 +1,7 @@
 """`icl-heads study paper`: the paper's experiments × seeds as one run, ending with the results
-document (icl_heads.study). With `--server`, the experiments go to that server's workers (each
-spread over the model's workers in chunks); without, they run here one after another."""
+document (icl_heads.study). With `--server`, the study goes to that server (`POST /api/studies`:
+its experiment jobs run on the server's workers, each spread over the model's workers in chunks,
+within this client's share of batch work); without, they run here one after another."""
 
 from __future__ import annotations
 
@@ -13,20 +14,20 @@ from icl_heads.cli import remote as cli_remote
 from icl_heads.cli.common import DeviceOption, DTypeOption, ModelOption, quietly, user_errors
 from model_worker.common.errors import UserInputError
 from model_worker.common.settings import get_settings
+from model_worker.contracts.experiments import DEFAULT_N
 
 
 def study(
     name: Annotated[str, typer.Argument(help="The study: paper (every experiment).")],
     model: ModelOption = None,
     dataset: Annotated[str, typer.Option(help="Built-in dataset.")] = "sentiment-number",
-    seeds: Annotated[str, typer.Option(help="Seeds, e.g. 0,1,2.")] = "0",
-    n: Annotated[int, typer.Option("--n", help="Prompts per experiment.")] = 64,
+    seeds: Annotated[
+        str, typer.Option(help="Seeds, e.g. 0,1,2 (pooled in each experiment).")
+    ] = "0",
+    n: Annotated[int, typer.Option("--n", help="Prompts per experiment and seed.")] = DEFAULT_N,
     out: Annotated[Path, typer.Option(help="Folder for the results and results.md.")] = Path(
         "study"
     ),
-    in_flight: Annotated[
-        int, typer.Option(help="Experiments submitted at once to a server (its client share).")
-    ] = 2,
     device: DeviceOption = "auto",
     dtype: DTypeOption = "auto",
     server: cli_remote.ServerOption = None,
@@ -34,22 +35,32 @@ def study(
     """Run a study and write its results document."""
     from pydantic import ValidationError
 
-    from icl_heads.study import STUDIES, paper_requests, remote_runner, run_study
+    from icl_heads.study import STUDIES, run_here, write_study
+    from model_worker.contracts.studies import StudyRequest
     from model_worker.experiments.seeds import parse_seeds
 
     with user_errors():
         if name not in STUDIES:
             raise UserInputError(f"unknown study {name!r}; use {', '.join(STUDIES)}")
         try:
-            seed_list = parse_seeds(seeds)
-            requests = paper_requests(STUDIES[name], dataset, seed_list, n, model)
-        except (ValueError, ValidationError) as exc:
-            raise UserInputError(str(exc).splitlines()[0]) from None
+            request = StudyRequest(
+                model=model,
+                experiments=list(STUDIES[name]),
+                datasets=[dataset],
+                seeds=parse_seeds(seeds),
+                n=n,
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise UserInputError(f"{where}: {first['msg']}") from None
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
         if server is not None:
             from icl_heads.client import Client
 
             with Client(server) as client:
-                document = run_study(requests, remote_runner(client, in_flight), out)
+                done = client.study(**request.model_dump(exclude_none=True))
         else:
             from model_worker.experiments.job import run_experiment
             from model_worker.model.loading import load_model
@@ -58,9 +69,8 @@ def study(
             loaded = quietly(
                 lambda: load_model(model, device=device, dtype=dtype, cache_dir=cache_dir)
             )
-            document = run_study(
-                requests, lambda asked: [run_experiment(loaded, r) for r in asked], out
-            )
+            done = run_here(request, lambda plan: run_experiment(loaded, plan))
+        document = write_study(done, out)
     typer.echo(f"wrote {document}", err=True)
 
 

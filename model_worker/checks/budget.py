@@ -84,11 +84,14 @@ def check_analysis(n_tokens: int, request: AnalysisRequest, limit: int) -> None:
 
 
 def check_experiment(request: ExperimentRequest, max_n: int) -> None:
-    """BudgetError when the experiment asks for more prompts than `max_n`."""
-    if request.n > max_n:
+    """BudgetError when the experiment asks for more prompts than `max_n` (n per seed, times
+    its seeds)."""
+    seeds = max(1, len(request.seeds))
+    if request.n * seeds > max_n:
+        asked = f"n = {request.n} prompts" + (f" × {seeds} seeds" if seeds > 1 else "")
         raise BudgetError(
-            f"this experiment is over the budget: n = {request.n} prompts, the limit is {max_n} "
-            "(ICL_MAX_EXPERIMENT_N); lower n"
+            f"this experiment is over the budget: {asked}, the limit is {max_n} "
+            "(ICL_MAX_EXPERIMENT_N); lower n" + (" or use fewer seeds" if seeds > 1 else "")
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from model_worker.contracts.caveats import CodedWarning
 from model_worker.contracts.common import Frozen, RankBy
@@ -90,6 +90,8 @@ DEFAULT_N = 40
 #: Prompts per prompt set for ±5-point intervals (95%) on a proportion near ½:
 #: 1.96 · √(¼ / 400) ≈ 0.049; about PRECISE_N / DEFAULT_N times the default's time.
 PRECISE_N = 400
+#: Most seeds one experiment (or study) runs.
+MAX_SEEDS = 20
 
 
 class ExperimentRequest(Frozen):
@@ -101,6 +103,10 @@ class ExperimentRequest(Frozen):
     model: str | None = None
     n: int = Field(default=DEFAULT_N, ge=1, le=1000)
     seed: int = 0
+    #: several seeds: one run each, pooled into one result (the verdicts decided over every
+    #: seed's prompts); empty: `seed` alone. Left out of the request's JSON when empty, so a
+    #: one-seed request keeps its job id.
+    seeds: list[int] = Field(default_factory=list, max_length=MAX_SEEDS, exclude_if=lambda v: not v)
     #: experiments that locate in-context heads rank the candidates by this
     locate_by: RankBy = "increase"
     #: MRR and attention experiments: only the prompts the model answers correctly
@@ -114,6 +120,13 @@ class ExperimentRequest(Frozen):
     labels: LabelStyle = "arbitrary"
     dataset_text: str | None = Field(default=None, max_length=5 * 1024 * 1024)
     dataset_filename: str | None = Field(default=None, max_length=200)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("each seed once")
+        return seeds
 
 
 class ExperimentResult(Frozen):

@@ -48,7 +48,7 @@ from model_worker.contracts.experiments import ExperimentResult
 from model_worker.datasets import IclPrompt, format_prompt
 from model_worker.datasets.prompts import one_line
 from model_worker.experiments import atlas_prompts, stats
-from model_worker.experiments.batching import Batch, PromptRun, run_prompts
+from model_worker.experiments.batching import Batch, Prepared, PromptRun, each_prompt, run_prompts
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.data import class_of
 from model_worker.experiments.evidence import Evidence, adequacy
@@ -56,6 +56,7 @@ from model_worker.experiments.figure_data import bar_chart, scatter
 from model_worker.experiments.locate import n_located, zeroing
 from model_worker.experiments.progress import ProgressFn, Stages
 from model_worker.experiments.report import comparison, header, pct, table
+from model_worker.experiments.slices import Record
 from model_worker.model.capture import run_with_cache
 from model_worker.patching.engine import (
     Activations,
@@ -179,7 +180,8 @@ def run(ctx: Context) -> ExperimentResult:
         {
             "scores": 1.0,
             "sequences": 0.2,
-            "function vectors": 1.0,
+            "screen": 0.7,
+            "function vectors": 0.5,
             "saliency": 0.5,
             "ablation": 2.0,
         },
@@ -229,38 +231,59 @@ def run(ctx: Context) -> ExperimentResult:
     subset = items[:SUBSET]
     rng = random.Random(ctx.seed)
     fv_items = ctx.prepare([shuffled(item.prompt, rng) for item in subset])
-    fv_stage = stages.stage("function vectors")
-    fv_estimates, fv_bases = [], []
-    for i, (item, original) in enumerate(zip(fv_items, subset, strict=True)):
-        fv_stage(i / len(fv_items), f"prompt {i + 1} of {len(fv_items)}")
-        task_z = mean_z[assignment(original.prompt, classes)]  # this prompt's task's mean
+    # each prompt's task's mean output (its label assignment's)
+    task_zs = [mean_z[assignment(original.prompt, classes)] for original in subset]
+
+    def fv_source(index: int, item: Prepared) -> Activations:
+        """The prompt's activations with its task's mean z at the last position."""
         base = record(loaded, item.ids)
         sites = dict(base.sites)
         for layer in range(g.n_layers):
             z = sites[("z", layer)].clone()
-            z[item.last] = task_z[layer].to(z.device, z.dtype)
+            z[item.last] = task_zs[index][layer].to(z.device, z.dtype)
             sites[("z", layer)] = z
-        source = Activations(sites, base.logits)
-        found = attribution(loaded, item.ids, source, item.true_id, item.false_id)
-        fv_estimates.append(found.z[:, item.last].flatten().double())
-        fv_bases.append(source)
+        return Activations(sites, base.logits)
+
+    def fv_screen(index: int, item: Prepared) -> Record:
+        found = attribution(loaded, item.ids, fv_source(index, item), item.true_id, item.false_id)
+        return {"estimate": found.z[:, item.last].flatten().double().cpu()}
+
+    # every per-prompt pass goes in slices (batching.each_prompt), as the batched ones do
+    screened = each_prompt(
+        fv_items, fv_screen, label="function-vector screen", progress=stages.stage("screen")
+    )
+    fv_estimates = [r["estimate"] for r in screened]
     function_vector = torch.stack(fv_estimates).mean(0)  # [L·H], the screen: LD change
     fv_top = top_k(function_vector.numpy(), min(FV_EXACT, n_heads))
-    exact_fv, aie = np.zeros(len(fv_top)), np.zeros(len(fv_top))
-    for item, source in zip(fv_items, fv_bases, strict=True):
+
+    def fv_exact(index: int, item: Prepared) -> Record:
         rows: list[list[Patch]] = [[]]
         rows += [[Patch("z", h // g.n_heads, h % g.n_heads, (item.last,))] for h in fv_top]
-        logits = run_patched(loaded, item.ids, source, rows).logits
-        ld = (logits[:, item.true_id] - logits[:, item.false_id]).double().numpy()
+        logits = run_patched(loaded, item.ids, fv_source(index, item), rows).logits
+        ld = (logits[:, item.true_id] - logits[:, item.false_id]).double()
+        p = torch.softmax(logits.double(), -1)[:, item.true_id]
+        return {"ld": ld.cpu(), "p": p.cpu()}
+
+    exact = each_prompt(
+        fv_items,
+        fv_exact,
+        label="function vectors, exact",
+        options=repr(list(fv_top)),
+        progress=stages.stage("function vectors"),
+    )
+    exact_fv, aie = np.zeros(len(fv_top)), np.zeros(len(fv_top))
+    for found in exact:
+        ld, p = found["ld"].numpy(), found["p"].numpy()
         exact_fv += (ld[1:] - ld[0]) / len(fv_items)
-        p = torch.softmax(logits.double(), -1)[:, item.true_id].numpy()
         aie += (p[1:] - p[0]) / len(fv_items)
 
-    sal_stage = stages.stage("saliency")
-    saliencies = []
-    for i, item in enumerate(subset):
-        sal_stage(i / len(subset), f"prompt {i + 1} of {len(subset)}")
-        saliencies.append(label_saliency(loaded, item.ids, item.true_id, item.label_positions))
+    def saliency_of(_index: int, item: Prepared) -> Record:
+        return {
+            "saliency": label_saliency(loaded, item.ids, item.true_id, item.label_positions).cpu()
+        }
+
+    salient = each_prompt(subset, saliency_of, label="saliency", progress=stages.stage("saliency"))
+    saliencies = [r["saliency"] for r in salient]
     saliency = torch.stack(saliencies).mean(0)
 
     columns = {

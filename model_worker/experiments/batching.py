@@ -289,6 +289,42 @@ def run_prompts(
     return [from_record(item, record) for item, record in zip(items, records, strict=True)]
 
 
+#: Prompts per slice of a pass that works on one prompt at a time (`each_prompt`): each costs
+#: several forward or backward passes, so a slice of one keeps an interactive job's wait short.
+EACH_PROMPT_SLICE = 1
+
+
+def each_prompt(
+    items: Sequence[Prepared],
+    compute: Callable[[int, Prepared], Record],
+    *,
+    label: str,
+    options: str = "",
+    progress: ProgressFn = no_progress,
+) -> list[Record]:
+    """`compute(index, item)` for every prompt, in slices through the experiment's slicer, as
+    `run_prompts` does for batched passes (an interactive job runs, a cancel stops the
+    experiment, other workers help, between two slices); records in prompt order. `options`
+    names whatever else the records depend on (what the pass computes must be the same when
+    the experiment is replayed)."""
+    total = len(items)
+    step = EACH_PROMPT_SLICE
+    parts = [range(start, min(total, start + step)) for start in range(0, total, step)]
+    progress(0.0, f"{label}: 0/{total}")
+
+    def compute_slice(i: int) -> list[Record]:
+        return [compute(index, items[index]) for index in parts[i]]
+
+    def on_slice(i: int) -> None:
+        progress(parts[i].stop / max(1, total), f"{label}: {parts[i].stop}/{total}")
+
+    digest = pass_digest(items, repr(("each prompt", label, options)))
+    records = merged(current_slicer().run(digest, len(parts), compute_slice, on_slice))
+    if len(records) != total:
+        raise RuntimeError(f"a pass over {total} prompts came back with {len(records)}")
+    return records
+
+
 #: The fields of a PromptRun kept in its Record (its prompt is known to every worker).
 RECORD_FIELDS = tuple(f.name for f in fields(PromptRun) if f.name != "item")
 

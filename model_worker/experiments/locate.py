@@ -42,6 +42,7 @@ from model_worker.experiments.context import Context
 from model_worker.experiments.data import location_prompts
 from model_worker.experiments.evidence import interval_columns
 from model_worker.experiments.progress import ProgressFn, Stages, no_progress
+from model_worker.experiments.slices import current_slicer
 from model_worker.model.interventions import Head, zero_heads
 from model_worker.model.loading import LoadedModel
 
@@ -209,7 +210,8 @@ def locate_heads(
     )
 
 
-_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Location]] = (
+#: per model: each location remembered, and how many passes locating it took
+_LOCATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Location, int]]] = (
     weakref.WeakKeyDictionary()
 )
 MAX_REMEMBERED = 8
@@ -227,7 +229,9 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
     by = ctx.request.locate_by
     design = tuple(options.values())
     key = (ctx.dataset.name, hash(ctx.dataset.examples), len(prompts), ctx.seed, by, design)
+    slicer = current_slicer()
     if key not in remembered:
+        before = slicer.passes
         location = locate_heads(
             ctx.loaded,
             prompts,
@@ -238,9 +242,11 @@ def locate_for(ctx: Context, progress: ProgressFn) -> Location:
         )
         while len(remembered) >= MAX_REMEMBERED:
             remembered.pop(next(iter(remembered)))
-        remembered[key] = location
+        remembered[key] = (location, slicer.passes - before)
+    else:  # its passes count as run: every replay of a chunked experiment numbers them alike
+        slicer.skipped(remembered[key][1])
     progress(1.0, "in-context heads located")
-    return remembered[key]
+    return remembered[key][0]
 
 
 def share_text(share: float | None) -> str:

@@ -50,6 +50,12 @@ class Slicer:
         if self._checkpoint is not None:
             self._checkpoint()
 
+    def skipped(self, passes: int) -> None:
+        """`passes` served from this process's memory instead (a located experiment's
+        location): counted as asked for, so that messages number the passes alike whether
+        or not a replay ran them."""
+        self.passes += passes
+
     def run(
         self,
         digest: str,

@@ -32,13 +32,14 @@ from model_worker.analysis.qk_attribution import Attribution
 from model_worker.contracts.common import head_name
 from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import stats
-from model_worker.experiments.batching import Prepared
+from model_worker.experiments.batching import Prepared, each_prompt
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.evidence import Evidence, adequacy_of
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import locate_for, location_note
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
+from model_worker.experiments.slices import Record
 from model_worker.model.capture import run_with_cache
 from model_worker.model.interventions import Head
 from model_worker.towers.run import decompose
@@ -97,6 +98,28 @@ def measure(
     )
 
 
+def to_record(measured: PromptTowers) -> Record:
+    """What a slice keeps of one prompt and head (numbers, tensors and names only)."""
+    return {
+        "names": list(measured.names),
+        "key_shares": torch.from_numpy(measured.key_shares),
+        "query_shares": torch.from_numpy(measured.query_shares),
+        "delta": measured.delta,
+        "parts": dict(measured.parts),
+    }
+
+
+def from_record(record: Record) -> PromptTowers:
+    """The PromptTowers a slice kept (`to_record`)."""
+    return PromptTowers(
+        names=tuple(record["names"]),
+        key_shares=record["key_shares"].numpy(),
+        query_shares=record["query_shares"].numpy(),
+        delta=float(record["delta"]),
+        parts={name: float(value) for name, value in record["parts"].items()},
+    )
+
+
 def ratio_of_means(numerator: Sequence[float], denominator: Sequence[float]) -> stats.Interval:
     """mean(numerator) / mean(denominator) over prompts, bootstrap interval (paired)."""
 
@@ -113,10 +136,10 @@ def run(ctx: Context) -> ExperimentResult:
     location = locate_for(ctx, stages.stage("locate"))
     loaded, g = ctx.loaded, ctx.loaded.geometry
     items = ctx.prepare(ctx.prompts())
-    found: dict[Head, list[PromptTowers]] = {head: [] for head in location.heads}
-    progress = stages.stage("decompose")
-    correct: list[bool] = []
-    for n, item in enumerate(items):
+
+    def towers_of(_index: int, item: Prepared) -> Record:
+        """One prompt: is it answered right, and each located head's measures (None where
+        the prompt lacks a true or a false label)."""
         with loaded.lock:
             cache = run_with_cache(
                 loaded.model,
@@ -127,17 +150,36 @@ def run(ctx: Context) -> ExperimentResult:
                 record_qk=True,
             )
         last_logits = cache.logits[0, -1]
-        correct.append(bool(last_logits[item.true_id] > last_logits[item.false_id]))
         true = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if t]
         false = [p for p, t in zip(item.label_positions, item.label_true, strict=True) if not t]
-        if true and false:
-            for layer, index in location.heads:
-                row = cache.pattern[layer, 0, index, item.last]
-                p = max(true, key=lambda x: float(row[x]))
-                q = max(false, key=lambda x: float(row[x]))
-                at_p, at_q = decompose(loaded, cache, layer, index, item.last, [p, q])
-                found[(layer, index)].append(measure(item, at_p, at_p.minus(at_q), p, q))
-        progress((n + 1) / len(items), f"decomposed {n + 1} of {len(items)} prompts")
+        heads: list[Record | None] = []
+        for layer, index in location.heads:
+            if not (true and false):
+                heads.append(None)
+                continue
+            row = cache.pattern[layer, 0, index, item.last]
+            p = max(true, key=lambda x: float(row[x]))
+            q = max(false, key=lambda x: float(row[x]))
+            at_p, at_q = decompose(loaded, cache, layer, index, item.last, [p, q])
+            heads.append(to_record(measure(item, at_p, at_p.minus(at_q), p, q)))
+        return {
+            "correct": bool(last_logits[item.true_id] > last_logits[item.false_id]),
+            "heads": heads,
+        }
+
+    # in slices (batching.each_prompt): interactive jobs and cancels between two prompts
+    records = each_prompt(
+        items,
+        towers_of,
+        label="decomposed",
+        options=repr(location.heads),
+        progress=stages.stage("decompose"),
+    )
+    correct = [bool(r["correct"]) for r in records]
+    found: dict[Head, list[PromptTowers]] = {
+        head: [from_record(r["heads"][i]) for r in records if r["heads"][i] is not None]
+        for i, head in enumerate(location.heads)
+    }
 
     evidence = Evidence(adequacy=adequacy_of(correct, ctx.request.design))
     component_rows: list[Row] = []

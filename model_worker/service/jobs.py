@@ -367,7 +367,8 @@ def _current() -> tuple[Job, Redis]:
 
 def analysis_job(request_json: str, result_ttl_s: int) -> None:
     """RQ job: analyse one prompt on this worker's model and cache the result; then, while
-    no job waits, the worker's `idle_work`."""
+    no job waits, the worker's `idle_work`. Cancelled (`cancel_key`), it stops at the end of its
+    per-head stage or of its details, keeping nothing."""
     job, connection = _current()
     with _job_context(job):
         request = AnalysisRequest.model_validate_json(request_json)
@@ -378,7 +379,18 @@ def analysis_job(request_json: str, result_ttl_s: int) -> None:
         publish = heads_publisher(
             connection, job, result_ttl_s, lambda core: signer.sign_stage(job.id, digest, core)
         )
-        result = run_analysis(loaded, request, publish, settings=settings)
+
+        def heads_stage(partial: AnalysisResult) -> None:
+            stop_if_cancelled(job)  # a cancelled analysis stops between its two stages
+            publish(partial)
+
+        try:
+            result = run_analysis(loaded, request, heads_stage, settings=settings)
+            stop_if_cancelled(job)  # ... or after its details: nothing of it is stored
+        except JobCancelled:
+            with suppress(RedisError):
+                connection.delete(heads_stage_key(job.id))
+            raise
         parts = signer.signed(job.id, digest, result_parts(result))
         _store(connection, job.id, parts, result_ttl_s)
     queues = (job.origin, queue_name(loaded.name))

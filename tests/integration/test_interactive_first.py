@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from icl_heads.client import Client, ClientError
 from model_worker.common.settings import Settings
 from model_worker.contracts.experiments import ExperimentRequest
-from model_worker.experiments import batching
+from model_worker.experiments import batching, towers
 from model_worker.experiments.job import run_experiment
 from model_worker.service import jobs
 from tests.app_clients import embedded_client
@@ -158,3 +158,32 @@ def test_progress_is_one_monotone_fraction_naming_its_pass_with_an_estimate(
         real = ended - at
         assert real / 2 <= eta <= real * 2, (eta, real)
     assert started < ended
+
+
+def test_an_analysis_runs_inside_a_per_prompt_pass_and_cancel_stops_that_pass(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The towers' decompositions (one prompt at a time, outside `run_prompts`) are sliced too:
+    an analysis submitted during that pass is served before the pass ends, and a cancel stops
+    the experiment within a prompt."""
+    real = towers.run_with_cache
+
+    def slow_prompt(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(towers, "run_with_cache", slow_prompt)  # 16 prompts: ≥ 3.2 s
+    request = experiment(n=16).model_copy(update={"name": "towers"})
+    job_id = submit_experiment(client, request)
+    deadline = time.monotonic() + 300
+    while "decomposed" not in (state(client, job_id).get("message") or ""):
+        assert time.monotonic() < deadline, state(client, job_id)
+        time.sleep(0.02)
+    assert analysis_seconds(client, EXAMPLE_PROMPT.replace("foo", "foo  ", 1)) < 2.0
+    during = state(client, job_id)
+    assert during["status"] == "running" and "decomposed: " in during["message"], during
+    assert client.delete(f"/api/jobs/{job_id}").status_code == 200
+    asked = time.monotonic()
+    failed = wait(client, job_id, ("done", "failed"))
+    assert time.monotonic() - asked < 1.0, failed  # within a prompt, not the rest of the pass
+    assert failed["status"] == "failed" and failed["error"] == "cancelled by its submitter"

@@ -2,7 +2,7 @@
 
 Job ids are content hashes, so identical requests share one id: computed once, then served from
 `result_key(id)` until its TTL runs out. Analysis ids start with `a-`, experiment ids with `e-`,
-activation-patching ids with `p-`.
+activation-patching ids with `p-`, study ids (several experiments as one submission) with `s-`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ PREFIX = "icl"
 ANALYSIS = "a-"
 EXPERIMENT = "e-"
 PATCHING = "p-"
+STUDY = "s-"
 #: Every job id: a kind prefix and 32 hex digits of a content hash (what routes accept).
-JOB_ID_PATTERN = r"^[aep]-[0-9a-f]{32}$"
+JOB_ID_PATTERN = r"^[aeps]-[0-9a-f]{32}$"
 #: Sorted set of worker names, scored by the time their heartbeat expires.
 WORKERS_KEY = f"{PREFIX}:workers"
 #: Hash of model id -> the last heartbeat of one of its workers (no expiry: the web tier waits
@@ -72,6 +73,16 @@ def experiment_job_id(model: str, fingerprint: str, request: ExperimentRequest) 
 def patching_job_id(model: str, fingerprint: str, request: PatchRequest) -> str:
     """Content hash of an activation-patching request, as for analyses (ids start with `p-`)."""
     return _content_id(PATCHING, model, fingerprint, request)
+
+
+def study_id(model: str, fingerprint: str, request: BaseModel) -> str:
+    """Content hash of a study request, as for analyses (ids start with `s-`): the same study
+    on the same weights is one study."""
+    return _content_id(STUDY, model, fingerprint, request)
+
+
+def is_study(job_id: str) -> bool:
+    return job_id.startswith(STUDY)
 
 
 def is_experiment(job_id: str) -> bool:

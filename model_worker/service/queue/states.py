@@ -64,6 +64,36 @@ def done_body(job_id: str, result_json: bytes) -> bytes:
     )
 
 
+class StudyJob(BaseModel):
+    """One experiment job of a study: its id once submitted (None: waiting for the client's
+    share of batch work), its state when submitted."""
+
+    experiment: str
+    dataset: str
+    id: str | None = None
+    status: JobStatus | None = None
+    progress: float | None = None
+    message: str | None = None
+    error: str | None = None
+
+
+class StudyState(BaseModel):
+    """What `GET /api/studies/{id}` answers: one monotone fraction over every job of the study,
+    the stage named (`message`), the time left once measured, the queue position of its next
+    job before any runs, and every job; `document` is the results document's address once
+    every job is done."""
+
+    id: str
+    status: JobStatus
+    progress: float = 0.0
+    message: str | None = None
+    eta_s: float | None = None
+    position_in_queue: int | None = None
+    error: str | None = None
+    jobs: list[StudyJob] = []
+    document: str | None = None
+
+
 class ModelInfo(BaseModel):
     name: str
     fingerprint: str

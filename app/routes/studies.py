@@ -1,0 +1,68 @@
+"""Studies over the API: `POST /api/studies` (experiments × datasets × seeds as one
+submission, app.studies), `GET /api/studies/{id}` (one monotone fraction over its jobs, the
+stage named, the time left) and, once every job is done, `GET /api/studies/{id}/results.md`
+(its results document). `DELETE /api/jobs/{id}` cancels a study (app.routes.jobs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Response, status
+from fastapi.responses import PlainTextResponse
+
+from app.deps import ClientDep, StudiesDep
+from app.queue.interface import BackendError
+from model_worker.contracts.studies import StudyRequest
+from model_worker.service.queue.states import JobStatus, StudyState
+
+router = APIRouter(tags=["studies"])
+StudyId = Annotated[
+    str, Path(pattern=r"^s-[0-9a-f]{32}$", description="A study id: `s-` and 32 hex digits.")
+]
+
+
+@router.post(
+    "/api/studies",
+    response_model=StudyState,
+    responses={
+        202: {"model": StudyState, "description": "Accepted: its jobs queued or running"},
+        404: {"description": "No live worker serves the requested model"},
+        422: {
+            "description": "Invalid request (an unknown experiment or dataset, a seed twice), "
+            "or an experiment over the budget (the message names the knob)"
+        },
+        429: {"description": "This client has its share of batch work queued; see Retry-After"},
+        503: {"description": "The job queue or the store is unreachable"},
+    },
+)
+async def submit_study(
+    study: StudyRequest, studies: StudiesDep, client: ClientDep, response: Response
+) -> StudyState:
+    """Run experiments × datasets × seeds (default: the paper's experiments on
+    sentiment-number, seed 0) as one study: its experiment jobs are submitted within this
+    client's share of batch work as room frees up, and run as any experiment does. 200 when
+    it is done already, else 202 (poll `GET /api/studies/{id}`)."""
+    state = await studies.submit(study, client)
+    if state.status != JobStatus.DONE:
+        response.status_code = status.HTTP_202_ACCEPTED
+    return state
+
+
+@router.get("/api/studies/{study_id}", response_model=StudyState)
+async def get_study(study_id: StudyId, studies: StudiesDep) -> StudyState:
+    """The study's state: one fraction over all its jobs (never going back), the running
+    job's stage, the time left once measured, each job's state; `document` once done."""
+    state = await studies.state(study_id)
+    if state is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study {study_id!r} (unknown)")
+    return state
+
+
+@router.get("/api/studies/{study_id}/results.md", response_class=PlainTextResponse)
+async def study_document(study_id: StudyId, studies: StudiesDep) -> PlainTextResponse:
+    """The results document of a finished study (Markdown; 409 while it runs)."""
+    try:
+        text = await studies.document(study_id)
+    except BackendError as exc:
+        raise HTTPException(exc.status, str(exc)) from exc
+    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
