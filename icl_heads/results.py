@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from altair import SCHEMA_VERSION
+from altair.utils.schemapi import debug_mode
 from pydantic import Field, PrivateAttr
 
 from app.views import frames
@@ -74,11 +75,14 @@ class AnalysisResult(contracts.AnalysisResult):
     def _repr_mimebundle_(
         self, include: Any = None, exclude: Any = None, **kwargs: Any
     ) -> dict[str, Any]:
-        """The static HTML, and the heatmap as Vega-Lite (interactive where rendered): drawn
-        from what the analysis computed (nothing is computed), once."""
+        """The static HTML (its figures plain SVG, written in Python), and the heatmap as
+        Vega-Lite (interactive where rendered): drawn from what the analysis computed (nothing
+        is computed), once. Altair's validation of each chart part as it is built is off
+        meanwhile (`debug_mode`: half the display's time; the specifications are the same)."""
         if self._display is None:
-            html = analysis_html(self)
-            self._display = mimebundle(FIGURES["heatmap"].build(self), html, repr(self))
+            with debug_mode(False):
+                html = analysis_html(self)
+                self._display = mimebundle(FIGURES["heatmap"].build(self), html, repr(self))
         return self._display
 
     def chart(self, name: str = "heatmap", head: str | None = None) -> alt.TopLevelMixin:

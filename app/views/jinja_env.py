@@ -9,6 +9,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from app.views.figure_kit.export import svg_data_uri
+from app.views.figure_kit.plain import plain_svg_uri
 from app.views.figure_kit.preview import heatmap_preview
 from app.views.figure_kit.text import fixed, signed, visible
 from app.views.figure_kit.themes import auto_dark, figure_theme
@@ -35,6 +36,8 @@ ENV.globals["figure_theme"] = figure_theme
 # the `auto` theme's figures turn dark in the browser when the system is dark
 ENV.globals["auto_dark"] = auto_dark
 ENV.filters["svg_data_uri"] = svg_data_uri
+# an analysis' own figures as plain SVG (a notebook's view: no vl-convert)
+ENV.filters["plain_svg_uri"] = plain_svg_uri
 # the heatmap's first paint, before Vega has loaded and drawn it
 ENV.globals["heatmap_preview"] = heatmap_preview
 

@@ -195,6 +195,7 @@ def run_with_cache(
     logits_to_keep: int = 0,
     record_qk: bool = False,
     keep: Keep = KEEP_ALL,
+    through: int | None = None,
 ) -> RunCache:
     """One eager forward pass of `input_ids` [B, S] with every tensor the analysis needs.
 
@@ -203,11 +204,17 @@ def run_with_cache(
     last n positions only (then `logits` is [B, n, V]), sparing their unembedding.
     `record_qk` also keeps what every layer scored with (`qk`, see model_worker.model.qk).
     `keep` narrows what is kept (see `Keep`); every tensor lands on the analysis device.
+    `through` = l: the pass ends after layer l (what reads no later layer, a decomposition at
+    layer l, runs that much of the model): the per-layer tensors are [l + 1, …], `resid_final`
+    is the residual stream leaving layer l (no final norm), `logits` is empty [B, 0, 0].
     """
     spec = adapter.spec
     device = analysis_device(model, adapter)
-    buffers = _Buffers(geometry.n_layers, device)
-    masses: list[Tensor | None] = [None] * geometry.n_layers
+    if through is not None and not 0 <= through < geometry.n_layers:
+        raise ValueError(f"no layer {through} to end the pass at ({geometry.n_layers} layers)")
+    n_layers = geometry.n_layers if through is None else through + 1
+    buffers = _Buffers(n_layers, device)
+    masses: list[Tensor | None] = [None] * n_layers
     final: dict[str, Tensor] = {}
     handles: list[torch.utils.hooks.RemovableHandle] = []
     seq = input_ids.shape[1]
@@ -264,7 +271,7 @@ def run_with_cache(
     def value_pick(output: Tensor) -> Tensor:
         return adapter.value_heads(output, geometry)
 
-    for layer in range(geometry.n_layers):
+    for layer in range(n_layers):
         block = adapter.layer(model, layer)
         sub = block.get_submodule
         handles += [
@@ -288,18 +295,27 @@ def run_with_cache(
     def final_hook(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         final["resid_final"] = _first_tensor(args, kwargs, "hidden_states").detach().float()
 
-    handles.append(
-        model.get_submodule(spec.final_norm).register_forward_pre_hook(final_hook, with_kwargs=True)
-    )
-    attn_modules = [adapter.sub(model, layer, spec.attn) for layer in range(geometry.n_layers)]
+    def stop_hook(_m: nn.Module, _args: Any, output: Any) -> None:
+        final["resid_final"] = _tensor(output).detach().float()
+        raise _Stopped
+
+    if through is None:
+        final_norm = model.get_submodule(spec.final_norm)
+        handles.append(final_norm.register_forward_pre_hook(final_hook, with_kwargs=True))
+    else:
+        handles.append(adapter.layer(model, through).register_forward_hook(stop_hook))
+    attn_modules = [adapter.sub(model, layer, spec.attn) for layer in range(n_layers)]
     qk = recording(model, attn_modules, rows=keep.rows) if record_qk else nullcontext(None)
     with _hooks(handles), qk as records, torch.inference_mode():
-        logits = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            use_cache=False,
-            logits_to_keep=logits_to_keep,
-        ).logits
+        try:
+            logits = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                use_cache=False,
+                logits_to_keep=logits_to_keep,
+            ).logits
+        except _Stopped:
+            logits = torch.empty((input_ids.shape[0], 0, 0))
     for record in records or []:  # each layer's device → the analysis device
         record.to(device)
     stored = buffers.tensors
@@ -307,7 +323,7 @@ def run_with_cache(
         stored["normalized"] = stored["resid_pre"]
     if spec.attn_post_norm is None:  # no post-attention norm: its scale is 1 (attn_scale)
         positions = seq if keep.positions is None else len(keep.positions)
-        shape = (geometry.n_layers, input_ids.shape[0], positions, 1)
+        shape = (n_layers, input_ids.shape[0], positions, 1)
         stored["attn_scale"] = torch.ones(shape, dtype=torch.float32, device=device)
     flow = None
     if keep.flow_labels is not None:
@@ -321,6 +337,10 @@ def run_with_cache(
         keep=keep,
         flow=flow,
     )
+
+
+class _Stopped(Exception):
+    """Ends a capture's forward pass after its last layer (`run_with_cache`'s `through`)."""
 
 
 def _tensor(output: Any) -> Tensor:

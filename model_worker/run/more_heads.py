@@ -26,6 +26,7 @@ from model_worker.model.prompting import Encoded, LabelReading, ReadPrompt, pars
 from model_worker.resources.gc_pause import without_gc
 from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
+from model_worker.towers.run import detail_towers
 
 Head = tuple[int, int]
 
@@ -158,7 +159,7 @@ def detail_more(
 
     def reusable(head: Head) -> HeadDetail | None:
         stored = before.get(head)
-        if stored is None or head in decomposed:
+        if stored is None:
             return None
         if (stored.keys is not None) != (head in keyed):
             if stored.keys is None:
@@ -182,5 +183,52 @@ def detail_more(
         top_k_tokens=top_k_tokens,
     )
     found = {(d.layer, d.head): d for d in computed}
-    details = {head_name(*head): kept[head] or found[head] for head in detailed}
+    redecomposed = [h for h in decomposed if h not in missing]  # details kept, towers anew
+    found.update(
+        decompose_kept(
+            loaded,
+            result,
+            [kept[h] for h in redecomposed],  # type: ignore[misc]
+            towers_position,
+            towers_versus,
+        )
+    )
+    details = {head_name(*head): found.get(head) or kept[head] for head in detailed}
     return result.model_copy(update={"head_details": details})
+
+
+@without_gc
+def decompose_kept(
+    loaded: LoadedModel,
+    result: AnalysisResult,
+    kept: Sequence[HeadDetail],
+    position: int | None,
+    versus: int | None,
+) -> dict[Head, HeadDetail]:
+    """`kept` details (of heads `result` detailed) with their decompositions, from one forward
+    pass that ends at the deepest of their layers: the decomposition reads no later layer, and
+    the details are as stored."""
+    if not kept:
+        return {}
+    ids = torch.tensor([token.id for token in result.tokens])
+    with loaded.lock:
+        cache = run_with_cache(
+            loaded.model,
+            loaded.adapter,
+            loaded.geometry,
+            ids[None].to(loaded.device),
+            record_qk=True,
+            through=max(d.layer for d in kept),
+        )
+    texts = [token.text for token in result.tokens]
+    labels = [(label.position, label.is_true) for label in result.labels]
+    return {
+        (d.layer, d.head): d.model_copy(
+            update={
+                "towers": detail_towers(
+                    loaded, cache, d.layer, d.head, texts, labels, position, versus
+                )
+            }
+        )
+        for d in kept
+    }

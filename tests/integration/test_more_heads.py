@@ -167,3 +167,30 @@ def test_a_worker_details_more_of_its_recent_analysis_from_one_pass(
     other = tiny_llama(seed=1)  # another model (the same empty fingerprint): analysed afresh
     jobs.run_analysis(other, more, settings=settings)
     assert analyses == [1]
+
+
+@pytest.mark.parametrize("asked", [{}, {"towers_position": 3, "towers_versus": 7}])
+def test_decomposing_a_detailed_head_runs_the_model_up_to_its_layer(
+    loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, asked: dict[str, Any]
+) -> None:
+    """The head panel's Decompose of a head the analysis detailed: its detail kept, one pass
+    through its layer only (no later block runs), the numbers of a whole analysis."""
+    base = analyze(loaded, PROMPT, top_k_heads=3)
+    name = next(n for n in base.top_heads if not n.startswith(f"L{loaded.geometry.n_layers - 1}"))
+    layer = int(name[1 : name.index("H")])
+    ran: list[int] = []
+    handles = [
+        loaded.adapter.layer(loaded.model, i).register_forward_pre_hook(
+            lambda *_, _i=i: ran.append(_i)
+        )
+        for i in range(loaded.geometry.n_layers)
+    ]
+    try:
+        with counted(loaded, monkeypatch) as counts:
+            more = detail_more(loaded, base, towers=[name], **asked)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert counts["analyses"] == 0 and ran == list(range(layer + 1))
+    assert more.head_details[name].towers
+    close(dumped(more), dumped(analyze(loaded, PROMPT, top_k_heads=3, towers=[name], **asked)))

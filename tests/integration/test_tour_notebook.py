@@ -59,8 +59,8 @@ def test_tour_runs_in_a_kernel_and_shows_the_figures() -> None:
     ).execute()  # raises CellExecutionError on any error
 
     analysis = html_of(cell_with(notebook, "\nresult"))
-    assert len(marks(analysis, "heatmap", "cells_marks")) == 270  # 30 × 9 heads
-    assert len(marks(analysis, "layers", "mark-rect")) == 60
+    assert len(marks(analysis, "heatmap", "cells")) == 270  # 30 × 9 heads (plain SVG)
+    assert len(marks(analysis, "layers", "bars")) == 60
     top = [row["data-head-name"] for row in analysis.select("table.top-heads tbody tr")]
     assert "L23H1" in top[:10]
     n_tokens = len(analysis.select("[data-position]"))

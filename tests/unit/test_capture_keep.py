@@ -115,3 +115,35 @@ def test_positions_past_the_prompt_are_refused(family: LoadedModel) -> None:
         run_with_cache(
             family.model, family.adapter, family.geometry, ids, keep=Keep(rows=(ids.shape[1],))
         )
+
+
+def test_a_capture_through_a_layer_is_the_full_ones_first_layers(family: LoadedModel) -> None:
+    """`through` = l runs layers 0 … l only (the later blocks never run) and keeps exactly the
+    full capture's tensors of those layers; its `resid_final` is the stream leaving layer l."""
+    ids = family.tokenizer(EXAMPLE_PROMPT, return_tensors="pt").input_ids
+    args = (family.model, family.adapter, family.geometry, ids)
+    full = run_with_cache(*args, record_qk=True)
+    through = family.geometry.n_layers // 2
+    ran: list[int] = []
+    handles = [
+        family.adapter.layer(family.model, layer).register_forward_pre_hook(
+            lambda *_, _l=layer: ran.append(_l)
+        )
+        for layer in range(family.geometry.n_layers)
+    ]
+    try:
+        part = run_with_cache(*args, record_qk=True, through=through)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert ran == list(range(through + 1))
+    for name in (*POSITIONAL, "v", "pattern"):
+        assert torch.equal(getattr(part, name), getattr(full, name)[: through + 1]), name
+    assert torch.equal(part.resid_final, full.resid_pre[through + 1])  # the next layer's input
+    assert part.logits.numel() == 0
+    assert part.qk is not None and full.qk is not None and len(part.qk) == through + 1
+    for small, whole in zip(part.qk, full.qk, strict=False):
+        for a, b in ((small.query, whole.query), (small.key, whole.key)):
+            assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+    with pytest.raises(ValueError, match="no layer"):
+        run_with_cache(*args, through=family.geometry.n_layers)

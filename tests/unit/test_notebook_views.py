@@ -105,11 +105,12 @@ def test_analysis_view_has_the_dashboards_figures_without_scripts(result: Analys
     root = page.find("div", class_="icl-nb")
     assert root is not None and root["data-view"] == "analysis"
     assert "background:#ffffff" in root["style"]  # readable on a dark notebook theme too
-    # the same figure code as the dashboard, drawn as a static SVG image (it runs nothing)
-    assert len(marks(drawn(page, "heatmap"), "cells_marks")) == result.n_layers * result.n_heads
+    # the dashboard's figures' rows, drawn as plain SVG images (figure_kit/plain.py: they run
+    # nothing, and no vl-convert drew them)
+    assert len(marks(drawn(page, "heatmap"), "cells")) == result.n_layers * result.n_heads
     title = heatmap_figure(result).title  # the dashboard's own figure
     assert title.encode() in drawn(page, "heatmap")
-    assert len(marks(drawn(page, "layers"), "mark-rect")) == 2 * result.n_layers
+    assert len(marks(drawn(page, "layers"), "bars")) == 2 * result.n_layers
     rows = page.select("table.top-heads tbody tr")
     assert [r["data-head-name"] for r in rows] == result.top_heads
     assert len(page.select("[data-position]")) == len(result.tokens)

@@ -20,7 +20,7 @@ WIDTH = 860  # the viewBox's width; the SVG scales to its card
 LEFT, TOP = 56, 28  # room for the head labels and axis title / the title
 
 
-def _colour(value: float, low: float, high: float) -> str:
+def colour(value: float, low: float, high: float) -> str:
     """`value` on the reversed red-blue scale over [low, high] with its middle at 0."""
     if value >= 0:
         t = 0.5 + 0.5 * (value / high if high > 0 else 0.0)
@@ -73,7 +73,7 @@ def heatmap_preview(spec: dict[str, Any]) -> Markup:
     )
     for i, c in enumerate(cells):
         layer, head = int(c["layer"]), int(c["head"])
-        fill = _colour(float(c.get("value") or 0.0), float(low), float(high))
+        fill = colour(float(c.get("value") or 0.0), float(low), float(high))
         stroke = f' stroke="{escape(outline)}" stroke-width="2.5"' if c.get("top") else ""
         tabindex = 0 if i == 0 else -1  # one Tab stop: arrow keys move between the cells
         parts.append(
