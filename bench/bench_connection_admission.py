@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -69,6 +70,7 @@ def connection_times(root: Path, redis_url: str, count: int) -> list[float]:
         return times
     finally:
         stop(server)
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> None:
