@@ -123,6 +123,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._lost = False
         #: what arrived while Redis counted the connection (None: counted, or not waited for)
         self._early: bytes | None = None
+        self._admission: asyncio.Task[Lease | None] | None = None
         #: what a refused connection's request has sent so far (None: not refused)
         self._refused_head: bytes | None = None
 
@@ -143,8 +144,8 @@ class DeadlineProtocol(HttpToolsProtocol):
             if slots.shared:  # nothing is parsed until Redis counted the connection
                 self._early = b""
                 transport.pause_reading()  # (an event loop may deliver some bytes anyway)
-                admission = self.loop.create_task(slots.take(key))
-                admission.add_done_callback(self._admitted)
+                self._admission = self.loop.create_task(slots.take(key))  # (kept: a task)
+                self._admission.add_done_callback(self._admitted)
             else:
                 self._admit(slots.take_here(key))
         self._arm(self.header_timeout_s, self._headers_too_slow)
