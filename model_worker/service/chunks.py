@@ -49,6 +49,13 @@ WAIT_POLL_S = 0.1
 #: The `open` field of `slices_key`: set while the experiment runs.
 OPEN = "open"
 
+#: Keep a slice only while its experiment is open: a slice finished after a cancel or the end
+#: must not bring back (without an expiry) the hash that `drop_slices` removed.
+KEEP_IF_OPEN = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -1 end
+return redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3])
+"""
+
 
 class ChunkOver(Exception):
     """This job's chunk is over (time spent, interactive work waiting, or nothing left to help
@@ -179,11 +186,11 @@ class ChunkSlicer(Slicer):
             self.experiment_id, self.digest, header + b"\n" + buffer.getvalue()
         )
         with self.connection.pipeline() as pipe:
-            pipe.hsetnx(slices_key(self.experiment_id), field_name, signed)
+            pipe.eval(KEEP_IF_OPEN, 1, slices_key(self.experiment_id), OPEN, field_name, signed)
             pipe.incr(SLICES_COMPUTED_KEY)
             pipe.hincrby(SLICES_BY_WORKER_KEY, self.worker, 1)
             stored, *_ = pipe.execute()
-        if stored:
+        if stored == 1:
             self.connection.incr(SLICES_STORED_KEY)
         self.connection.hdel(slice_claims_key(self.experiment_id), field_name)
 
