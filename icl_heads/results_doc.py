@@ -386,9 +386,9 @@ NOTES = {
 
 
 def _which(interval: dict[str, Any], seed: int) -> str:
-    """`seeds 0, 1 pooled` or `seed 0` (an interval one run gave)."""
+    """`seeds 0, 1 pooled`, or `seed 0` (an interval one run gave, or one seed's prompts)."""
     seeds = interval.get("seeds") or []
-    return f"seeds {', '.join(map(str, seeds))} pooled" if seeds else f"seed {seed}"
+    return f"seeds {', '.join(map(str, seeds))} pooled" if len(seeds) > 1 else f"seed {seed}"
 
 
 #: what each label style puts after the demonstrations
