@@ -246,8 +246,9 @@ pooled one as a stability check; it does not vote. A result stored before seeds 
 (its verdicts combined by "every seed must agree") has no pooled interval: its verdicts are
 shown as not decided until it is rerun. Every interval says whose prompts it is over ("prompts
 of"); a per-arrangement or per-mirror-pair table says "seeds … pooled" when its rows pool every
-seed's prompts (results stored from now on), else "seed 0" (results stored before tables were
-pooled); the located heads are always the first seed's (each seed locates its own).
+seed's prompts (the stored result records which tables do), else "seed 0" (one seed, or a
+result stored before tables were pooled); the located heads are always the first seed's (each
+seed locates its own).
 
 **Model adequacy.** Before head-level claims, each experiment checks that the model does the
 task above chance under counterbalanced order (the accuracy interval's lower bound above 50%,
@@ -386,9 +387,9 @@ NOTES = {
 
 
 def _which(interval: dict[str, Any], seed: int) -> str:
-    """`seeds 0, 1 pooled` or `seed 0` (an interval one run gave)."""
+    """`seeds 0, 1 pooled`, or `seed 0` (an interval one run gave, or one seed's prompts)."""
     seeds = interval.get("seeds") or []
-    return f"seeds {', '.join(map(str, seeds))} pooled" if seeds else f"seed {seed}"
+    return f"seeds {', '.join(map(str, seeds))} pooled" if len(seeds) > 1 else f"seed {seed}"
 
 
 #: what each label style puts after the demonstrations

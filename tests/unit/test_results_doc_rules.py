@@ -194,7 +194,8 @@ def test_each_section_says_the_design_its_stored_result_records(tmp_path: Path) 
     verdict = _verdict(
         "attn_true_minus_false", "supported", COMBINED_RULE, _interval(0.2, 0.1, 0.3)
     )
-    meaningful = {**_stored("attention", [verdict], True), "demos_per_label": 8}
+    meaningful = {**_stored("attention", [verdict], True), "demos_per_label": 8, "seeds": [0]}
+    meaningful["adequacy"]["accuracy"]["seeds"] = [0]
     meaningful["labels"] = "meaningful"
     text = _write(tmp_path / "m", meaningful)
     assert (
@@ -202,6 +203,7 @@ def test_each_section_says_the_design_its_stored_result_records(tmp_path: Path) 
         "(each class's own name), n = 48" in text
     )
     assert "--design counterbalanced --demos-per-label 8 --labels meaningful`" in text
+    assert "seeds 0 pooled" not in text  # one seed's prompts are that seed's, not a pool
     old = _write(tmp_path / "o", _stored("attention", [verdict], True))
     assert "2 demonstrations per label (4 in all), labels arbitrary (foo/bar), n = 48" in old
     assert "--labels" not in old
