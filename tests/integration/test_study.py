@@ -65,6 +65,9 @@ def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
     fractions = [body["progress"] for body in seen] + [1.0]
     assert fractions == sorted(fractions), fractions
     assert any("experiments done · accuracy on sentiment-number" in b["message"] for b in seen)
+    assert any(b["message"].startswith("1 of 2 experiments done · attention") for b in seen)
+    estimates = [b["eta_s"] for b in seen if b["eta_s"] is not None]
+    assert estimates and all(b["message"].endswith(" left)") for b in seen if b["eta_s"])
     document = app.get(done["document"])
     assert document.status_code == 200 and "markdown" in document.headers["content-type"]
     assert TITLES["accuracy"] in document.text and TITLES["attention"] in document.text
@@ -212,3 +215,19 @@ def test_the_study_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None
     ):
         ran = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
         assert ran.exit_code == 2 and says in ran.output, ran.output
+
+
+def test_the_study_command_says_in_one_line_what_the_server_refused(
+    app: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from icl_heads import client as client_module
+    from icl_heads.cli import app as cli
+
+    monkeypatch.setattr(ClientOfTheApp, "app", app, raising=False)
+    monkeypatch.setattr(client_module, "Client", ClientOfTheApp)
+    args = ["study", "paper", "--server", "http://x", "--dataset", "mine", "--out", str(tmp_path)]
+    ran = CliRunner().invoke(cli, args)
+    assert ran.exit_code == 2, ran.output
+    assert "422: unknown dataset 'mine'" in ran.output and "Traceback" not in ran.output
