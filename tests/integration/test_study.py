@@ -69,7 +69,7 @@ def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
     estimates = [b["eta_s"] for b in seen if b["eta_s"] is not None]
     assert estimates and all(b["message"].endswith(" left)") for b in seen if b["eta_s"])
     document = app.get(done["document"])
-    assert document.status_code == 200 and "markdown" in document.headers["content-type"]
+    assert document.status_code == 200 and "text/plain" in document.headers["content-type"]
     assert TITLES["accuracy"] in document.text and TITLES["attention"] in document.text
     # the same study again: done at once, the same id
     again = app.post("/api/studies", json=STUDY)
