@@ -1,7 +1,7 @@
 """The passes that work on one prompt at a time (the atlas' function vectors and saliency, the
 towers' decompositions, the patching experiment's attribution and exact patching) go in slices
 like the batched ones: a slicer's checkpoint comes between two of their prompts, so an
-interactive job runs and a cancel stops the experiment there, not after the pass (issue 40.1/40.3)."""
+interactive job runs and a cancel stops the experiment there, not after the pass (issue 40)."""
 
 from __future__ import annotations
 
