@@ -19,6 +19,7 @@ from icl_heads.results_doc import TITLES
 from icl_heads.study import DOCUMENT, STUDIES, study_document, write_study
 from model_worker.common.settings import Settings
 from model_worker.contracts.studies import PAPER_EXPERIMENTS, StudyRequest
+from model_worker.experiments import batching
 from tests.app_clients import embedded_client
 
 pytestmark = pytest.mark.timeout(600)
@@ -52,9 +53,17 @@ def follow(app: TestClient, study: str) -> tuple[dict[str, Any], list[dict[str, 
     return body, seen
 
 
+@pytest.mark.slow
 def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
-    app: TestClient, tmp_path: Path
+    app: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    real = batching._run_part
+
+    def slow_part(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.25)  # every slice: the study lasts long enough to measure its rate
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batching, "_run_part", slow_part)
     answer = app.post("/api/studies", json=STUDY)
     assert answer.status_code == 202, answer.text
     study = answer.json()["id"]
@@ -66,8 +75,9 @@ def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
     assert fractions == sorted(fractions), fractions
     assert any("experiments done · accuracy on sentiment-number" in b["message"] for b in seen)
     assert any(b["message"].startswith("1 of 2 experiments done · attention") for b in seen)
-    estimates = [b["eta_s"] for b in seen if b["eta_s"] is not None]
-    assert estimates and all(b["message"].endswith(" left)") for b in seen if b["eta_s"])
+    running = [b for b in seen if b["status"] == "running"]
+    estimates = [b for b in running if b["eta_s"] is not None]
+    assert estimates and all(b["message"].endswith(" left)") for b in estimates), running
     document = app.get(done["document"])
     assert document.status_code == 200 and "text/plain" in document.headers["content-type"]
     assert TITLES["accuracy"] in document.text and TITLES["attention"] in document.text
