@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,6 +42,8 @@ REMEMBERED = 1_000
 #: Studies advanced by one upkeep pass.
 SWEEP_BATCH = 100
 log = logging.getLogger(__name__)
+#: A job's own time left at the end of its message (a study's message says the study's).
+_JOB_LEFT = re.compile(r" \(about [^()]* left\)")
 
 
 def document_path(study: str) -> str:
@@ -115,39 +118,49 @@ class Studies:
                 except BackendError as exc:  # the queue or the store away: next pass
                     log.warning("could not advance study %s: %s", study, exc)
 
-    async def _advance(self, record: StoredStudy) -> StoredStudy:
-        """Submit the study's next jobs while the client's share has room; record the study
-        done when every job is, failed when one failed. The record as it now stands."""
+    async def _advance(self, record: StoredStudy) -> tuple[StoredStudy, list[JobState | None]]:
+        """Submit the study's next jobs while the client's share has room (again, a job the
+        backend no longer knows); record the study done when every job is, failed when one
+        failed. The record as it now stands, and its jobs' states."""
         async with self._lock:
             store = self._backend.store
             fresh: StoredStudy | None = await self._stored(store.study, record.id)
             if fresh is None or fresh.state != PENDING:
-                return fresh or record
+                return fresh or record, await self._states(fresh or record)
             plans = StudyRequest.model_validate_json(fresh.request).experiment_requests()
-            jobs = list(fresh.jobs)
+            states = await self._states(fresh)
+            jobs = [
+                job if state is not None else None
+                for job, state in zip(fresh.jobs, states, strict=True)
+            ]
             for index, plan in enumerate(plans):
                 if jobs[index] is not None:
                     continue
                 try:
-                    jobs[index] = (await self._backend.submit_experiment(plan, fresh.client)).id
+                    submitted = await self._backend.submit_experiment(plan, fresh.client)
                 except BackendError as exc:
                     if exc.status == 422:  # the plan cannot run: the study fails, saying why
                         error = f"{plan.name} on {plan.dataset}: {exc}"
                         await self._stored(store.end_study, fresh.id, FAILED, error)
-                        return fresh._replace(state=FAILED, error=error)
+                        return fresh._replace(state=FAILED, error=error), states
                     break  # the share is full, or the queue away: at the next read or upkeep
+                jobs[index], states[index] = submitted.id, submitted
             if jobs != fresh.jobs:
                 await self._stored(store.study_jobs, fresh.id, jobs)
-            states = [await self._backend.status(job) if job else None for job in jobs]
-            for plan, state in zip(plans, states, strict=True):
-                if state is not None and state.status == JobStatus.FAILED:
-                    error = f"{plan.name} on {plan.dataset} failed: {state.error}"
+            fresh = fresh._replace(jobs=jobs)
+            for plan, found in zip(plans, states, strict=True):
+                if found is not None and found.status == JobStatus.FAILED:
+                    error = f"{plan.name} on {plan.dataset} failed: {found.error}"
                     await self._stored(store.end_study, fresh.id, FAILED, error)
-                    return fresh._replace(jobs=jobs, state=FAILED, error=error)
-            if all(state is not None and state.status == JobStatus.DONE for state in states):
+                    return fresh._replace(state=FAILED, error=error), states
+            if all(found is not None and found.status == JobStatus.DONE for found in states):
                 await self._stored(store.end_study, fresh.id, DONE)
-                return fresh._replace(jobs=jobs, state=DONE)
-            return fresh._replace(jobs=jobs)
+                return fresh._replace(state=DONE), states
+            return fresh, states
+
+    async def _states(self, record: StoredStudy) -> list[JobState | None]:
+        """The state of each submitted job of the study (None: not submitted, or unknown)."""
+        return [await self._backend.status(job) if job else None for job in record.jobs]
 
     # --- reading --------------------------------------------------------------------------
 
@@ -157,16 +170,15 @@ class Studies:
         if record is None:
             return None
         if record.state == PENDING:
-            record = await self._advance(record)
-        return await self._state_of(record)
+            record, states = await self._advance(record)
+        else:
+            states = await self._states(record)
+        return self._state_of(record, states)
 
-    async def _state_of(self, record: StoredStudy) -> StudyState:
+    def _state_of(self, record: StoredStudy, states: list[JobState | None]) -> StudyState:
         plans = StudyRequest.model_validate_json(record.request).experiment_requests()
         jobs: list[StudyJob] = []
-        states: list[JobState | None] = []
-        for plan, job_id in zip(plans, record.jobs, strict=True):
-            state = await self._backend.status(job_id) if job_id else None
-            states.append(state)
+        for plan, job_id, state in zip(plans, record.jobs, states, strict=True):
             jobs.append(
                 StudyJob(
                     experiment=plan.name,
@@ -205,14 +217,17 @@ class Studies:
             status, message = JobStatus.DONE, f"{len(plans)} experiments done"
         elif record.state == FAILED:
             status = JobStatus.FAILED
-        elif done or any(s is not None and s.status == JobStatus.RUNNING for s in states):
-            status = JobStatus.RUNNING
+        elif done or any(
+            s is not None and (s.progress or s.status == JobStatus.RUNNING) for s in states
+        ):
+            status = JobStatus.RUNNING  # (a job between two chunks is queued, with progress)
+        left = rate.left_s(fraction) if status == JobStatus.RUNNING else None
         if current is not None and record.state == PENDING:
             plan, s = current
-            message += f" · {plan.name} on {plan.dataset}: {s.message or s.status.value}"
+            stage = _JOB_LEFT.sub("", s.message or s.status.value)  # the study's time left
+            message += f" · {plan.name} on {plan.dataset}: {stage}"
             if status == JobStatus.QUEUED:
-                position = s.position_in_queue
-        left = rate.left_s(fraction) if status == JobStatus.RUNNING else None
+                position, left = s.position_in_queue, s.eta_s
         return StudyState(
             id=record.id,
             status=status,

@@ -48,7 +48,11 @@ async def submit_study(
     return state
 
 
-@router.get("/api/studies/{study_id}", response_model=StudyState)
+@router.get(
+    "/api/studies/{study_id}",
+    response_model=StudyState,
+    responses={404: {"description": "No such study"}},
+)
 async def get_study(study_id: StudyId, studies: StudiesDep) -> StudyState:
     """The study's state: one fraction over all its jobs (never going back), the running
     job's stage, the time left once measured, each job's state; `document` once done."""
@@ -58,11 +62,20 @@ async def get_study(study_id: StudyId, studies: StudiesDep) -> StudyState:
     return state
 
 
-@router.get("/api/studies/{study_id}/results.md", response_class=PlainTextResponse)
+@router.get(
+    "/api/studies/{study_id}/results.md",
+    response_class=PlainTextResponse,
+    responses={
+        404: {"description": "No such study"},
+        409: {"description": "The study has not finished (or failed)"},
+        410: {"description": "A result of the study is no longer kept: submit it again"},
+        501: {"description": "This server renders no results documents"},
+    },
+)
 async def study_document(study_id: StudyId, studies: StudiesDep) -> PlainTextResponse:
     """The results document of a finished study (Markdown; 409 while it runs)."""
     try:
         text = await studies.document(study_id)
     except BackendError as exc:
         raise HTTPException(exc.status, str(exc)) from exc
-    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
+    return PlainTextResponse(text)

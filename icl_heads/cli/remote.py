@@ -1,17 +1,20 @@
-"""`--server URL`: run `icl-heads analyze` / `experiment` on a shared server through
+"""`--server URL`: run `icl-heads analyze` / `experiment` / `study` on a shared server through
 `icl_heads.Client` (token from `ICL_AUTH_TOKEN`); its errors become one `error: …` line."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from model_worker.common.errors import UserInputError
 from model_worker.contracts.analysis import AnalysisResult
 from model_worker.contracts.experiments import ExperimentResult
+
+if TYPE_CHECKING:
+    from icl_heads.study import Study
 
 ServerOption = Annotated[
     str | None,
@@ -42,3 +45,10 @@ def experiment(server: str, name: str, dataset: str, **options: Any) -> Experime
     with _client(server, progress=True) as client:
         result: ExperimentResult = client.experiment(name, dataset, **options)
     return result
+
+
+def study(server: str, **fields: Any) -> Study:
+    """A study on `server` (fields as in `Client.study`), with a progress bar on stderr."""
+    with _client(server, progress=True) as client:
+        found: Study = client.study(**fields)
+    return found

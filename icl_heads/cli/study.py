@@ -57,10 +57,7 @@ def study(
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
         if server is not None:
-            from icl_heads.client import Client
-
-            with Client(server) as client:
-                done = client.study(**request.model_dump(exclude_none=True))
+            done = cli_remote.study(server, **request.model_dump(exclude_none=True))
         else:
             from model_worker.experiments.job import run_experiment
             from model_worker.model.loading import load_model

@@ -307,22 +307,44 @@ def each_prompt(
     experiment, other workers help, between two slices); records in prompt order. `options`
     names whatever else the records depend on (what the pass computes must be the same when
     the experiment is replayed)."""
-    total = len(items)
+    digest = pass_digest(items, repr(("each prompt", label, options)))
+    return each_item(
+        len(items), lambda i: compute(i, items[i]), digest=digest, label=label, progress=progress
+    )
+
+
+def each_item(
+    total: int,
+    compute: Callable[[int], Record],
+    *,
+    digest: str,
+    label: str,
+    progress: ProgressFn = no_progress,
+) -> list[Record]:
+    """`each_prompt` over `total` items not yet tokenized (`compute(index)`), the pass named by
+    `digest` (its items and options: `text_digest`)."""
     step = EACH_PROMPT_SLICE
     parts = [range(start, min(total, start + step)) for start in range(0, total, step)]
     progress(0.0, f"{label}: 0/{total}")
 
     def compute_slice(i: int) -> list[Record]:
-        return [compute(index, items[index]) for index in parts[i]]
+        return [compute(index) for index in parts[i]]
 
     def on_slice(i: int) -> None:
         progress(parts[i].stop / max(1, total), f"{label}: {parts[i].stop}/{total}")
 
-    digest = pass_digest(items, repr(("each prompt", label, options)))
     records = merged(current_slicer().run(digest, len(parts), compute_slice, on_slice))
     if len(records) != total:
         raise RuntimeError(f"a pass over {total} prompts came back with {len(records)}")
     return records
+
+
+def text_digest(texts: Sequence[str], options: str) -> str:
+    """A name for a pass over prompts given as text (`pass_digest` for tokenized ones)."""
+    digest = hashlib.sha256(options.encode())
+    for text in texts:
+        digest.update(hashlib.sha256(text.encode()).digest())
+    return digest.hexdigest()[:32]
 
 
 #: The fields of a PromptRun kept in its Record (its prompt is known to every worker).

@@ -25,11 +25,13 @@ from model_worker.contracts.common import head_name
 from model_worker.contracts.experiments import ExperimentResult
 from model_worker.contracts.patching import PatchRequest
 from model_worker.experiments import stats
+from model_worker.experiments.batching import each_item, text_digest
 from model_worker.experiments.context import Context, Row
 from model_worker.experiments.evidence import Evidence, adequacy_of
 from model_worker.experiments.figure_data import bar_chart, heatmap
 from model_worker.experiments.progress import Stages
 from model_worker.experiments.report import comparison, header, table
+from model_worker.experiments.slices import Record
 from model_worker.patching.engine import Patch, attribution, run_patched
 from model_worker.patching.hooks import Site
 from model_worker.patching.run import Pair, direct_effects, make_pair
@@ -57,13 +59,11 @@ def effect(deltas: Sequence[float] | NDArray[np.float64], spans: Sequence[float]
 def run(ctx: Context) -> ExperimentResult:
     loaded, g = ctx.loaded, ctx.loaded.geometry
     stages = Stages(ctx.progress, {"attribution": 1.0, "exact": 1.0})
-    first, second = stages.stage("attribution"), stages.stage("exact")
-    pairs: list[Pair] = []
-    spans, estimates, directs = [], [], []
-    skipped = 0
     items = ctx.prompts()
-    for i, item in enumerate(items):
-        first(i / len(items), f"prompt {i + 1} of {len(items)}")
+
+    def pair_of(index: int) -> Pair | None:
+        """The prompt's clean/corrupted pair (None: its corruption cannot be patched)."""
+        item = items[index]
         request = PatchRequest(
             prompt=item.text,
             target=item.true_label,
@@ -71,32 +71,52 @@ def run(ctx: Context) -> ExperimentResult:
             directions=["denoising"],
         )
         try:
-            pair = make_pair(loaded, request, ctx.max_tokens)
+            return make_pair(loaded, request, ctx.max_tokens)
         except PromptError:
             raise  # over the prompt limit: one clear line, as every experiment says it
         except UserInputError:
-            skipped += 1  # a corruption that changes the length, or leaves LD unchanged
-            continue
-        pairs.append(pair)
-        spans.append(pair.ld(pair.clean_run.logits) - pair.ld(pair.corrupted_run.logits))
+            return None  # a corruption that changes the length, or leaves LD unchanged
+
+    def attributed_of(index: int) -> Record:
+        pair = pair_of(index)
+        if pair is None:
+            return {"patched": False}
         found = attribution(
             loaded, pair.corrupted.ids, pair.clean_run, pair.target_id, pair.other_id
         )
-        estimates.append(found.z.sum(1).flatten().double())  # [L·H] LD change per head
-        directs.append(direct_effects(loaded, pair).flatten().double())
-    if not pairs:
+        return {
+            "patched": True,
+            "span": pair.ld(pair.clean_run.logits) - pair.ld(pair.corrupted_run.logits),
+            "clean_right": pair.ld(pair.clean_run.logits) > 0,
+            "estimate": found.z.sum(1).flatten().double().cpu(),  # [L·H] LD change per head
+            "direct": direct_effects(loaded, pair).flatten().double().cpu(),
+        }
+
+    # every per-prompt pass goes in slices (batching.each_item), as the batched ones do
+    texts = [item.text for item in items]
+    first = each_item(
+        len(items),
+        attributed_of,
+        digest=text_digest(texts, "patching: attribution"),
+        label="attribution",
+        progress=stages.stage("attribution"),
+    )
+    kept = [i for i, record in enumerate(first) if record["patched"]]
+    if not kept:
         raise UserInputError("no prompt of the dataset could be patched (see the corruption)")
+    spans = [float(first[i]["span"]) for i in kept]
     span_arr = np.asarray(spans)
-    est = torch.stack(estimates).numpy()  # [n, L·H]
-    direct = torch.stack(directs).numpy()
+    est = torch.stack([first[i]["estimate"] for i in kept]).numpy()  # [n, L·H]
+    direct = torch.stack([first[i]["direct"] for i in kept]).numpy()
     attributed = est.sum(0) / span_arr.sum()
     direct_mean = direct.mean(0)
     top = [int(i) for i in np.argsort(-np.abs(attributed))[:TOP_EXACT]]
     in_context = [int(i) for i in np.argsort(-direct_mean)[:IN_CONTEXT]]
     patched = list(dict.fromkeys(top + in_context))
-    exact_rows, qkv_rows = [], []
-    for i, pair in enumerate(pairs):
-        second(i / len(pairs), f"prompt {i + 1} of {len(pairs)}")
+
+    def exact_of(index: int) -> Record:
+        pair = pair_of(kept[index])
+        assert pair is not None  # patched in the first pass: the same prompt, the same pair
         last, labels = pair.last, tuple(pair.label_positions)
         rows: list[list[Patch]] = [[]] + [
             [Patch("z", h // g.n_heads, h % g.n_heads)] for h in patched
@@ -108,13 +128,21 @@ def run(ctx: Context) -> ExperimentResult:
         ]
         logits = run_patched(loaded, pair.corrupted.ids, pair.clean_run, rows).logits
         lds = [pair.ld(row) for row in logits]
-        deltas = [ld - lds[0] for ld in lds[1:]]
-        exact_rows.append(deltas[: len(patched)])
-        qkv_rows.append(deltas[len(patched) :])
+        return {"deltas": [ld - lds[0] for ld in lds[1:]]}
+
+    second = each_item(
+        len(kept),
+        exact_of,
+        digest=text_digest([texts[i] for i in kept], f"patching: exact {patched} {in_context}"),
+        label="exact",
+        progress=stages.stage("exact"),
+    )
+    exact_rows = [record["deltas"][: len(patched)] for record in second]
+    qkv_rows = [record["deltas"][len(patched) :] for record in second]
     exact = np.asarray(exact_rows)
     qkv = np.asarray(qkv_rows)
     evidence = Evidence(
-        adequacy=adequacy_of([p.ld(p.clean_run.logits) > 0 for p in pairs], ctx.request.design)
+        adequacy=adequacy_of([bool(first[i]["clean_right"]) for i in kept], ctx.request.design)
     )
     head_rows: list[Row] = []
     exact_intervals = {h: effect(exact[:, j], spans) for j, h in enumerate(patched)}
@@ -167,8 +195,8 @@ def run(ctx: Context) -> ExperimentResult:
         [float(attributed[h]) for h in patched], [exact_intervals[h].estimate for h in patched]
     )
     metrics = {
-        "n_used": float(len(pairs)),
-        "n_skipped": float(skipped),
+        "n_used": float(len(kept)),
+        "n_skipped": float(len(items) - len(kept)),
         "agreement_r": float("nan") if agreement is None else agreement,
         "top_attribution": float(attributed[top[0]]),
         "in_context_exact": exact_intervals[in_context[0]].estimate,
@@ -209,7 +237,7 @@ def run(ctx: Context) -> ExperimentResult:
         ),
     }
     summary = (
-        f"{len(pairs)} prompts patched ({skipped} skipped); top head by attribution "
+        f"{len(kept)} prompts patched ({len(items) - len(kept)} skipped); top head by attribution "
         f"{names[0]} ({attributed[top[0]]:+.3f}); in-context head {lead}: output "
         f"{exact_intervals[in_context[0]].text()}, q/k/v "
         + ", ".join(f"{r['part']} {float(r['effect'] or 0):+.3f}" for r in qkv_table[:3])

@@ -19,6 +19,7 @@ from icl_heads.results_doc import TITLES
 from icl_heads.study import DOCUMENT, STUDIES, study_document, write_study
 from model_worker.common.settings import Settings
 from model_worker.contracts.studies import PAPER_EXPERIMENTS, StudyRequest
+from model_worker.experiments import batching
 from tests.app_clients import embedded_client
 
 pytestmark = pytest.mark.timeout(600)
@@ -52,9 +53,17 @@ def follow(app: TestClient, study: str) -> tuple[dict[str, Any], list[dict[str, 
     return body, seen
 
 
+@pytest.mark.slow
 def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
-    app: TestClient, tmp_path: Path
+    app: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    real = batching._run_part
+
+    def slow_part(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.25)  # every slice: the study lasts long enough to measure its rate
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batching, "_run_part", slow_part)
     answer = app.post("/api/studies", json=STUDY)
     assert answer.status_code == 202, answer.text
     study = answer.json()["id"]
@@ -65,8 +74,12 @@ def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
     fractions = [body["progress"] for body in seen] + [1.0]
     assert fractions == sorted(fractions), fractions
     assert any("experiments done · accuracy on sentiment-number" in b["message"] for b in seen)
+    assert any(b["message"].startswith("1 of 2 experiments done · attention") for b in seen)
+    running = [b for b in seen if b["status"] == "running"]
+    estimates = [b for b in running if b["eta_s"] is not None]
+    assert estimates and all(b["message"].endswith(" left)") for b in estimates), running
     document = app.get(done["document"])
-    assert document.status_code == 200 and "markdown" in document.headers["content-type"]
+    assert document.status_code == 200 and "text/plain" in document.headers["content-type"]
     assert TITLES["accuracy"] in document.text and TITLES["attention"] in document.text
     # the same study again: done at once, the same id
     again = app.post("/api/studies", json=STUDY)
@@ -212,3 +225,19 @@ def test_the_study_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None
     ):
         ran = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
         assert ran.exit_code == 2 and says in ran.output, ran.output
+
+
+def test_the_study_command_says_in_one_line_what_the_server_refused(
+    app: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from icl_heads import client as client_module
+    from icl_heads.cli import app as cli
+
+    monkeypatch.setattr(ClientOfTheApp, "app", app, raising=False)
+    monkeypatch.setattr(client_module, "Client", ClientOfTheApp)
+    args = ["study", "paper", "--server", "http://x", "--dataset", "mine", "--out", str(tmp_path)]
+    ran = CliRunner().invoke(cli, args)
+    assert ran.exit_code == 2, ran.output
+    assert "422: unknown dataset 'mine'" in ran.output and "Traceback" not in ran.output

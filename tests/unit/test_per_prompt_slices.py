@@ -1,7 +1,7 @@
 """The passes that work on one prompt at a time (the atlas' function vectors and saliency, the
-towers' decompositions) go in slices like the batched ones: a slicer's checkpoint comes
-between two of their prompts, so an interactive job runs and a cancel stops the experiment
-there, not after the pass (issue 40.1/40.3)."""
+towers' decompositions, the patching experiment's attribution and exact patching) go in slices
+like the batched ones: a slicer's checkpoint comes between two of their prompts, so an
+interactive job runs and a cancel stops the experiment there, not after the pass (issue 40)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ class Watching(Slicer):
             marks=pytest.mark.slow,
         ),
         ("towers", ("decomposed",)),
+        pytest.param("patching", ("attribution", "exact"), marks=pytest.mark.slow),
     ],
 )
 def test_every_prompt_of_a_per_prompt_pass_is_a_slice(name: str, passes: tuple[str, ...]) -> None:
@@ -64,7 +65,11 @@ def test_every_prompt_of_a_per_prompt_pass_is_a_slice(name: str, passes: tuple[s
 
 @pytest.mark.parametrize(
     ("name", "stage"),
-    [pytest.param("atlas", "saliency", marks=pytest.mark.slow), ("towers", "decomposed")],
+    [
+        pytest.param("atlas", "saliency", marks=pytest.mark.slow),
+        ("towers", "decomposed"),
+        pytest.param("patching", "exact", marks=pytest.mark.slow),
+    ],
 )
 def test_a_cancel_stops_a_per_prompt_pass_at_its_next_prompt(name: str, stage: str) -> None:
     slicer = Watching(stop_in=stage)
