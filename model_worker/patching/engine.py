@@ -99,6 +99,19 @@ def base_attention(base: Activations, head: tuple[int, int], rows: int) -> Tenso
     return base[("pattern", head[0])][head[1], -1].float().cpu()[None].expand(rows, -1)
 
 
+#: Rows a patched batch holds: BATCH_ROWS, or more for short prompts, up to BATCH_TOKENS
+#: tokens in all (a batch's activations and attention scores scale with rows × tokens; at the
+#: paper's 14 tokens a whole direction's ~100 rows are one growing batch, each layer's weights
+#: read once).
+BATCH_ROWS = 32
+BATCH_TOKENS = 2048
+
+
+def batch_rows(n_tokens: int) -> int:
+    """The rows a patched batch of `n_tokens`-token runs holds."""
+    return max(BATCH_ROWS, BATCH_TOKENS // max(n_tokens, 1))
+
+
 def start_layer(patches: Sequence[Patch]) -> int:
     """The first layer a row of patches changes (0 for an empty row)."""
     return min((patch.layer for patch in patches), default=0)
@@ -112,10 +125,11 @@ def run_patched(
     *,
     base: Activations | None = None,
     watch: Sequence[tuple[int, int]] = (),
-    batch_size: int = 32,
+    batch_size: int = BATCH_ROWS,
 ) -> PatchedRuns:
     """`ids` [S] run once per row of `rows`, each row with its patches from `source` written in
-    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass.
+    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass
+    (`batch_rows(S)`: more rows for short prompts).
 
     With `base` (the recorded run of `ids`), each row starts at the first layer it patches:
     below it the row's run is the base run. Rows are batched in that order, and a batch grows

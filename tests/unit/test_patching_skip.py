@@ -10,7 +10,7 @@ import torch
 
 from model_worker.model.adapters import REGISTRY
 from model_worker.model.loading import LoadedModel
-from model_worker.patching.engine import Patch, record, run_patched
+from model_worker.patching.engine import Patch, batch_rows, record, run_patched
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 from tests.unit.test_patching import SWAPPED, close, ids_of
 
@@ -98,3 +98,8 @@ def test_a_batch_grows_as_its_rows_start(family: LoadedModel) -> None:
     assert widths == [[la + 1] for la in range(g.n_layers)]
     full = run_patched(family, corrupted, source, rows, watch=[(0, 0)])
     assert close(cut.logits, full.logits) and close(cut.attention[(0, 0)], full.attention[(0, 0)])
+
+
+def test_short_prompts_batch_more_rows() -> None:
+    assert batch_rows(14) == 2048 // 14  # the paper's prompt: a direction's rows in one batch
+    assert batch_rows(64) == batch_rows(512) == 32
