@@ -9,6 +9,7 @@ at the last position.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -98,6 +99,19 @@ def base_attention(base: Activations, head: tuple[int, int], rows: int) -> Tenso
     return base[("pattern", head[0])][head[1], -1].float().cpu()[None].expand(rows, -1)
 
 
+#: Rows a patched batch holds: BATCH_ROWS, or more for short prompts, up to BATCH_TOKENS
+#: tokens in all (a batch's activations and attention scores scale with rows × tokens; at the
+#: paper's 14 tokens a whole direction's ~100 rows are one growing batch, each layer's weights
+#: read once).
+BATCH_ROWS = 32
+BATCH_TOKENS = 2048
+
+
+def batch_rows(n_tokens: int) -> int:
+    """The rows a patched batch of `n_tokens`-token runs holds."""
+    return max(BATCH_ROWS, BATCH_TOKENS // max(n_tokens, 1))
+
+
 def start_layer(patches: Sequence[Patch]) -> int:
     """The first layer a row of patches changes (0 for an empty row)."""
     return min((patch.layer for patch in patches), default=0)
@@ -111,17 +125,21 @@ def run_patched(
     *,
     base: Activations | None = None,
     watch: Sequence[tuple[int, int]] = (),
-    batch_size: int = 32,
+    batch_size: int = BATCH_ROWS,
 ) -> PatchedRuns:
     """`ids` [S] run once per row of `rows`, each row with its patches from `source` written in
-    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass.
+    (an empty row is the unpatched base run); batched, `batch_size` rows per forward pass
+    (`batch_rows(S)`: more rows for short prompts).
 
-    With `base` (the recorded run of `ids`), rows are batched by the first layer they patch and
-    a batch starts there: the layers below it are those of the base run, so they pass their
-    input through uncomputed and the base run's residual stream is written in at the first
-    (`skipping`): about half the layers of a patching job's rows. A watched head below a
-    batch's first layer attends as in the base run. (An empty row starts at layer 0 and is
-    computed beside the others: equal components then give exactly equal logits.)"""
+    With `base` (the recorded run of `ids`), each row starts at the first layer it patches:
+    below it the row's run is the base run. Rows are batched in that order, and a batch grows
+    as it goes up the layers: the pass starts at its first row's layer with the rows that start
+    there, and at each later layer the rows that start there join it, entering with the base
+    run's residual stream (`skipping` passes the layers below the first through uncomputed;
+    the model is called with one row, whose mask and position tensors broadcast over the rows).
+    So each row computes its own layers only, and each layer's weights are read once a batch.
+    A watched head below a row's first layer attends as in the base run. (An empty row starts
+    at layer 0 and is computed beside the others: equal components give equal logits.)"""
     d_head = loaded.geometry.d_head
     order = list(range(len(rows)))
     if base is not None:
@@ -130,7 +148,8 @@ def run_patched(
     attention: dict[tuple[int, int], list[Tensor]] = {head: [] for head in watch}
     for begin in range(0, len(rows), batch_size):
         chunk = [rows[i] for i in order[begin : begin + batch_size]]
-        start = 0 if base is None else min(start_layer(patches) for patches in chunk)
+        joining = Counter(0 if base is None else start_layer(patches) for patches in chunk)
+        start = min(joining)
         plan: dict[tuple[Site, int], list[tuple[int, Patch]]] = {}
         for row, patches in enumerate(chunk):
             for patch in patches:
@@ -141,18 +160,32 @@ def run_patched(
                 attention[head].append(base_attention(base, head, len(chunk)))
 
         def edit(
-            site: Site, layer: int, tensor: Tensor, plan: dict = plan, start: int = start
+            site: Site,
+            layer: int,
+            tensor: Tensor,
+            plan: dict = plan,
+            start: int = start,
+            joining: Counter[int] = joining,
+            size: int = len(chunk),
         ) -> Tensor | None:
             if site == "pattern":
                 for head in watch:
                     if head[0] == layer:
-                        attention[head].append(tensor[:, head[1], -1].detach().float().cpu())
+                        seen = tensor[:, head[1], -1].detach().float().cpu()
+                        if seen.shape[0] < size:  # the rows that start later: as the base run
+                            assert base is not None
+                            later = base_attention(base, head, size - seen.shape[0])
+                            seen = torch.cat([seen, later])
+                        attention[head].append(seen)
                 return None
             todo = plan.get((site, layer))
-            if site == "resid_pre" and layer == start and start > 0:
-                assert base is not None
-                entering = base[("resid_pre", layer)].to(tensor.device, tensor.dtype)
-                tensor = entering[None].expand_as(tensor).clone()
+            if site == "resid_pre" and base is not None and layer in joining:
+                if layer > 0:  # the base run's residual stream for the rows starting here
+                    entering = base[("resid_pre", layer)].to(tensor.device, tensor.dtype)[None]
+                else:  # the embedding of the base run's tokens itself
+                    entering = tensor[:1]
+                rows_in = entering.expand(joining[layer], -1, -1)
+                tensor = rows_in.clone() if layer == start else torch.cat([tensor, rows_in])
             elif not todo:
                 return None
             else:
@@ -161,9 +194,10 @@ def run_patched(
                 _write(site, d_head, tensor, row, patch, source[(site, layer)])
             return tensor
 
+        width = len(chunk) if base is None else 1  # a growing batch starts from one row
         with loaded.lock, skipping(loaded, start), hooked(loaded, edit), torch.inference_mode():
             out = loaded.model(
-                input_ids=_ids(loaded, ids, len(chunk)), use_cache=False, logits_to_keep=1
+                input_ids=_ids(loaded, ids, width), use_cache=False, logits_to_keep=1
             )
         logits.append(out.logits[:, -1].detach().cpu())
     back = torch.tensor(order).argsort()  # each row where `rows` has it

@@ -41,7 +41,7 @@ from model_worker.contracts.patching import (
     PatchRequest,
     QkvPatch,
 )
-from model_worker.model.capture import run_with_cache
+from model_worker.model.capture import Keep, run_with_cache
 from model_worker.model.loading import LoadedModel
 from model_worker.model.prompting import (
     Encoded,
@@ -55,6 +55,7 @@ from model_worker.patching.engine import (
     Attribution,
     Patch,
     attribution,
+    batch_rows,
     record,
     run_patched,
 )
@@ -161,21 +162,27 @@ def direct_effects(loaded: LoadedModel, pair: Pair) -> Tensor:
     """I(head | resid_pre) of the target at the clean prompt's last position [L, H] (fixed
     norm mode, as `analyze()` ranks the in-context heads)."""
     g, last = loaded.geometry, pair.last
-    with loaded.lock:
+    with loaded.lock:  # the last position only: what the increases read
         cache = run_with_cache(
-            loaded.model, loaded.adapter, g, pair.clean.ids[None].to(loaded.device)
+            loaded.model,
+            loaded.adapter,
+            g,
+            pair.clean.ids[None].to(loaded.device),
+            logits_to_keep=1,
+            keep=Keep(positions=(last,), rows=(last,)),
         )
+    at = cache.at(last)
     projector = final_projector(loaded, cache.resid_final[0, last], "fixed")
     writes = torch.stack(
         [
             head_outputs(
-                cache.z[layer, 0, last] * cache.attn_scale[layer, 0, last],
+                cache.z[layer, 0, at] * cache.attn_scale[layer, 0, at],
                 loaded.adapter.w_out(loaded.model, layer, g).to(cache.z.device),
             )
             for layer in range(g.n_layers)
         ]
     )  # [L, H, D]
-    found = logprob_increase(projector, cache.resid_pre[:, 0, last], writes, pair.target_id)
+    found = logprob_increase(projector, cache.resid_pre[:, 0, at], writes, pair.target_id)
     return found.increase.cpu()
 
 
@@ -234,7 +241,15 @@ def run_direction(
     rows += [[Patch(part, layer, head, positions)] for layer, head, part, positions in qkv_plan]  # type: ignore[arg-type]
     if progress is not None:
         progress(0.3, f"{direction}: {len(rows)} exactly patched runs")
-    runs = run_patched(loaded, base_ids, source, rows, base=base, watch=qkv_heads)
+    runs = run_patched(
+        loaded,
+        base_ids,
+        source,
+        rows,
+        base=base,
+        watch=qkv_heads,
+        batch_size=batch_rows(len(base_ids)),
+    )
     logits = runs.logits
     at = 0
     exact: dict[int, tuple[float, float]] = {}

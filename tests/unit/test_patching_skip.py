@@ -10,7 +10,7 @@ import torch
 
 from model_worker.model.adapters import REGISTRY
 from model_worker.model.loading import LoadedModel
-from model_worker.patching.engine import Patch, record, run_patched
+from model_worker.patching.engine import Patch, batch_rows, record, run_patched
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_family
 from tests.unit.test_patching import SWAPPED, close, ids_of
 
@@ -73,3 +73,33 @@ def test_layers_below_a_batchs_first_are_not_computed(family: LoadedModel) -> No
     with torch.inference_mode():
         again = family.model(input_ids=corrupted[None], use_cache=False).logits[0, -1]
     assert close(again.float(), base.logits.float())
+
+
+def test_a_batch_grows_as_its_rows_start(family: LoadedModel) -> None:
+    """One row per layer, batched together: each layer computes the rows that start at or
+    below it only (a growing batch), not the whole batch from the first row's layer."""
+    clean, corrupted = ids_of(family, EXAMPLE_PROMPT), ids_of(family, SWAPPED)
+    source, base = record(family, clean), record(family, corrupted)
+    g = family.geometry
+    rows = [[Patch("mlp_out", layer)] for layer in reversed(range(g.n_layers))]
+    widths: list[list[int]] = [[] for _ in range(g.n_layers)]
+    mlps = [
+        family.adapter.sub(family.model, la, family.adapter.spec.mlp) for la in range(g.n_layers)
+    ]
+    handles = [
+        mlp.register_forward_hook(lambda _m, _a, out, la=la: widths[la].append(out.shape[0]))
+        for la, mlp in enumerate(mlps)
+    ]
+    try:
+        cut = run_patched(family, corrupted, source, rows, base=base, watch=[(0, 0)])
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert widths == [[la + 1] for la in range(g.n_layers)]
+    full = run_patched(family, corrupted, source, rows, watch=[(0, 0)])
+    assert close(cut.logits, full.logits) and close(cut.attention[(0, 0)], full.attention[(0, 0)])
+
+
+def test_short_prompts_batch_more_rows() -> None:
+    assert batch_rows(14) == 2048 // 14  # the paper's prompt: a direction's rows in one batch
+    assert batch_rows(64) == batch_rows(512) == 32
