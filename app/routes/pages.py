@@ -152,8 +152,14 @@ async def home(request: Request, backend: BackendDep, preset: str | None = None)
 
 
 def _preset_form(preset: Preset) -> dict[str, Any]:
-    """The form filled in with `preset`: its prompt and its expected answer."""
-    return {"prompt": preset.prompt, "expected": preset.expected, "norm": "fixed"}
+    """The form filled in with `preset`: its prompt and its expected answer (which belongs to
+    that prompt: the page empties it once the prompt is edited away from the preset's)."""
+    return {
+        "prompt": preset.prompt,
+        "expected": preset.expected,
+        "expected_for": preset.prompt,
+        "norm": "fixed",
+    }
 
 
 def _split_labels(raw: str) -> list[str] | None:

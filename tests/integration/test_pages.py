@@ -586,6 +586,7 @@ def test_token_strings_are_escaped(client: TestClient) -> None:
         "/static/js/htmx-guard.js",
         "/static/js/figures.js",
         "/static/js/recent.js",
+        "/static/js/preset-answer.js",
     ]
     assert [link.get("href") for link in page.select("link[data-vega]")] == [
         "/static/vendor/vega-6.2.0.min.js",  # run by figures.js after the first paint
