@@ -50,7 +50,12 @@ from app.store import (
     pin_caps,
 )
 from model_worker.checks.budget import BudgetError, check_experiment
-from model_worker.common.errors import JobCancelled, UserInputError, cancelled_message
+from model_worker.common.errors import (
+    JobCancelled,
+    UserInputError,
+    cancelled_message,
+    cancelling_text,
+)
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest, AnalysisResult
 from model_worker.contracts.experiments import ExperimentRequest
@@ -453,7 +458,7 @@ class EmbeddedBackend(PartsReader):
             await self._stored(self._store.fail, job_id, error)
             return self._jobs[job_id]
         self._cancelled[job_id] = who
-        return state.model_copy(update={"message": f"cancelling (asked by {who})"})
+        return state.model_copy(update={"message": cancelling_text(who)})
 
     async def status(self, job_id: str, recover: bool = True) -> JobState | None:
         if self._memory.get(job_id) is not None:  # done, also while the store saves it
@@ -465,6 +470,9 @@ class EmbeddedBackend(PartsReader):
                 wait = wait_s(position, self._mean_job_s)
                 update = {"position_in_queue": position, "eta_s": wait}
                 return state.model_copy(update=update | {"message": queued_text(position, wait)})
+            who = self._cancelled.get(job_id)
+            if who is not None and state.status == JobStatus.RUNNING:
+                return state.model_copy(update={"message": cancelling_text(who)})
             return state
         stored = await self._stored(self._store.job, job_id)
         if stored is None:

@@ -49,7 +49,7 @@ from app.store import (
 )
 from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
 from model_worker.checks.patch_pairs import check_heads, check_pair
-from model_worker.common.errors import UserInputError, cancelled_message
+from model_worker.common.errors import UserInputError, cancelled_message, cancelling_text
 from model_worker.common.log_safety import redact
 from model_worker.common.settings import Settings
 from model_worker.contracts.analysis import AnalysisRequest
@@ -549,6 +549,10 @@ class RedisBackend(PartsReader):
             if len(self._failures) > 100_000:
                 self._failures.clear()
             self._failures.add(job_id)  # not `_persisted`: that set means "has a result"
+        if state.status == JobStatus.RUNNING:
+            who = self._redis.get(cancel_key(job_id))
+            if who is not None:  # asked to stop: it does at its next slice or stage
+                return state.model_copy(update={"message": cancelling_text(as_text(who))})
         return state
 
     def _save(self, job_id: str, parts: Parts) -> bool:
@@ -626,7 +630,7 @@ class RedisBackend(PartsReader):
         self._redis.set(cancel_key(job_id), who, ex=self._settings.experiment_timeout_s)
         job = fetch_job(job_id, self._redis)
         if job.get_status() not in QUEUED:
-            return state.model_copy(update={"message": f"cancelling (asked by {who})"})
+            return state.model_copy(update={"message": cancelling_text(who)})
         error = cancelled_message(who)
         job.meta["error"] = error
         job.save_meta()

@@ -30,3 +30,8 @@ class JobCancelled(UserInputError):
 def cancelled_message(who: str) -> str:
     """What a cancelled job's page says: cancelled, and by whom."""
     return f"cancelled by {who}"
+
+
+def cancelling_text(who: str) -> str:
+    """What a running job's status says between a cancel and its stop."""
+    return f"cancelling (asked by {who}): it stops at its next slice or stage"

@@ -65,7 +65,13 @@ def test_a_running_analysis_is_cancelled_at_its_next_stage_and_keeps_nothing(
         until(client, job_id, lambda body: body.get("message") == DETAILS_MESSAGE)
         answer = client.delete(f"/api/jobs/{job_id}")
         assert answer.status_code == 200, answer.text
-        assert answer.json()["message"] == "cancelling (asked by its submitter)"
+        assert answer.json()["message"].startswith("cancelling (asked by its submitter)")
+        # until it stops, its status says it is being cancelled, not merely running
+        assert (
+            client.get(f"/api/analyses/{job_id}")
+            .json()["message"]
+            .startswith("cancelling (asked by its submitter)")
+        )
         held.set()  # the details are computed, then the analysis stops before it is kept
         failed = until(client, job_id, lambda body: body["status"] in ("done", "failed"))
         assert failed["status"] == "failed" and failed["error"] == "cancelled by its submitter"
@@ -99,6 +105,8 @@ def test_a_lab_worker_stops_a_cancelled_analysis_at_its_next_stage(
             until(client, job_id, lambda body: body.get("message") == DETAILS_MESSAGE)
             answer = client.delete(f"/api/jobs/{job_id}")
             assert answer.status_code == 200, answer.text
+            state = client.get(f"/api/analyses/{job_id}").json()
+            assert state["status"] != "running" or state["message"].startswith("cancelling")
             return until(client, job_id, lambda body: body["status"] in ("done", "failed"))
 
         failed = worker.drain_while(cancel_once_running)
