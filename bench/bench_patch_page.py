@@ -138,7 +138,7 @@ def main() -> None:
     _, first = timed(lambda: engine.check_patch(loaded, request))
     _, again = timed(lambda: engine.check_patch(loaded, request))
     print(f"submission check: {ms(first)} first (copies the tokenizer), then {ms(again)}")
-    result, job = timed(lambda: engine.patch(loaded, request))
+    result, job = timed(lambda: engine.patch(loaded, request, lambda *_: None))
     print(
         f"patching job, {loaded.name}, {len(result.tokens)} tokens, {args.directions}, top_k "
         f"{request.top_k}, {request.qkv_heads} q/k/v heads: {job:.1f} s "
