@@ -7,17 +7,17 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import HTTPException, Query, Request, Response, status
 from limits import RateLimitItemPerMinute
 
 from app.ascii_numbers import ascii_whole
-from app.security.client_slots import ClientSlots
 from app.security.clients import client_of
 from app.security.limit_storage import ClientLimiter
+from app.security.shared_slots import SharedSlots
 from app.views.figure_kit.export import MEDIA_TYPES, Format, data_file
 from app.views.figure_kit.figure import Figure, FigureTooLarge
 from app.views.figure_kit.render_pool import FigureRenderer, RenderBusy
@@ -136,16 +136,14 @@ def renderer(request: Request) -> FigureRenderer:
     return found
 
 
-@contextmanager
-def render_share(request: Request) -> Iterator[None]:
+@asynccontextmanager
+async def render_share(request: Request) -> AsyncIterator[None]:
     """Hold one of the client's ICL_CLIENT_RENDERS drawing slots for the block (a file from the
     cache holds it for no time); 429 + Retry-After when it holds them all: one client cannot
-    fill the render pool's queue and leave everyone else 503."""
-    slots: ClientSlots | None = getattr(request.app.state, "render_slots", None)
-    if slots is None:
-        limit = request.app.state.settings.client_renders
-        slots = request.app.state.render_slots = ClientSlots(limit)
-    with slots.slot(client_of(request.scope)) as granted:
+    fill the render pool's queue and leave everyone else 503. With ICL_REDIS_URL the share
+    holds across every web process (`app.state.render_slots`, app.security.shared_slots)."""
+    slots: SharedSlots = request.app.state.render_slots
+    async with slots.slot(client_of(request.scope)) as granted:
         if not granted:
             raise HTTPException(
                 status.HTTP_429_TOO_MANY_REQUESTS,
@@ -206,7 +204,7 @@ async def figure_response(
             spec["width"] = width  # as wide as the figure was drawn on the page
         elif width is not None:
             fit_rows(spec, width)  # a per-position chart: wrapped as on the page
-        with render_share(request):
+        async with render_share(request):
             data = await renderer(request).render(spec, fmt)
     except FigureTooLarge as exc:
         raise too_large(exc) from exc

@@ -95,6 +95,9 @@ def create_app(
     app.state.long_polls = SharedSlots.of(  # app.job_wait; shared by replicas with Redis
         settings, settings.client_long_polls, "long-polls"
     )
+    app.state.render_slots = SharedSlots.of(  # app.figure_files; shared by replicas with Redis
+        settings, settings.client_renders, "renders"
+    )
 
     @app.exception_handler(BackendError)
     async def backend_error(request: Request, exc: BackendError) -> Response:

@@ -1,6 +1,8 @@
 """Rendered pages and panels of finished results, priced like figure files: kept by their URL
 and view preferences (theme, presentation mode, htmx or not), built off the event loop, one
-build at a time per client.
+build at a time per client: in this process (a lock per client, its builds in line) and, with
+ICL_REDIS_URL, across every web process (a lease in Redis, app.security.shared_slots, waited
+for; a Redis that does not answer leaves the lock).
 
 A finished result never changes (job ids are content hashes), so its page built once is the
 page; the routes ask only once the job reads done (a pruned result reads unknown first). A
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from fastapi import Request, Response
 
+from app.security.shared_slots import SharedSlots
 from app.templating import view_prefs
 
 #: Bytes of rendered pages kept (least recently used first out).
@@ -44,10 +47,12 @@ def page_key(request: Request, query: str | None = None) -> str:
 
 
 class PageCache:
-    """Pages by `page_key`, bounded in bytes; builds run in a thread, one per client at once."""
+    """Pages by `page_key`, bounded in bytes; builds run in a thread, one per client at once
+    (`builds`: that one slot per client shared with other web processes; None: this one's)."""
 
-    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, max_bytes: int = MAX_BYTES, builds: SharedSlots | None = None) -> None:
         self._max_bytes, self._bytes = max_bytes, 0
+        self._shared = builds
         self._pages: OrderedDict[str, Page] = OrderedDict()
         self._builders: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
@@ -76,7 +81,12 @@ class PageCache:
             async with lock:
                 if (page := self._pages.get(key)) is not None:  # built while it waited
                     return page.response()
-                response = await asyncio.to_thread(render)
+                lease = await self._shared.take_waiting(client) if self._shared else None
+                try:
+                    response = await asyncio.to_thread(render)
+                finally:
+                    if self._shared is not None and lease is not None:
+                        self._shared.release(lease)
         finally:
             self._waiting[client] -= 1
             if not self._waiting[client]:
@@ -100,5 +110,6 @@ def page_cache(request: Request) -> PageCache:
     """The app's page cache (made on first use)."""
     found: PageCache | None = getattr(request.app.state, "page_cache", None)
     if found is None:
-        found = request.app.state.page_cache = PageCache()
+        builds = SharedSlots.of(request.app.state.settings, 1, "page-builds")
+        found = request.app.state.page_cache = PageCache(builds=builds)
     return found

@@ -27,6 +27,7 @@ from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
 from app.security.refusal_delay import RefusalDelayMiddleware
 from app.security.sessions import session_store
+from app.security.shared_slots import SharedSlots
 from model_worker.common.log_safety import install_log_hygiene
 from model_worker.common.settings import Settings
 
@@ -54,7 +55,12 @@ def install(app: FastAPI, settings: Settings) -> None:
         per_minute=settings.rate_limit_per_minute,
         writes_per_minute=settings.write_rate_limit_per_minute,
     )
-    app.add_middleware(InFlightLimitMiddleware, limit=settings.client_requests)
+    app.state.requests_in_flight = (  # shared by replicas with Redis
+        SharedSlots.of(settings, settings.client_requests, "requests")
+        if settings.client_requests
+        else None
+    )
+    app.add_middleware(InFlightLimitMiddleware, slots=app.state.requests_in_flight)
     app.add_middleware(
         AuthMiddleware,
         settings=settings,

@@ -80,16 +80,14 @@ class SharedSlots:
         timeout_s: float = 2.0,
         lease_s: float = LEASE_S,
     ) -> None:
-        self.limit, self.kind, self.lease_s = limit, kind, lease_s
+        self.limit, self.kind, self.lease_s, self.timeout_s = limit, kind, lease_s, timeout_s
         self.local = ClientSlots(limit)
         shared = (redis_url or "").split("://", 1)[0] in SHARED_SCHEMES
-        self._redis: Redis | None = (
-            Redis.from_url(
-                redis_url or "", socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-            )
-            if shared
-            else None
-        )
+        self._url = redis_url if shared else None
+        #: the Redis client of the event loop it was made on (a server has one loop; tests
+        #: may run several, one after another)
+        self._redis: Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._held: dict[str, str] = {}  # token → its Redis key
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
@@ -101,7 +99,19 @@ class SharedSlots:
 
     @property
     def shared(self) -> bool:
-        return self._redis is not None
+        return self._url is not None
+
+    def _client(self) -> Redis | None:
+        """The Redis client of the running loop (None: counted in this process only)."""
+        if self._url is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._redis is None or self._loop is not loop:
+            self._loop, self._renewer = loop, None
+            self._redis = Redis.from_url(
+                self._url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
+            )
+        return self._redis
 
     def held(self, client: str) -> int:
         """Slots `client` holds in this process."""
@@ -119,13 +129,12 @@ class SharedSlots:
         (with Redis) across every web process."""
         if not self.local.take(client):
             return None
-        if self._redis is None:
+        redis = self._client()
+        if redis is None:
             return Lease(client)
         token = uuid.uuid4().hex
         try:
-            taken = await self._redis.eval(
-                TAKE, 1, self._key(client), self.limit, self.lease_s, token
-            )
+            taken = await redis.eval(TAKE, 1, self._key(client), self.limit, self.lease_s, token)
         except UNANSWERED as exc:
             log.warning(
                 "%s slot counted in this process only (Redis does not answer): %s", self.kind, exc
@@ -137,6 +146,13 @@ class SharedSlots:
         self._held[token] = self._key(client)
         self._start_renewing()
         return Lease(client, token)
+
+    async def take_waiting(self, client: str, poll_s: float = 0.05) -> Lease:
+        """One of `client`'s slots, waiting for one to come free (asking again every `poll_s`
+        seconds: a slot held elsewhere is given back, or its lease ends, within `lease_s`)."""
+        while (lease := await self.take(client)) is None:
+            await asyncio.sleep(poll_s)
+        return lease
 
     def release(self, lease: Lease) -> None:
         """Give `lease` back (its Redis lease is removed in the background; were that lost,
@@ -150,9 +166,10 @@ class SharedSlots:
             task.add_done_callback(self._tasks.discard)
 
     async def _remove(self, lease: Lease) -> None:
-        assert self._redis is not None
+        redis = self._client()
+        assert redis is not None
         try:
-            await self._redis.zrem(self._key(lease.client), lease.token or "")
+            await redis.zrem(self._key(lease.client), lease.token or "")
         except UNANSWERED as exc:
             log.warning("a %s lease left to end by itself: %s", self.kind, exc)
 
@@ -176,10 +193,11 @@ class SharedSlots:
         while self._held:
             await asyncio.sleep(self.lease_s / 3)
             held = list(self._held.items())
-            if not held or self._redis is None:
+            redis = self._client()
+            if not held or redis is None:
                 continue
             keys, tokens = [key for _, key in held], [token for token, _ in held]
             try:
-                await self._redis.eval(RENEW, len(keys), *keys, self.lease_s, *tokens)
+                await redis.eval(RENEW, len(keys), *keys, self.lease_s, *tokens)
             except UNANSWERED as exc:
                 log.warning("%s leases not renewed (Redis does not answer): %s", self.kind, exc)

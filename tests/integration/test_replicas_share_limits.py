@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -63,7 +64,7 @@ def test_two_web_processes_give_a_client_one_quota(replicas: list[str]) -> None:
 
 TOKEN = "replica-test-token-0123456789"
 MODEL = "tiny-model"
-LONG_POLLS, CONNECTIONS, LOGIN_FAILURES = 2, 4, 3
+LONG_POLLS, CONNECTIONS, LOGIN_FAILURES, REQUESTS, RENDERS = 2, 4, 3, 3, 2
 
 
 def from_address(address: str, **options: object) -> httpx.Client:
@@ -73,10 +74,23 @@ def from_address(address: str, **options: object) -> httpx.Client:
     return httpx.Client(transport=transport, timeout=30, **options)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Replicas:
+    urls: list[str]
+    data_dir: Path
+    redis_url: str
+
+
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Two replicas with a token, a login-failure limit, a connection cap and a long-poll
-    share, beside a fake live worker (a heartbeat, no process: jobs stay queued)."""
+def guarded(replicas_guarded: Replicas) -> list[str]:
+    return replicas_guarded.urls
+
+
+@pytest.fixture(scope="module")
+def replicas_guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+    """Two replicas with a token, a login-failure limit, a connection cap and shares of long
+    polls, requests in flight and drawings, beside a fake live worker (a heartbeat, no
+    process: jobs stay queued)."""
     import socket
 
     from redis import Redis
@@ -108,6 +122,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
             "ICL_LOGIN_FAILURES_PER_CLIENT": str(LOGIN_FAILURES),
             "ICL_CLIENT_CONNECTIONS": str(CONNECTIONS),
             "ICL_CLIENT_LONG_POLLS": str(LONG_POLLS),
+            "ICL_CLIENT_REQUESTS": str(REQUESTS),
+            "ICL_CLIENT_RENDERS": str(RENDERS),
             "PYTHONPATH": str(ROOT),
         }
         servers = [start_server(port, env, tmp / f"serve{port}.log") for port in ports]
@@ -118,7 +134,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
                 while not _answers(url):
                     assert time.monotonic() < deadline, f"{url} did not start"
                     time.sleep(0.2)
-            yield urls
+            yield Replicas(urls, tmp / "data", redis_url)
         finally:
             for server in servers:
                 stop(server)
@@ -203,3 +219,153 @@ def test_two_web_processes_give_a_client_one_share_of_long_polls(guarded: list[s
         assert answers == [200] * LONG_POLLS
         again = client.get(f"{guarded[1]}/a/{job_id}/status?wait=0.5")
         assert again.status_code == 200  # the slots came back
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_two_web_processes_give_a_client_one_share_of_requests_in_flight(
+    guarded: list[str],
+) -> None:
+    """Requests held in flight on both replicas (bodies that never finish arriving) count
+    against one ICL_CLIENT_REQUESTS: the next, on either, is 429 (before: each process allowed
+    the share, 2 × the requests)."""
+    import socket
+
+    body_head = b'{"prompt": "a : foo'  # of the 100 bytes announced
+    held: list[socket.socket] = []
+    try:
+        for n in range(REQUESTS):  # two on the first replica, one on the second
+            port = _port(guarded[n % 2])
+            sock = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.6", 0))
+            sock.sendall(
+                f"POST /api/analyses HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                "Content-Length: 100\r\n\r\n".encode()
+                + body_head
+            )
+            held.append(sock)
+        time.sleep(1.0)  # each request in its handler, waiting for the rest of its body
+        with from_address("127.0.0.6", headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            refused = client.get(f"{guarded[1]}/api/models")
+            assert refused.status_code == 429, refused.text
+            assert "ICL_CLIENT_REQUESTS" in refused.text
+            assert int(refused.headers["Retry-After"]) >= 1
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.5)  # given back as the connections close, in both processes
+    with from_address("127.0.0.6", headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        assert all(client.get(f"{url}/api/models").status_code == 200 for url in guarded)
+
+
+def finished_analysis(url: str, data_dir: Path, redis_url: str, address: str) -> str:
+    """An analysis submitted to the replicas and finished as a worker would (its result,
+    signed, left in Redis; its RQ job gone): the fake worker never runs anything."""
+    from redis import Redis
+
+    from app.store import open_store
+    from model_worker.common.settings import Settings
+    from model_worker.run.analyze import analyze
+    from model_worker.service.jobs import store_parts
+    from model_worker.service.queue.reaper import fetch_job
+    from model_worker.service.queue.result_parts import result_parts
+    from tests.integration.redis_support import signed_as_worker
+    from tests.tiny_models import tiny_llama
+
+    with from_address(address, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        queued = client.post(f"{url}/api/analyses", json={"prompt": "cat : foo dog : bar cat :"})
+    assert queued.status_code == 202, queued.text
+    job_id = str(queued.json()["id"])
+    settings = Settings(model=MODEL, data_dir=data_dir, redis_url=redis_url)
+    stored = open_store(settings).job(job_id)
+    assert stored is not None
+    request = stored.parsed_request()
+    parts = result_parts(analyze(tiny_llama(), request.prompt))  # type: ignore[union-attr]
+    connection = Redis.from_url(redis_url)
+    try:
+        signed = signed_as_worker(settings, job_id, request, parts)
+        store_parts(connection, job_id, signed, 3600)
+        fetch_job(job_id, connection).delete()
+    finally:
+        connection.close()
+    return job_id
+
+
+def test_two_web_processes_give_a_client_one_share_of_drawings(
+    replicas_guarded: Replicas,
+) -> None:
+    """Two figure files drawing on the first replica (its render pool's process starting, one
+    queued behind) fill the client's ICL_CLIENT_RENDERS: a third, on the second replica, is 429
+    (before: each process allowed the share, drawn). Once they are drawn, it is drawn."""
+    import threading
+
+    from redis import Redis
+
+    urls, address = replicas_guarded.urls, "127.0.0.7"
+    job_id = finished_analysis(
+        urls[0], replicas_guarded.data_dir, replicas_guarded.redis_url, address
+    )
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    answers: list[int] = []
+
+    def draw(theme: str) -> None:
+        with from_address(address, headers=bearer) as own:
+            answers.append(
+                own.get(f"{urls[0]}/figures/{job_id}/heatmap.svg?theme={theme}").status_code
+            )
+
+    drawings = [threading.Thread(target=draw, args=(theme,)) for theme in ("light", "dark")]
+    for thread in drawings:
+        thread.start()
+    leases = Redis.from_url(replicas_guarded.redis_url)
+    deadline = time.monotonic() + 5  # both holding a share (leases in Redis, if shared)
+    while leases.zcard(f"icl:slots:renders:{address}") < RENDERS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leases.close()
+    with from_address(address, headers=bearer) as client:
+        third = client.get(f"{urls[1]}/figures/{job_id}/heatmap.svg?theme=presentation")
+        assert third.status_code == 429, third.status_code
+        assert "ICL_CLIENT_RENDERS" in third.text and int(third.headers["Retry-After"]) >= 1
+        for thread in drawings:
+            thread.join(60)
+        assert answers == [200] * RENDERS
+        again = client.get(f"{urls[1]}/figures/{job_id}/heatmap.svg?theme=presentation")
+        assert again.status_code == 200, again.text
+
+
+def test_a_clients_page_builds_take_turns_across_web_processes(
+    replicas_guarded: Replicas,
+) -> None:
+    """One page build at a time per client, across replicas: while another web process (this
+    test, holding the client's build lease as a replica does) builds one of its pages, a
+    replica's build of another waits, and is answered once that one is done (before: each
+    process built one of the client's pages at a time, N at once over N replicas)."""
+    import asyncio
+
+    from app.security.shared_slots import SharedSlots
+
+    urls, address = replicas_guarded.urls, "127.0.0.8"
+    job_id = finished_analysis(
+        urls[0], replicas_guarded.data_dir, replicas_guarded.redis_url, address
+    )
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def scenario() -> tuple[bool, int]:
+        transport = httpx.AsyncHTTPTransport(local_address=address)
+        async with httpx.AsyncClient(transport=transport, headers=bearer, timeout=30) as client:
+            warm = await client.get(f"{urls[1]}/a/{job_id}?theme=dark")  # its result read
+            assert warm.status_code == 200, warm.text
+            other = SharedSlots(1, "page-builds", replicas_guarded.redis_url)
+            lease = await other.take(address)
+            assert lease is not None and lease.token is not None
+            page = asyncio.create_task(client.get(f"{urls[1]}/a/{job_id}"))
+            await asyncio.sleep(1.5)
+            waited = not page.done()
+            other.release(lease)
+            return waited, (await asyncio.wait_for(page, 30)).status_code
+
+    waited, status = asyncio.run(scenario())
+    assert waited  # built only once the other process's build was done
+    assert status == 200

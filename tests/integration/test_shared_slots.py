@@ -48,3 +48,37 @@ def test_a_redis_that_does_not_answer_leaves_the_processes_own_count() -> None:
         assert away.held("c") == 0
 
     asyncio.run(scenario())
+
+
+def test_each_event_loop_gets_its_own_redis_client() -> None:
+    """A second event loop (tests run several, one after another) still counts in Redis: the
+    client made on the first, now closed, loop is not reused (it would fail open)."""
+
+    async def take(slots: SharedSlots) -> str | None:
+        lease = await slots.take("c")
+        assert lease is not None
+        slots.release(lease)
+        await asyncio.sleep(0.05)  # removed in the background
+        return lease.token
+
+    with private_db() as url:
+        slots = SharedSlots(1, "t", url)
+        assert asyncio.run(take(slots)) is not None
+        assert asyncio.run(take(slots)) is not None
+
+
+def test_a_waiting_take_gets_the_slot_once_it_is_given_back() -> None:
+    async def scenario(url: str) -> None:
+        holder, waiter = SharedSlots(1, "t", url), SharedSlots(1, "t", url)
+        held = await holder.take("c")
+        assert held is not None
+        waiting = asyncio.create_task(waiter.take_waiting("c", poll_s=0.02))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        holder.release(held)
+        lease = await asyncio.wait_for(waiting, 5)
+        assert lease.token is not None
+        waiter.release(lease)
+
+    with private_db() as url:
+        asyncio.run(scenario(url))
