@@ -192,15 +192,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=64, help="prompts per experiment (ablation)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument(
+        "--sections",
+        default="embedded,lab,throughput",
+        help="which measurements, comma-separated (default all three)",
+    )
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical cores; load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         model = args.model or save_tiny_model(folder / "tiny")
-        embedded(model, args.analyses, args.n)
+        if "embedded" in sections:
+            embedded(model, args.analyses, args.n)
+        if "lab" in sections:
+            with lab(model, folder / "lab2", 2, args.threads) as client:
+                alone, loaded = under_load(client, args.analyses, args.n, salt=50)
+                report("lab, two workers", alone, loaded)
+        if "throughput" not in sections:
+            return
         with lab(model, folder / "lab2", 2, args.threads) as client:
-            alone, loaded = under_load(client, args.analyses, args.n, salt=50)
-            report("lab, two workers", alone, loaded)
             two = throughput(client, args.experiments, args.n, salt=200)
         with lab(model, folder / "lab1", 1, args.threads) as client:
             one = throughput(client, args.experiments, args.n, salt=300)
