@@ -211,7 +211,7 @@ def main() -> None:
                 report("lab, two workers", alone, loaded)
         if "throughput" not in sections:
             return
-        with lab(model, folder / "lab2", 2, args.threads) as client:
+        with lab(model, folder / "lab2-throughput", 2, args.threads) as client:
             two = throughput(client, args.experiments, args.n, salt=200)
         with lab(model, folder / "lab1", 1, args.threads) as client:
             one = throughput(client, args.experiments, args.n, salt=300)
