@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from model_worker.common.settings import Settings
 from tests.app_clients import embedded_client
 from tests.integration.test_api_embedded import wait_done
+from tests.patch_rows import rows_counted
 from tests.tiny_models import EXAMPLE_PROMPT
 
 #: A prompt whose query corruption keeps the token count: every input is one word.
@@ -180,19 +181,12 @@ def test_adding_a_head_computes_only_its_rows(client: TestClient, done: dict) ->
         for h in result["directions"][0]["heads"]
         if h["exact"] is None and h["name"] not in have
     )
-    rows: list[int] = []
-    hook = loaded.model.register_forward_pre_hook(
-        lambda module, args, kwargs: rows.append(int(kwargs["input_ids"].shape[0])),
-        with_kwargs=True,
-    )
-    try:
+    with rows_counted(loaded) as rows:
         added = client.post(f"/p/{done['id']}/heads", data={"head": head}, follow_redirects=False)
         assert added.status_code == 303, added.text
         new_id = re.search(r"/p/(p-[0-9a-f]+)/", added.headers["location"])[1]  # type: ignore[index]
         assert new_id != done["id"]
         body = wait_done(client, new_id, timeout=120)
-    finally:
-        hook.remove()
     assert body["status"] == "done", body
     n_tokens = len(result["tokens"])
     assert sum(rows) == 2 + 1 + n_tokens  # the pair, one attribution pass, the head's rows

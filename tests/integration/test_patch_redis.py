@@ -17,6 +17,7 @@ from app.main import create_app
 from model_worker.service.queue.keys import COMPUTED_KEY, result_key
 from tests.integration.burst_worker import BurstWorker, burst_worker
 from tests.integration.redis_support import private_db, save_tiny_model, web_settings
+from tests.patch_rows import rows_counted
 from tests.tiny_models import EXAMPLE_PROMPT
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -144,12 +145,7 @@ def test_adding_a_head_hands_the_worker_the_stored_patch(
     result = ended(client, job_id)["patching"]
     have = {item["name"] for item in result["directions"][0]["positions"]}
     spare = [h["name"] for h in result["directions"][0]["heads"] if h["name"] not in have]
-    rows: list[int] = []
-    hook = worker.worker.loaded.model.register_forward_pre_hook(
-        lambda module, args, kwargs: rows.append(int(kwargs["input_ids"].shape[0])),
-        with_kwargs=True,
-    )
-    try:
+    with rows_counted(worker.worker.loaded) as rows:
         new_id = added_head(client, job_id, spare[0])
         handed = fetch_job(new_id, redis).args[2]
         assert handed[0] == job_id and len(handed) == 3
@@ -163,8 +159,6 @@ def test_adding_a_head_hands_the_worker_the_stored_patch(
         rows.clear()
         worker.drain()
         whole = ended(client, forged_id)
-    finally:
-        hook.remove()
     n_tokens = len(result["tokens"])
     attribution = 0 if spare[0] in result["directions"][0]["estimated_positions"] else 1
     assert reused["status"] == "done", reused

@@ -5,12 +5,9 @@ again (forward passes counted by rows through the model)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from torch import nn
 
 from model_worker.checks.budget import added_passes, patch_passes
 from model_worker.checks.patch_reuse import added_heads
@@ -18,24 +15,10 @@ from model_worker.contracts.patching import PatchingResult, PatchRequest
 from model_worker.model.loading import LoadedModel
 from model_worker.patching.extend import extend
 from model_worker.patching.run import patch
+from tests.patch_rows import rows_counted
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 BASE = PatchRequest(prompt=EXAMPLE_PROMPT, top_k=3, qkv_heads=1)
-
-
-@contextmanager
-def rows_counted(loaded: LoadedModel) -> Iterator[list[int]]:
-    """Counts the rows every forward pass of the model runs (a batch of R rows counts R)."""
-    rows: list[int] = []
-
-    def count(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        rows.append(int(kwargs["input_ids"].shape[0]))
-
-    handle = loaded.model.register_forward_pre_hook(count, with_kwargs=True)
-    try:
-        yield rows
-    finally:
-        handle.remove()
 
 
 def floats_close(got: Any, expected: Any, path: str = "") -> None:
