@@ -320,6 +320,9 @@ def test_two_web_processes_give_a_client_one_share_of_drawings(
                 own.get(f"{urls[0]}/figures/{job_id}/heatmap.svg?theme={theme}").status_code
             )
 
+    with from_address(address, headers=bearer) as client:  # the second has read the result
+        warm = client.get(f"{urls[1]}/figures/{job_id}/heatmap.csv")  # (a file, not drawn)
+        assert warm.status_code == 200, warm.text
     drawings = [threading.Thread(target=draw, args=(theme,)) for theme in ("light", "dark")]
     for thread in drawings:
         thread.start()
