@@ -35,7 +35,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.security.clients import client_key
-from app.security.shared_slots import Lease, SharedSlots
+from app.security.shared_slots import REUSE_S, Lease, SharedSlots
 from model_worker.common.settings import Settings
 
 #: Slowest reading a response may go on at while the server's buffer for it is full (bytes/s).
@@ -296,7 +296,7 @@ def deadline_protocol(settings: Settings) -> type[DeadlineProtocol]:
             "body_timeout_s": settings.body_timeout_s,
             "send_timeout_s": settings.send_timeout_s,
             "client_connections": SharedSlots.of(
-                settings, settings.client_connections, "connections"
+                settings, settings.client_connections, "connections", reuse_s=REUSE_S
             ),
             "stalled": StalledSends(settings.stalled_send_bytes),
             "trusted_proxies": tuple(settings.trusted_proxies),

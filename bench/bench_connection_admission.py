@@ -7,6 +7,11 @@ with `Connection: close`. Rounds interleave the roots.
     nice -n 5 python bench/bench_connection_admission.py --root . --root /tmp/old --rounds 3
 
 Prints one line per root: the CPU and load, then p50 / p90 of a new connection's answer (ms).
+
+With `--keep-alive PATH` each round sends `--connections` requests for PATH one after another on
+one kept-alive connection instead: what a request costs once its connection is counted (e.g.
+`/login`, a 303 without a token: every per-request layer, requests in flight included, and no
+work of its own; `/healthz` skips the requests-in-flight share).
 """
 
 from __future__ import annotations
@@ -31,8 +36,12 @@ from bench.machine import cpu_model  # noqa: E402
 from tests.integration.redis_support import free_port, private_db, stop  # noqa: E402
 
 
-def connection_times(root: Path, redis_url: str, count: int) -> list[float]:
-    """Milliseconds from opening a connection to the end of its `/healthz` answer."""
+def connection_times(
+    root: Path, redis_url: str, count: int, keep_alive: str | None = None
+) -> list[float]:
+    """Milliseconds from opening a connection to the end of its `/healthz` answer (or, with
+    `keep_alive`, from sending a request for that path on a kept-alive connection to the end
+    of its answer)."""
     port = free_port()
     data = Path(tempfile.mkdtemp(prefix="bench-admission-"))
     env = os.environ | {
@@ -54,6 +63,8 @@ def connection_times(root: Path, redis_url: str, count: int) -> list[float]:
             except httpx.HTTPError:
                 assert time.monotonic() < deadline, f"{root}: the server did not start"
                 time.sleep(0.2)
+        if keep_alive is not None:
+            return request_times(f"http://127.0.0.1:{port}{keep_alive}", count)
         request = (
             f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
         ).encode()
@@ -73,17 +84,35 @@ def connection_times(root: Path, redis_url: str, count: int) -> list[float]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def request_times(url: str, count: int) -> list[float]:
+    """Milliseconds per request for `url`, `count` of them one after another on one
+    connection (after 20 not timed)."""
+    times = []
+    with httpx.Client(timeout=10) as client:
+        for n in range(count + 20):
+            started = time.perf_counter()
+            answer = client.get(url)
+            elapsed = (time.perf_counter() - started) * 1000
+            assert answer.status_code < 400, (answer.status_code, answer.text[:200])
+            if n >= 20:
+                times.append(elapsed)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", action="append", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=200)
+    parser.add_argument("--keep-alive", metavar="PATH", help="requests on one connection")
     args = parser.parse_args()
     times: dict[Path, list[float]] = {root: [] for root in args.root}
     with private_db() as redis_url:
         for _ in range(args.rounds):
             for root in args.root:
-                times[root] += connection_times(root.resolve(), redis_url, args.connections)
+                times[root] += connection_times(
+                    root.resolve(), redis_url, args.connections, args.keep_alive
+                )
     print(f"CPU {cpu_model()}; load average {os.getloadavg()[0]:.2f}")
     for root, found in times.items():
         found.sort()

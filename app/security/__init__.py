@@ -27,7 +27,7 @@ from app.security.origin import SameOriginMiddleware
 from app.security.rate_limit import RateLimitMiddleware
 from app.security.refusal_delay import RefusalDelayMiddleware
 from app.security.sessions import session_store
-from app.security.shared_slots import SharedSlots
+from app.security.shared_slots import REUSE_S, SharedSlots
 from model_worker.common.log_safety import install_log_hygiene
 from model_worker.common.settings import Settings
 
@@ -56,7 +56,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         writes_per_minute=settings.write_rate_limit_per_minute,
     )
     app.state.requests_in_flight = (  # shared by replicas with Redis
-        SharedSlots.of(settings, settings.client_requests, "requests")
+        SharedSlots.of(settings, settings.client_requests, "requests", reuse_s=REUSE_S)
         if settings.client_requests
         else None
     )

@@ -5,8 +5,11 @@ Each slot is counted in this process (`ClientSlots`, as without Redis) and, when
 is set, as a lease in Redis: a sorted set per client whose members are the slots held, scored by
 when their lease ends (Redis `TIME`, so hosts' clocks need not agree). Taking a slot drops the
 ended leases and adds one only while the client holds fewer than the limit (one Lua script);
-giving it back removes it; each process renews the leases it holds every LEASE_S / 3, so a
-replica that dies (or loses Redis) frees its slots within LEASE_S.
+a lease given back is removed (for requests and connections, kept by its process for REUSE_S
+first, for the client's next take there: a client's requests one after another cost one
+round trip, not one each, and its share elsewhere is that much smaller meanwhile); each
+process renews the leases it holds every LEASE_S / 3, so a replica that dies (or loses Redis)
+frees its slots within LEASE_S.
 
 A Redis that does not answer lets the slot be taken (as the rate limits let a request through,
 app.security.limit_storage) with a log line: this process's own count still applies, so the
@@ -35,6 +38,9 @@ log = logging.getLogger(__name__)
 LEASE_S = 30.0
 #: Redis keys of the leases: `icl:slots:<kind>:<client>`.
 PREFIX = "icl:slots"
+#: How long a lease of requests or connections given back is kept for its client's next take in
+#: the same process (no round trip) before it is removed from Redis.
+REUSE_S = 0.1
 #: Errors that mean "Redis did not answer" (a loop the client was not made on included).
 UNANSWERED = (RedisError, OSError, RuntimeError, asyncio.TimeoutError)
 
@@ -79,8 +85,10 @@ class SharedSlots:
         redis_url: str | None = None,
         timeout_s: float = 2.0,
         lease_s: float = LEASE_S,
+        reuse_s: float = 0.0,
     ) -> None:
         self.limit, self.kind, self.lease_s, self.timeout_s = limit, kind, lease_s, timeout_s
+        self.reuse_s = reuse_s
         self.local = ClientSlots(limit)
         shared = (redis_url or "").split("://", 1)[0] in SHARED_SCHEMES
         self._url = redis_url if shared else None
@@ -88,14 +96,17 @@ class SharedSlots:
         #: may run several, one after another)
         self._redis: Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._held: dict[str, str] = {}  # token → its Redis key
+        self._held: dict[str, str] = {}  # token → its Redis key (in use or spare)
+        self._spare: dict[str, list[tuple[str, float]]] = {}  # client → (token, given back at)
+        self._removal: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
 
     @classmethod
-    def of(cls, settings: Settings, limit: int, kind: str) -> SharedSlots:
-        """`limit` slots per client of `kind`, shared through ICL_REDIS_URL when it is Redis."""
-        return cls(limit, kind, settings.redis_url, settings.redis_timeout_s)
+    def of(cls, settings: Settings, limit: int, kind: str, reuse_s: float = 0.0) -> SharedSlots:
+        """`limit` slots per client of `kind`, shared through ICL_REDIS_URL when it is Redis
+        (`reuse_s`: how long a lease given back is kept for the client's next take here)."""
+        return cls(limit, kind, settings.redis_url, settings.redis_timeout_s, reuse_s=reuse_s)
 
     @property
     def shared(self) -> bool:
@@ -107,7 +118,9 @@ class SharedSlots:
             return None
         loop = asyncio.get_running_loop()
         if self._redis is None or self._loop is not loop:
-            self._loop, self._renewer = loop, None
+            self._loop, self._renewer, self._removal = loop, None, None
+            self._held.clear()  # the last loop's leases end by themselves
+            self._spare.clear()
             self._redis = Redis.from_url(
                 self._url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
             )
@@ -132,9 +145,14 @@ class SharedSlots:
         redis = self._client()
         if redis is None:
             return Lease(client)
-        token = uuid.uuid4().hex
+        if spares := self._spare.get(client):  # a lease of its own given back just now
+            token, _ = spares.pop()
+            if not spares:
+                del self._spare[client]
+            return Lease(client, token)
+        token, key = uuid.uuid4().hex, self._key(client)
         try:
-            taken = await redis.eval(TAKE, 1, self._key(client), self.limit, self.lease_s, token)
+            taken = await redis.eval(TAKE, 1, key, self.limit, self.lease_s, token)
         except UNANSWERED as exc:
             log.warning(
                 "%s slot counted in this process only (Redis does not answer): %s", self.kind, exc
@@ -143,7 +161,7 @@ class SharedSlots:
         if not taken:
             self.local.give_back(client)
             return None
-        self._held[token] = self._key(client)
+        self._held[token] = key
         self._start_renewing()
         return Lease(client, token)
 
@@ -155,23 +173,47 @@ class SharedSlots:
         return lease
 
     def release(self, lease: Lease) -> None:
-        """Give `lease` back (its Redis lease is removed in the background; were that lost,
-        the lease ends unrenewed within `lease_s`)."""
+        """Give `lease` back: kept `reuse_s` for the client's next take here, then its Redis
+        lease removed in the background (were that lost, it ends unrenewed within
+        `lease_s`)."""
         self.local.give_back(lease.client)
-        if lease.token is None or self._held.pop(lease.token, None) is None:
+        if lease.token is None or lease.token not in self._held:
             return
         with suppress(RuntimeError):  # no running loop: the lease ends by itself
-            task = asyncio.get_running_loop().create_task(self._remove(lease))
+            loop = asyncio.get_running_loop()
+            self._spare.setdefault(lease.client, []).append((lease.token, loop.time()))
+            if self._removal is None:
+                self._removal = loop.call_later(self.reuse_s, self._remove_unused)
+
+    def _remove_unused(self) -> None:
+        """Remove from Redis the leases given back `reuse_s` ago and not taken again."""
+        loop = asyncio.get_running_loop()
+        self._removal, cutoff = None, loop.time() - self.reuse_s
+        unused: dict[str, list[str]] = {}
+        for client, spares in list(self._spare.items()):
+            for token, _ in (old := [s for s in spares if s[1] <= cutoff]):
+                unused.setdefault(self._held.pop(token), []).append(token)
+            if len(old) == len(spares):
+                del self._spare[client]
+            else:
+                self._spare[client] = spares[len(old) :]  # (given back in order)
+        if self._spare:
+            self._removal = loop.call_later(self.reuse_s, self._remove_unused)
+        if unused:
+            task = loop.create_task(self._remove(unused))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _remove(self, lease: Lease) -> None:
+    async def _remove(self, unused: dict[str, list[str]]) -> None:
         redis = self._client()
         assert redis is not None
         try:
-            await redis.zrem(self._key(lease.client), lease.token or "")
+            async with redis.pipeline(transaction=False) as pipe:
+                for key, tokens in unused.items():
+                    pipe.zrem(key, *tokens)
+                await pipe.execute()
         except UNANSWERED as exc:
-            log.warning("a %s lease left to end by itself: %s", self.kind, exc)
+            log.warning("%s leases left to end by themselves: %s", self.kind, exc)
 
     @asynccontextmanager
     async def slot(self, client: str) -> AsyncIterator[bool]:

@@ -150,8 +150,8 @@ class Settings(BaseSettings):
     client_connections: int = Field(
         32,
         ge=1,
-        description="Open connections per client address (IPv6: per /64) in each web process "
-        "(N replicas: up to N times this); 429 beyond.",
+        description="Open connections per client address (IPv6: per /64), over every web "
+        "process with ICL_REDIS_URL; 429 beyond.",
     )
     figure_files_per_minute: int = Field(
         120,
@@ -162,13 +162,14 @@ class Settings(BaseSettings):
     client_requests: int = Field(
         64,
         ge=0,
-        description="Requests one client (named user, else address) may have in flight at once "
-        "in each web process (429 beyond; 0 = no limit).",
+        description="Requests one client (named user, else address) may have in flight at once, "
+        "over every web process with ICL_REDIS_URL (429 beyond; 0 = no limit).",
     )
     client_renders: int = Field(
         2,
         ge=1,
-        description="Figure files (SVG, PNG) one client may have drawing at once; 429 beyond.",
+        description="Figure files (SVG, PNG) one client may have drawing at once, over every "
+        "web process with ICL_REDIS_URL; 429 beyond.",
     )
     client_long_polls: int = Field(
         16, ge=1, description="Concurrent long polls (?wait=) per client; 429 beyond."

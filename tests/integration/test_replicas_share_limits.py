@@ -260,7 +260,7 @@ def test_two_web_processes_give_a_client_one_share_of_requests_in_flight(
         assert all(client.get(f"{url}/api/models").status_code == 200 for url in guarded)
 
 
-def finished_analysis(url: str, data_dir: Path, redis_url: str, address: str) -> str:
+def finished_analysis(url: str, data_dir: Path, redis_url: str, address: str, prompt: str) -> str:
     """An analysis submitted to the replicas and finished as a worker would (its result,
     signed, left in Redis; its RQ job gone): the fake worker never runs anything."""
     from redis import Redis
@@ -275,7 +275,7 @@ def finished_analysis(url: str, data_dir: Path, redis_url: str, address: str) ->
     from tests.tiny_models import tiny_llama
 
     with from_address(address, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
-        queued = client.post(f"{url}/api/analyses", json={"prompt": "cat : foo dog : bar cat :"})
+        queued = client.post(f"{url}/api/analyses", json={"prompt": prompt})
     assert queued.status_code == 202, queued.text
     job_id = str(queued.json()["id"])
     settings = Settings(model=MODEL, data_dir=data_dir, redis_url=redis_url)
@@ -305,7 +305,11 @@ def test_two_web_processes_give_a_client_one_share_of_drawings(
 
     urls, address = replicas_guarded.urls, "127.0.0.7"
     job_id = finished_analysis(
-        urls[0], replicas_guarded.data_dir, replicas_guarded.redis_url, address
+        urls[0],
+        replicas_guarded.data_dir,
+        replicas_guarded.redis_url,
+        address,
+        "cat : foo dog : bar cat :",
     )
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     answers: list[int] = []
@@ -316,6 +320,9 @@ def test_two_web_processes_give_a_client_one_share_of_drawings(
                 own.get(f"{urls[0]}/figures/{job_id}/heatmap.svg?theme={theme}").status_code
             )
 
+    with from_address(address, headers=bearer) as client:  # the second has read the result
+        warm = client.get(f"{urls[1]}/figures/{job_id}/heatmap.csv")  # (a file, not drawn)
+        assert warm.status_code == 200, warm.text
     drawings = [threading.Thread(target=draw, args=(theme,)) for theme in ("light", "dark")]
     for thread in drawings:
         thread.start()
@@ -331,6 +338,7 @@ def test_two_web_processes_give_a_client_one_share_of_drawings(
         for thread in drawings:
             thread.join(60)
         assert answers == [200] * RENDERS
+        time.sleep(0.3)  # given back
         again = client.get(f"{urls[1]}/figures/{job_id}/heatmap.svg?theme=presentation")
         assert again.status_code == 200, again.text
 
@@ -348,7 +356,11 @@ def test_a_clients_page_builds_take_turns_across_web_processes(
 
     urls, address = replicas_guarded.urls, "127.0.0.8"
     job_id = finished_analysis(
-        urls[0], replicas_guarded.data_dir, replicas_guarded.redis_url, address
+        urls[0],
+        replicas_guarded.data_dir,
+        replicas_guarded.redis_url,
+        address,
+        "dog : foo cat : bar dog :",
     )
     bearer = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -358,8 +370,8 @@ def test_a_clients_page_builds_take_turns_across_web_processes(
             warm = await client.get(f"{urls[1]}/a/{job_id}?theme=dark")  # its result read
             assert warm.status_code == 200, warm.text
             other = SharedSlots(1, "page-builds", replicas_guarded.redis_url)
-            lease = await other.take(address)
-            assert lease is not None and lease.token is not None
+            lease = await asyncio.wait_for(other.take_waiting(address), 5)  # (the warm one's
+            assert lease.token is not None  # lease is kept a moment for a next build there)
             page = asyncio.create_task(client.get(f"{urls[1]}/a/{job_id}"))
             await asyncio.sleep(1.5)
             waited = not page.done()

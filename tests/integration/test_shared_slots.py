@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from app.security.shared_slots import SharedSlots
+from app.security.shared_slots import PREFIX, REUSE_S, SharedSlots
 from tests.integration.redis_support import free_port, private_db
 
 pytestmark = pytest.mark.redis
@@ -58,7 +58,7 @@ def test_each_event_loop_gets_its_own_redis_client() -> None:
         lease = await slots.take("c")
         assert lease is not None
         slots.release(lease)
-        await asyncio.sleep(0.05)  # removed in the background
+        await asyncio.sleep(0.1)  # removed in the background
         return lease.token
 
     with private_db() as url:
@@ -79,6 +79,41 @@ def test_a_waiting_take_gets_the_slot_once_it_is_given_back() -> None:
         lease = await asyncio.wait_for(waiting, 5)
         assert lease.token is not None
         waiter.release(lease)
+
+    with private_db() as url:
+        asyncio.run(scenario(url))
+
+
+def test_a_lease_given_back_is_taken_again_without_redis_then_removed() -> None:
+    """A client's requests one after another in one process reuse one lease (no round trip
+    each); once it is not taken again for REUSE_S it leaves Redis, and other processes get
+    the slot."""
+
+    async def scenario(url: str) -> None:
+        here = SharedSlots(1, "t", url, reuse_s=REUSE_S)
+        there = SharedSlots(1, "t", url)
+        first = await here.take("c")
+        assert first is not None and first.token is not None
+        here.release(first)
+        redis = here._client()
+        assert redis is not None
+        calls: list[object] = []
+        real_eval = redis.eval
+
+        async def counted(*args: object) -> object:
+            calls.append(args)
+            return await real_eval(*args)  # type: ignore[arg-type]
+
+        redis.eval = counted  # type: ignore[method-assign]
+        for _ in range(5):
+            again = await here.take("c")
+            assert again is not None and again.token == first.token
+            here.release(again)
+        assert calls == []  # no round trip
+        assert await there.take("c") is None  # still held meanwhile: one share
+        await asyncio.sleep(REUSE_S * 2 + 0.2)
+        assert await redis.zcard(f"{PREFIX}:t:c") == 0  # removed
+        assert await there.take("c") is not None
 
     with private_db() as url:
         asyncio.run(scenario(url))
