@@ -562,9 +562,22 @@ def _verdict_of(
     return next((v for v in data["verdicts"] if v["quantity"] == quantity), None)
 
 
+def _no_paper_pair(data: dict[str, Any], quantity: str) -> bool:
+    """Is `quantity` the paper's FFTT → TTFF comparison, absent because the stored design has
+    more than two demonstrations per label (so no FFTT arrangement)?"""
+    return "fftt_ttff" in quantity and design_options(data)[0] != 2
+
+
 def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any]]) -> str:
     text, reported, name, quantity = claim
     found = _verdict_of(stored, name, quantity)
+    if found is None and name in stored and _no_paper_pair(stored[name], quantity):
+        per_label, _ = design_options(stored[name])
+        return (
+            f"| {text} | {reported} | `{quantity}`: no FFTT or TTFF arrangement among "
+            f"{2 * per_label} demonstrations (the pooled mirror pairs below stand for it) | "
+            "cannot test (no such arrangement in this design) |"
+        )
     if found is None and name in stored:
         return (
             f"| {text} | {reported} | `{quantity}` not in the stored result (stored before it "

@@ -209,6 +209,21 @@ def test_each_section_says_the_design_its_stored_result_records(tmp_path: Path) 
     assert "--labels" not in old
 
 
+def test_the_papers_fftt_comparison_is_absent_by_design_not_by_age(tmp_path: Path) -> None:
+    """With 16 demonstrations there is no FFTT arrangement: the claim says so, not "stored
+    before it existed"."""
+    verdict = _verdict(
+        "located_attn_true_drop", "supported", COMBINED_RULE, _interval(0.05, 0.03, 0.07)
+    )
+    reorder = {**_stored("reorder", [verdict], True), "demos_per_label": 8}
+    text = _write(tmp_path / "r", reorder)
+    assert "`located_attn_true_drop_fftt_ttff`: no FFTT or TTFF arrangement among 16" in text
+    assert "cannot test (no such arrangement in this design)" in text
+    assert "fftt_ttff` not in the stored result" not in text
+    paper = _write(tmp_path / "p", _stored("reorder", [verdict], True))
+    assert "`located_attn_true_drop_fftt_ttff` not in the stored result (stored before" in paper
+
+
 def test_a_table_is_called_pooled_only_when_the_result_says_it_is(tmp_path: Path) -> None:
     rows = [{"arrangement": "FFTT", "n": 16, "accuracy": 0.5}]
     verdict = _verdict(
