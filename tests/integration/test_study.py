@@ -241,3 +241,24 @@ def test_the_study_command_says_in_one_line_what_the_server_refused(
     ran = CliRunner().invoke(cli, args)
     assert ran.exit_code == 2, ran.output
     assert "422: unknown dataset 'mine'" in ran.output and "Traceback" not in ran.output
+
+
+def test_a_study_run_here_pools_its_seeds(tmp_path: Path) -> None:
+    """Without a server the study runs here, each experiment's seeds pooled in one run (its
+    verdicts decided over every seed's prompts, as on a server)."""
+    from icl_heads.study import run_here
+    from model_worker.experiments.job import run_experiment
+    from tests.tiny_models import tiny_llama
+
+    loaded = tiny_llama()
+    request = StudyRequest(experiments=["accuracy"], seeds=[0, 1], n=8)
+    study = run_here(request, lambda plan: run_experiment(loaded, plan))
+    (result,) = study.results
+    assert result.seeds == [0, 1]
+    alone = run_experiment(
+        loaded, request.experiment_requests()[0].model_copy(update={"seeds": []})
+    )
+    for pooled, one in zip(result.verdicts, alone.verdicts, strict=True):
+        assert pooled.interval.undefined is None and pooled.interval.n == 2 * one.interval.n
+    assert TITLES["accuracy"] in study.document
+    assert write_study(study, tmp_path).read_text() == study.document
