@@ -1,9 +1,9 @@
-"""Cancelling a job: `DELETE /api/jobs/{id}` (JSON) and the Cancel button of the experiment and
-patch pages (a same-origin form POST, app.security.origin). Who submitted the job may cancel it,
-and so may an admin (`ICL_ADMINS`, named users). A queued job leaves the queue at once; a
-running one stops within one slice of its work (an analysis: at the end of its stage); nothing
-of it is kept as a result, and its page says it was cancelled and by whom. A study (`s-…`) is
-cancelled with every job it has queued or running (app.studies)."""
+"""Cancelling a job: `DELETE /api/jobs/{id}` (JSON) and the Cancel button of the experiment,
+study and patch pages (a same-origin form POST, app.security.origin). Who submitted the job
+may cancel it, and so may an admin (`ICL_ADMINS`, named users). A queued job leaves the queue
+at once; a running one stops within one slice of its work (an analysis: at the end of its
+stage); nothing of it is kept as a result, and its page says it was cancelled and by whom. A
+study (`s-…`) is cancelled with every job it has queued or running (app.studies)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,9 @@ async def cancel_job_form(
 ) -> RedirectResponse:
     """The Cancel button: cancel, then back to the job's page (which says so)."""
     await _cancel(job_id, backend, client, settings, studies)
-    if is_experiment(job_id):
+    if is_study(job_id):
+        page = url_path(request, "study_page", study_id=job_id)
+    elif is_experiment(job_id):
         page = url_path(request, "experiment_job_page", job_id=job_id)
     elif is_patching(job_id):
         page = url_path(request, "patching_page", job_id=job_id)

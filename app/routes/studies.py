@@ -1,17 +1,20 @@
-"""Studies over the API: `POST /api/studies` (experiments × datasets × seeds as one
-submission, app.studies), `GET /api/studies/{id}` (one monotone fraction over its jobs, the
-stage named, the time left) and, once every job is done, `GET /api/studies/{id}/results.md`
-(its results document). `DELETE /api/jobs/{id}` cancels a study (app.routes.jobs)."""
+"""Studies: `POST /api/studies` (experiments × datasets × seeds as one submission,
+app.studies), `GET /api/studies/{id}` (one monotone fraction over its jobs, the stage named,
+the time left) and, once every job is done, `GET /api/studies/{id}/results.md` (its results
+document); the study's page `/s/{id}` (its progress, its jobs, a Cancel button, the document).
+`DELETE /api/jobs/{id}` and the Cancel button cancel a study (app.routes.jobs)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Response, status
-from fastapi.responses import PlainTextResponse
+from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from app.deps import ClientDep, StudiesDep
 from app.queue.interface import BackendError
+from app.studies import Studies
+from app.templating import render, url_path
 from model_worker.contracts.studies import StudyRequest
 from model_worker.service.queue.states import JobStatus, StudyState
 
@@ -56,10 +59,31 @@ async def submit_study(
 async def get_study(study_id: StudyId, studies: StudiesDep) -> StudyState:
     """The study's state: one fraction over all its jobs (never going back), the running
     job's stage, the time left once measured, each job's state; `document` once done."""
+    return await _state(studies, study_id)
+
+
+async def _state(studies: Studies, study_id: str) -> StudyState:
     state = await studies.state(study_id)
     if state is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study {study_id!r} (unknown)")
     return state
+
+
+@router.get("/s/{study_id}", response_class=HTMLResponse)
+async def study_page(request: Request, study_id: StudyId, studies: StudiesDep) -> HTMLResponse:
+    """The study's page: its progress and jobs (each linked to its experiment's page), a
+    Cancel button while it runs, its results document once done."""
+    context = {"study": await _state(studies, study_id)}
+    twin = url_path(request, "get_study", study_id=study_id)
+    return render(request, "pages/study.html", context, alternate=twin)
+
+
+@router.get("/s/{study_id}/status", response_class=HTMLResponse)
+async def study_status(request: Request, study_id: StudyId, studies: StudiesDep) -> HTMLResponse:
+    """HTMX poll target: the study's status partial."""
+    context = {"study": await _state(studies, study_id)}
+    twin = url_path(request, "get_study", study_id=study_id)
+    return render(request, "partials/_study_status.html", context, alternate=twin)
 
 
 @router.get(

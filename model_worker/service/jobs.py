@@ -679,18 +679,22 @@ def stop_if_cancelled(job: Job) -> None:
 
 def progress_reporter(job: Job) -> Callable[[float, str], None]:
     """A `progress(fraction, message)` that writes to the job's meta, at most 4 times a second,
-    never lower than the job's progress so far (a chunk replays what earlier chunks did)."""
+    never lower than the job's progress so far (a chunk replays what earlier chunks did: its
+    reports count once they pass where those chunks got to)."""
     last = 0.0
-    reached = float(job.meta.get("progress") or 0.0)  # by earlier chunks of the same job
+    earlier = float(job.meta.get("progress") or 0.0)  # by earlier chunks of the same job
+    reached, replaying = earlier, earlier > 0
     rate = Rate(job.meta.get("rate_at"), float(job.meta.get("rate_fraction") or 0.0))
 
     def progress(fraction: float, message: str) -> None:
-        nonlocal last, reached
+        nonlocal last, reached, replaying
         now = time.monotonic()
         if now - last < PROGRESS_EVERY_S and fraction < 1.0:
             return
-        if fraction < reached:  # a later chunk replaying what earlier ones did: never back
-            return
+        if fraction < reached or (replaying and fraction <= earlier):
+            return  # a later chunk replaying what earlier ones did: never back, not even
+            # to an earlier message at the same fraction
+        replaying = False
         last, reached = now, fraction
         rate.seen(fraction)
         left = rate.left_s(fraction)

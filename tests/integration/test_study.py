@@ -81,6 +81,8 @@ def test_a_study_runs_its_experiments_pooled_and_serves_its_results_document(
     document = app.get(done["document"])
     assert document.status_code == 200 and "text/plain" in document.headers["content-type"]
     assert TITLES["accuracy"] in document.text and TITLES["attention"] in document.text
+    page = app.get(f"/s/{study}").text
+    assert "The study is done" in page and f"/api/studies/{study}/results.md" in page
     # the same study again: done at once, the same id
     again = app.post("/api/studies", json=STUDY)
     assert again.status_code == 200 and again.json()["id"] == study
@@ -241,3 +243,41 @@ def test_the_study_command_says_in_one_line_what_the_server_refused(
     ran = CliRunner().invoke(cli, args)
     assert ran.exit_code == 2, ran.output
     assert "422: unknown dataset 'mine'" in ran.output and "Traceback" not in ran.output
+
+
+def test_a_study_run_here_pools_its_seeds(tmp_path: Path) -> None:
+    """Without a server the study runs here, each experiment's seeds pooled in one run (its
+    verdicts decided over every seed's prompts, as on a server)."""
+    from icl_heads.study import run_here
+    from model_worker.experiments.job import run_experiment
+    from tests.tiny_models import tiny_llama
+
+    loaded = tiny_llama()
+    request = StudyRequest(experiments=["accuracy"], seeds=[0, 1], n=8)
+    study = run_here(request, lambda plan: run_experiment(loaded, plan))
+    (result,) = study.results
+    assert result.seeds == [0, 1]
+    alone = run_experiment(
+        loaded, request.experiment_requests()[0].model_copy(update={"seeds": []})
+    )
+    for pooled, one in zip(result.verdicts, alone.verdicts, strict=True):
+        assert pooled.interval.undefined is None and pooled.interval.n == 2 * one.interval.n
+    assert TITLES["accuracy"] in study.document
+    assert write_study(study, tmp_path).read_text() == study.document
+
+
+def test_the_study_page_follows_it_and_its_cancel_button_cancels_it(app: TestClient) -> None:
+    study = app.post(
+        "/api/studies", json={"experiments": ["ablation", "mrr"], "n": 64, "seeds": [0, 1]}
+    ).json()["id"]
+    page = app.get(f"/s/{study}")
+    assert page.status_code == 200 and f"/api/studies/{study}" in page.headers["link"]
+    assert "data-cancel" in page.text and f"/s/{study}/status" in page.text
+    assert '<tr data-job="ablation">' in page.text and '<tr data-job="mrr">' in page.text
+    cancelled = app.post(
+        f"/jobs/{study}/cancel", headers={"Origin": "http://testserver"}, follow_redirects=False
+    )
+    assert cancelled.status_code == 303 and cancelled.headers["location"] == f"/s/{study}"
+    status = app.get(f"/s/{study}/status")
+    assert "The study was cancelled" in status.text and "cancelled by its submitter" in status.text
+    assert "data-cancel" not in status.text and "hx-get" not in status.text
