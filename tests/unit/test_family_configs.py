@@ -9,7 +9,7 @@ Unsupported switches are refused at load with one sentence.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -201,16 +201,6 @@ ROPE_CASES = [
 def test_each_spec_lists_the_rotary_kinds_its_config_accepts(family: str) -> None:
     """What the catalog says was verified is what the family's config can carry."""
     assert [k for k in ROPE_TYPES if accepted(family, k)] == list(REGISTRY[family].rope_types)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny models in one thread: on a loaded shared machine two spinning threads made each
-    tiny product ~20× slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize(("family", "rope_type"), ROPE_CASES)

@@ -8,8 +8,6 @@ placements run on them (never faked: without them those cases are not generated)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -43,14 +41,6 @@ GPT2_MAP = {
     "transformer.ln_f": 3,
     "lm_head": 1,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def fresh(loaded: LoadedModel) -> LoadedModel:
