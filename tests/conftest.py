@@ -26,8 +26,10 @@ os.environ.setdefault("ICL_REFUSAL_DELAY_S", "0")
 # than Hypothesis's default 200 ms, and speed is the benchmarks' business, not the tests'.
 settings.register_profile("untimed", deadline=None)
 settings.load_profile("untimed")
-# Worker and server processes the tests start compute in one torch thread (see one_thread).
+# The processes the tests start compute in one torch thread too (see one_thread): workers and
+# servers (their --threads), and any other Python (a notebook's kernel, a CLI command).
 os.environ.setdefault("ICL_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True, scope="session")
