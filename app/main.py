@@ -31,7 +31,7 @@ from app.routes import (
     studies,
 )
 from app.security.responses import error_response
-from app.security.shared_slots import SharedSlots
+from app.security.shared_slots import SharedSlots, release_loop_leases
 from app.studies import Studies, StudyDocument
 from model_worker.common.log_safety import redact
 from model_worker.common.settings import Settings, get_settings
@@ -89,6 +89,7 @@ def create_app(
                 await upkeep
             await app.state.backend.close()
             await app.state.sessions.close()
+            await release_loop_leases()
 
     app = FastAPI(title="ICL Heads Explorer", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

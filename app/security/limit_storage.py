@@ -6,7 +6,9 @@ needs Redis answers 503 then anyway) with a log line."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 
 from limits import RateLimitItem
 from limits.aio.storage import MemoryStorage, Storage
@@ -36,10 +38,27 @@ def limit_storage(settings: Settings) -> Storage:
 
 
 class ClientLimiter:
-    """Moving-window counters per client over `limit_storage`."""
+    """Moving-window counters per client over `limit_storage`: one Redis storage per event
+    loop (its connections belong to the loop that made them: a server has one, tests run
+    several one after another), or one memory storage for the process."""
 
     def __init__(self, settings: Settings) -> None:
-        self._limiter = MovingWindowRateLimiter(limit_storage(settings))
+        self._settings = settings
+        shared = (settings.redis_url or "").split("://", 1)[0] in SHARED_SCHEMES
+        self._memory = None if shared else MovingWindowRateLimiter(MemoryStorage())
+        self._by_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, MovingWindowRateLimiter
+        ] = weakref.WeakKeyDictionary()
+
+    @property
+    def _limiter(self) -> MovingWindowRateLimiter:
+        if self._memory is not None:
+            return self._memory
+        loop = asyncio.get_running_loop()
+        limiter = self._by_loop.get(loop)
+        if limiter is None:
+            limiter = self._by_loop[loop] = MovingWindowRateLimiter(limit_storage(self._settings))
+        return limiter
 
     async def hit(self, item: RateLimitItem, key: str) -> bool:
         """Count one hit of `key` against `item`; False once it is past the limit."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ PREFIX = "icl:slots"
 REUSE_S = 0.1
 #: Errors that mean "Redis did not answer" (a loop the client was not made on included).
 UNANSWERED = (RedisError, OSError, RuntimeError, asyncio.TimeoutError)
+
+#: every SharedSlots that counts through Redis (for `release_loop_leases` at shutdown)
+_SHARED: weakref.WeakSet[SharedSlots] = weakref.WeakSet()
 
 # KEYS[1]: the client's leases; ARGV: limit, lease seconds, this slot's token. 1 if taken.
 TAKE = """
@@ -98,6 +102,8 @@ class SharedSlots:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._held: dict[str, str] = {}  # token → its Redis key (in use or spare)
         self._spare: dict[str, list[tuple[str, float]]] = {}  # client → (token, given back at)
+        if self._url is not None:
+            _SHARED.add(self)
         self._removal: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
@@ -215,6 +221,26 @@ class SharedSlots:
         except UNANSWERED as exc:
             log.warning("%s leases left to end by themselves: %s", self.kind, exc)
 
+    async def close(self) -> None:
+        """Remove every lease this process holds (in use or kept for reuse) from Redis and
+        close its client: a stopped web process leaves none to wait out `lease_s`."""
+        if self._redis is None:
+            return
+        unused: dict[str, list[str]] = {}
+        for token, key in self._held.items():
+            unused.setdefault(key, []).append(token)
+        self._held.clear()
+        self._spare.clear()
+        for pending in (self._removal, self._renewer):
+            if pending is not None:
+                pending.cancel()
+        self._removal = self._renewer = None
+        if unused:
+            await self._remove(unused)
+        with suppress(*UNANSWERED):
+            await self._redis.aclose()
+        self._redis = self._loop = None
+
     @asynccontextmanager
     async def slot(self, client: str) -> AsyncIterator[bool]:
         """Hold one of `client`'s slots for the block; yields False (and holds none) when
@@ -243,3 +269,12 @@ class SharedSlots:
                 await redis.eval(RENEW, len(keys), *keys, self.lease_s, *tokens)
             except UNANSWERED as exc:
                 log.warning("%s leases not renewed (Redis does not answer): %s", self.kind, exc)
+
+
+async def release_loop_leases() -> None:
+    """At a web process' shutdown: close every SharedSlots bound to the running event loop
+    (its leases removed from Redis; those of other loops, such as another app's in tests, stay)."""
+    loop = asyncio.get_running_loop()
+    for slots in list(_SHARED):
+        if slots._loop is loop:
+            await slots.close()

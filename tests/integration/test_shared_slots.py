@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from app.security.shared_slots import PREFIX, REUSE_S, SharedSlots
+from app.security.shared_slots import PREFIX, REUSE_S, SharedSlots, release_loop_leases
 from tests.integration.redis_support import free_port, private_db
 
 pytestmark = pytest.mark.redis
@@ -114,6 +114,29 @@ def test_a_lease_given_back_is_taken_again_without_redis_then_removed() -> None:
         await asyncio.sleep(REUSE_S * 2 + 0.2)
         assert await redis.zcard(f"{PREFIX}:t:c") == 0  # removed
         assert await there.take("c") is not None
+
+    with private_db() as url:
+        asyncio.run(scenario(url))
+
+
+def test_a_stopping_process_removes_its_leases_also_those_kept_for_reuse() -> None:
+    """At shutdown (`release_loop_leases`, the app's lifespan end) every lease of the loop goes:
+    one in use and one kept REUSE_S for the client's next request would otherwise hold the
+    client's share on every replica until their leases end (an app after another in one
+    process answered 429 to its first requests)."""
+
+    async def scenario(url: str) -> None:
+        slots = SharedSlots(2, "t", url, reuse_s=60.0)
+        kept = await slots.take("c")
+        in_use = await slots.take("c")
+        assert kept is not None and in_use is not None
+        slots.release(kept)  # kept for reuse: still in Redis
+        other = SharedSlots(2, "t", url)
+        assert await other.take("c") is None  # both of the client's slots are held
+        await release_loop_leases()
+        lease = await other.take("c")
+        assert lease is not None  # the stopped one's leases are gone at once
+        other.release(lease)
 
     with private_db() as url:
         asyncio.run(scenario(url))
