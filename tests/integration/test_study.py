@@ -109,7 +109,9 @@ def test_a_study_keeps_within_the_clients_share_of_batch_work() -> None:
         refused = app.post(
             "/api/experiments", json={"name": "accuracy", "dataset": "animal-country", "n": 8}
         )
-        assert refused.status_code == 429  # the study holds this client's one batch slot
+        first = app.get(f"/api/analyses/{posted['jobs'][0]['id']}").json()["status"]
+        # the study holds this client's one batch slot, unless its tiny first job already ended
+        assert refused.status_code == 429 or first == "done", (refused.status_code, first)
         done, seen = follow(app, study)
         assert done["status"] == "done", done
         for body in seen:  # never more than the share at once
