@@ -177,6 +177,8 @@ class DeadlineProtocol(HttpToolsProtocol):
             self._early += data
             if len(self._early) > MAX_EARLY_BYTES:
                 self.transport.close()
+            else:  # uvloop starts reading after connection_made whatever it asked: pause now
+                self.transport.pause_reading()
             return
         if self._refused_head is None:
             super().data_received(data)
