@@ -119,11 +119,15 @@ async def _done_experiment(backend: Backend, state: JobState) -> ExperimentResul
 
 
 async def _experiment_context(backend: Backend, state: JobState) -> dict[str, Any]:
-    """The job's state and, once it is done, its result's context (`done` says which)."""
+    """The job's state and, once it is done, its result's context (`done` says which); until
+    then its accepted request (`pending`), which names it in the heading."""
     result = await _done_experiment(backend, state)
     context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
     if result is not None:
         context["experiment"] = ExperimentPanel.of(result, state.id)
+    else:
+        accepted = await backend.accepted_request(state.id)
+        context["pending"] = accepted if isinstance(accepted, ExperimentRequest) else None
     return context
 
 

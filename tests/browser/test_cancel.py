@@ -45,6 +45,9 @@ def test_cancel_on_a_running_experiment(page: Page, slow_url: str) -> None:
     job_id = str(page.request.post(f"{slow_url}/api/experiments", data=asked).json()["id"])
     page.goto(f"{slow_url}/e/{job_id}")
     expect(page.locator("[data-status=running]")).to_be_visible(timeout=120_000)
+    # named while it runs, as once it is done (before: a bare "Experiment")
+    expect(page.locator("#page-title")).to_contain_text("ablation")
+    expect(page.locator("#page-title")).to_contain_text("sentiment-number · n = 200")
     page.get_by_role("button", name="Cancel").click()
     expect(page.get_by_role("heading", name="The experiment was cancelled")).to_be_visible(
         timeout=30_000

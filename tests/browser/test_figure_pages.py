@@ -98,6 +98,11 @@ def words_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+#: where the heatmap's card starts on the page (px from the page's top)
+HEATMAP_TOP = """() => document.querySelector(".panel-heatmap").getBoundingClientRect().top
+  + window.scrollY"""
+
+
 def open_page(browser: Browser, size: tuple[int, int], present: bool) -> Page:
     context = browser.new_context(viewport={"width": size[0], "height": size[1]})
     page = context.new_page()
@@ -134,6 +139,9 @@ def test_figures_are_readable_at_every_prompt_length(
     expect(page.locator(".analysis-body[data-status=done]")).to_be_visible(timeout=60_000)
     heatmap = page.locator(".vl-figure[data-figure=heatmap][data-drawn=true]")
     expect(heatmap).to_be_visible(timeout=30_000)
+    if n_tokens <= 66:  # the first screen shows the heatmap's start, presentation mode too
+        top = page.evaluate(HEATMAP_TOP)
+        assert top < 0.8 * size[1], f"the heatmap starts at {top:.0f} px"
     cell = heatmap.locator(".cell").first
     cell.hover()  # the hover names the head and its split
     expect(page.locator("#vg-tooltip-element.visible")).to_contain_text("label / other")
