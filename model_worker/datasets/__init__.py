@@ -17,6 +17,7 @@ from model_worker.datasets.prompts import (
     build_prompts,
     format_prompt,
     orders,
+    recency_orders,
 )
 from model_worker.datasets.user_files import MAX_BYTES, MAX_ROWS, load_user_dataset
 
@@ -49,4 +50,5 @@ __all__ = [
     "load_dataset",
     "load_user_dataset",
     "orders",
+    "recency_orders",
 ]

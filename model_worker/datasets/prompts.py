@@ -143,6 +143,25 @@ def orders(n_true: int = 2, n_false: int = 2) -> list[str]:
     return sorted(found)
 
 
+def recency_orders(n_true: int, n_false: int) -> list[str]:
+    """The demonstration orders the recency-bias measure compares, sorted: every order while
+    there are at most MAX_CYCLED_ORDERS (the paper's six for 2 + 2); beyond, that many: the two
+    blocked ones (false then true, true then false) and drawn ones with their mirrors (equal
+    counts), so the nearest demonstration is false in half of them (C(16, 8) = 12,870 orders
+    of 16 demonstrations cannot all be run)."""
+    if math.comb(n_true + n_false, n_true) <= MAX_CYCLED_ORDERS:
+        return orders(n_true, n_false)
+    picked = ["F" * n_false + "T" * n_true, "T" * n_true + "F" * n_false]
+    block = 0
+    while len(picked) < MAX_CYCLED_ORDERS:
+        drawn = _drawn(block, n_true, n_false)
+        block += 1
+        for order in (drawn, _swap(drawn)) if n_true == n_false else (drawn,):
+            if order not in picked and len(picked) < MAX_CYCLED_ORDERS:
+                picked.append(order)
+    return sorted(picked)
+
+
 def _drawn(block: int, n_true: int, n_false: int) -> str:
     """A random arrangement, the same for the same block and counts whatever the seed."""
     sides = list("T" * n_true + "F" * n_false)

@@ -16,7 +16,8 @@ minority label gains on imbalanced prompts and loses as much here; the report gi
 each and their mean (the net gain when the minority label's truth is unknown), with intervals.
 
 Recency bias. The balanced prompts in every order of their two true and two false
-demonstrations (FFTT, FTFT, …: 6 orders). The intervention recomputes the in-context heads'
+demonstrations (FFTT, FTFT, …: 6 orders; with more demonstrations six of their orders,
+`recency_orders`). The intervention recomputes the in-context heads'
 attention without the positional component (`interventions.positionless_heads`). Metric: the
 standard deviation of accuracy across the orders, before and after; reduction = 1 − after/before.
 Control: the accuracy gain where recency hurts (nearest demonstration false, e.g. TTFF: true
@@ -49,7 +50,7 @@ from model_worker.experiments.batching import (
     run_prompts,
 )
 from model_worker.experiments.context import Context, Row
-from model_worker.experiments.data import arrange, orders
+from model_worker.experiments.data import arrange, recency_orders
 from model_worker.experiments.evidence import Evidence, adequacy, by_arrangement, interval_columns
 from model_worker.experiments.figure_data import bar_chart
 from model_worker.experiments.locate import Location, locate_for, location_note
@@ -261,7 +262,7 @@ def _recency(
 ) -> tuple[list[Row], dict[str, float]]:
     base = ctx.prompts()
     n_true = sum(d[1] == base[0].true_label for d in base[0].demonstrations)
-    sequences = orders(n_true, len(base[0].demonstrations) - n_true)
+    sequences = recency_orders(n_true, len(base[0].demonstrations) - n_true)
     step = 0
     rows: list[Row] = []
     before_cols: list[list[float]] = []

@@ -20,6 +20,7 @@ from model_worker.datasets import (
     load_builtin,
     load_user_dataset,
     orders,  # noqa: F401 (experiments and tests import it from here)
+    recency_orders,  # noqa: F401 (the bias experiment imports it from here)
 )
 from model_worker.datasets.prompts import one_line
 

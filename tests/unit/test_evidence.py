@@ -12,7 +12,7 @@ import torch
 from icl_heads.results_doc import render, store
 from model_worker.analysis.flow_sink import COLUMNS, sinkless_flow
 from model_worker.contracts.experiments import ExperimentResult
-from model_worker.datasets import build_prompts
+from model_worker.datasets import build_prompts, recency_orders
 from model_worker.experiments import stats
 from model_worker.experiments.batching import make_batches, prepare
 from model_worker.experiments.controls import pool_draws, same_layer_draws
@@ -188,6 +188,13 @@ def test_bias_result_holds_the_minority_false_control(tmp_path: Path) -> None:
     assert result.adequacy is not None and result.design == "counterbalanced"
     data = result.model_dump(mode="json")
     assert data["intervals"]["control_gain_ac1"]["method"] == "paired bootstrap"
+
+
+def test_bias_on_more_demonstrations_runs_six_orders(tmp_path: Path) -> None:
+    """8 demonstrations have 70 orders (16 have 12,870): recency compares six of them."""
+    asked = request("bias", tmp_path, n=8).model_copy(update={"demos_per_label": 4})
+    result = run_experiment(tiny_gpt2(), asked, batch_size=8)
+    assert [str(r["order"]) for r in result.tables["recency"]] == recency_orders(4, 4)
 
 
 # --- seeds and the generated document --------------------------------------------------------

@@ -16,7 +16,7 @@ from model_worker.datasets.function_tasks import (
     load_function_task,
     read_pairs,
 )
-from model_worker.datasets.prompts import format_prompt, orders
+from model_worker.datasets.prompts import MAX_CYCLED_ORDERS, format_prompt, orders, recency_orders
 
 
 @pytest.mark.parametrize("per_label", [4, 8])
@@ -132,3 +132,20 @@ def test_cli_design_options_bad_input_exit_2_with_one_line() -> None:
         assert result.exit_code == 2, (args, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+@pytest.mark.parametrize(("n_true", "n_false"), [(2, 2), (4, 4), (8, 8), (3, 2)])
+def test_recency_orders_are_bounded_and_balanced(n_true: int, n_false: int) -> None:
+    """Every order while there are six or fewer (the paper's 2 + 2); beyond, six: the two
+    blocked ones and drawn ones with their mirrors, the nearest demonstration false in half
+    (before: all 12,870 orders of 16 demonstrations, a bias run that never ended)."""
+    found = recency_orders(n_true, n_false)
+    assert found == recency_orders(n_true, n_false) == sorted(set(found))
+    assert all(o.count("T") == n_true and o.count("F") == n_false for o in found)
+    if (n_true, n_false) == (2, 2):
+        assert found == orders(2, 2)
+        return
+    assert len(found) == MAX_CYCLED_ORDERS
+    if n_true == n_false:
+        assert {"F" * n_false + "T" * n_true, "T" * n_true + "F" * n_false} <= set(found)
+        assert sum(o.endswith("F") for o in found) == len(found) // 2
