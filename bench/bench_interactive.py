@@ -55,6 +55,14 @@ TINY_CSV = "text,label\n" + "".join(
 )
 
 
+#: The web tier's settings here: a store of its own (nothing cached from a last run), and
+#: as many experiments at once as the bench submits (one client submits them all).
+OWN_STORE_ANY_SHARE: dict[str, Any] = {
+    "data_dir": Path(tempfile.mkdtemp(prefix="bench-interactive-")),
+    "client_experiments": 1000,
+}
+
+
 def analysis_prompts(count: int, salt: int) -> list[str]:
     """`count` distinct short prompts (each computed, none from the cache)."""
     words = [word for word in WORDS[5:] if word.isalpha()]
@@ -136,7 +144,11 @@ def report(name: str, alone: list[float], loaded: list[float]) -> None:
 
 def embedded(model: Path, count: int, n: int) -> None:
     settings = Settings(
-        model=str(model), warm_up=False, write_rate_limit_per_minute=0, rate_limit_per_minute=0
+        model=str(model),
+        warm_up=False,
+        write_rate_limit_per_minute=0,
+        rate_limit_per_minute=0,
+        **OWN_STORE_ANY_SHARE,
     )
 
     def loader() -> Any:
@@ -152,6 +164,7 @@ def lab(model: Path, folder: Path, workers: int, threads: int) -> Iterator[TestC
     env = {
         "TEST_REAL_EXPERIMENTS": "1",
         "ICL_WARM_UP": "0",
+        "ICL_THREADS": str(threads),  # each worker's torch threads (else the CPU quota each)
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
     }
@@ -159,7 +172,7 @@ def lab(model: Path, folder: Path, workers: int, threads: int) -> Iterator[TestC
     with (
         OwnRedis(folder / "redis") as redis,
         serving_workers(model, redis.url, folder, count=workers, env=env, start_timeout=600),
-        TestClient(create_app(web_settings(model, redis.url))) as client,
+        TestClient(create_app(web_settings(model, redis.url, **OWN_STORE_ANY_SHARE))) as client,
     ):
         yield client
 

@@ -112,9 +112,9 @@ def timed_backend(clock: Clock, replay: Replay | None = None) -> type[EmbeddedBa
     class TimedBackend(EmbeddedBackend):
         compute_s: list[float] = []
 
-        def _work(self, job_id: str, loaded: Any, request: Any) -> Any:
+        def _work(self, job_id: str, loaded: Any, request: Any, base: Any = None) -> Any:
             if replay is None:
-                return super()._work(job_id, loaded, request)
+                return super()._work(job_id, loaded, request, base)
 
             def work(progress: Any) -> Parts:
                 time.sleep(replay.heads_s)

@@ -132,6 +132,10 @@ class SharedSlots:
             )
         return self._redis
 
+    def bound_to(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this counts through a Redis client made on `loop`."""
+        return self._loop is loop
+
     def held(self, client: str) -> int:
         """Slots `client` holds in this process."""
         return self.local.held(client)
@@ -276,5 +280,5 @@ async def release_loop_leases() -> None:
     (its leases removed from Redis; those of other loops, such as another app's in tests, stay)."""
     loop = asyncio.get_running_loop()
     for slots in list(_SHARED):
-        if slots._loop is loop:
+        if slots.bound_to(loop):
             await slots.close()

@@ -62,6 +62,20 @@ def write_outputs(result: ExperimentResult, out: Path) -> list[Path]:
     return written
 
 
+#: The request's fields `--server` sends as they are (`name` and `dataset` go apart: a local
+#: dataset file travels inline).
+REMOTE_OPTIONS = {
+    "model",
+    "n",
+    "seed",
+    "locate_by",
+    "correct_only",
+    "design",
+    "demos_per_label",
+    "labels",
+}
+
+
 def experiment(
     name: Annotated[ExperimentName, typer.Argument(help=f"One of: {', '.join(EXPERIMENT_NAMES)}.")],
     dataset: Annotated[
@@ -163,22 +177,14 @@ def experiment(
             seed_list = parse_seeds(seeds) if seeds is not None else [seed]
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
-        custom = design != "counterbalanced" or demonstrations != 4 or labels != "arbitrary"
-        if server is not None and (seeds is not None or custom):
-            raise UserInputError(
-                "--seeds, --design, --demonstrations and --labels run locally only "
-                "(not with --server)"
-            )
-        if server is not None:
+        if server is not None:  # the request's every option, seeds included, as run here
+            asked = request.model_dump(include=REMOTE_OPTIONS)
             remote = cli_remote.experiment(
                 server,
                 name,
                 dataset,
-                model=model,
-                n=n,
-                seed=seed,
-                locate_by=locate_by,
-                correct_only=correct_only,
+                **asked,
+                **({"seeds": seed_list} if seeds is not None else {}),
             )
             return emit(remote, out, as_json)
         from model_worker.checks.arguments import check_model_source

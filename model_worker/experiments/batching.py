@@ -238,6 +238,31 @@ def summarize_row(batch: Batch, cache: RunCache, row: int) -> PromptRun:
     )
 
 
+@dataclass(frozen=True)
+class PassOptions:
+    """How `run_prompts` treats every prompt of a pass (`label` names the pass in progress)."""
+
+    batch_size: int = 16
+    increases: IncreaseMode = "none"
+    label_increases: bool = False
+    intervene: Intervene | None = None
+    extra: Extra | None = None
+    label: str = "prompts"
+
+    def digest_flags(self) -> str:
+        """What of these options changes a pass's records (for the slices' digest)."""
+        return repr(
+            (
+                self.label,
+                self.batch_size,
+                self.increases,
+                self.label_increases,
+                self.intervene is None,
+                self.extra is None,
+            )
+        )
+
+
 def run_prompts(
     loaded: LoadedModel,
     items: Sequence[Prepared],
@@ -257,6 +282,7 @@ def run_prompts(
     computed here in order, or shared with other workers; merged in prompt order."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+    options = PassOptions(batch_size, increases, label_increases, intervene, extra, label)
     parts = cut(len(items), batch_size)
     total = len(items)
     progress(0.0, f"{label}: 0/{total}")
@@ -264,25 +290,14 @@ def run_prompts(
     def compute(i: int) -> list[Record]:
         part = parts[i]
         runs = _run_part(
-            loaded,
-            items[part.start : part.stop],
-            batch_size=batch_size,
-            increases=increases,
-            label_increases=label_increases,
-            intervene=intervene,
-            extra=extra,
-            progress=progress,
-            label=label,
-            offset=part.start,
-            total=total,
+            loaded, items[part.start : part.stop], options, progress, part.start, total
         )
         return [to_record(run) for run in runs]
 
     def on_slice(i: int) -> None:
         progress(parts[i].stop / max(1, total), f"{label}: {parts[i].stop}/{total}")
 
-    flags = (label, batch_size, increases, label_increases, intervene is None, extra is None)
-    digest = pass_digest(items, repr(flags))
+    digest = pass_digest(items, options.digest_flags())
     records = merged(current_slicer().run(digest, len(parts), compute, on_slice))
     if len(records) != total:
         raise RuntimeError(f"a pass over {total} prompts came back with {len(records)}")
@@ -375,25 +390,21 @@ def pass_digest(items: Sequence[Prepared], options: str) -> str:
 def _run_part(
     loaded: LoadedModel,
     items: Sequence[Prepared],
-    *,
-    batch_size: int = 16,
-    increases: IncreaseMode = "none",
-    label_increases: bool = False,
-    intervene: Intervene | None = None,
-    extra: Extra | None = None,
-    progress: ProgressFn = no_progress,
-    label: str = "prompts",
-    offset: int = 0,
-    total: int = 0,
+    options: PassOptions,
+    progress: ProgressFn,
+    offset: int,
+    total: int,
 ) -> list[PromptRun]:
     """`run_prompts` of one slice: `items` are prompts offset.. of `total`."""
+    label, increases = options.label, options.increases
     pad_id = loaded.tokenizer.pad_token_id or 0
     g = loaded.geometry
     kv = torch.tensor([g.kv_head(h) for h in range(g.n_heads)])
     runs: list[PromptRun] = []
     wanted: dict[int, LastToken] = {}
-    for batch in make_batches(items, batch_size, pad_id):
-        cache = forward(loaded, batch, intervene)
+    for batch in make_batches(items, options.batch_size, pad_id):
+        cache = forward(loaded, batch, options.intervene)
+        extra = options.extra
         extras = extra(batch, cache) if extra is not None else [None] * len(batch.items)
         for row in range(len(batch.items)):
             run = summarize_row(batch, cache, row)
@@ -408,7 +419,7 @@ def _run_part(
                     cache.resid_final[row, last].clone(),
                     run.item.true_id,
                     positions_z(cache.v[:, row], cache.pattern[:, row, :, last], kv, labels) * scale
-                    if label_increases
+                    if options.label_increases
                     else None,
                 )
         done = offset + len(runs)
@@ -417,7 +428,7 @@ def _run_part(
         progress(done / max(1, total), f"{label}: head increases of {len(wanted)} prompts")
         table = head_increase_table(loaded, list(wanted.values()))
         label_table = None
-        if label_increases:
+        if options.label_increases:
             label_rows = [replace(r, z=r.z_label) for r in wanted.values() if r.z_label is not None]
             label_table = head_increase_table(loaded, label_rows)
         for i, index in enumerate(wanted):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from model_worker.analysis.icl import (
     IclStructure,
+    LabelSpan,
     common_prefix_length,
     demonstration_texts,
     label_spans,
@@ -24,6 +25,9 @@ from model_worker.common.token_quote import quoted
 from model_worker.contracts.caveats import ResultWarning
 from model_worker.contracts.common import model_head
 from model_worker.model.loading import LoadedModel
+
+if TYPE_CHECKING:
+    from model_worker.contracts.analysis import AnalysisResult
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,24 @@ class ReadPrompt:
     encoded: Encoded
     structure: IclStructure
     demonstrations: list[str]
+
+    @classmethod
+    def of_result(cls, result: AnalysisResult) -> ReadPrompt:
+        """The prompt as a finished analysis read it (its tokens, labels, demonstrations), for
+        a rerun of its tokens; the label spans' character offsets are not in a result, and
+        nothing downstream of a rerun reads them."""
+        spans = tuple(LabelSpan(label.word, -1, label.position) for label in result.labels)
+        return cls(
+            text=result.prompt,
+            reading=LabelReading(result.prompt, notes=list(result.notes)),
+            encoded=Encoded(
+                ids=torch.tensor([token.id for token in result.tokens]),
+                offsets=[],
+                texts=[token.text for token in result.tokens],
+            ),
+            structure=IclStructure(result.separator, spans),
+            demonstrations=[label.demonstration for label in result.labels],
+        )
 
     @property
     def last_position(self) -> int:

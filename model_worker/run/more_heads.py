@@ -17,12 +17,11 @@ from typing import Literal
 
 import torch
 
-from model_worker.analysis.icl import IclStructure, LabelSpan
 from model_worker.contracts.analysis import AnalysisResult, HeadDetail
 from model_worker.contracts.common import head_name
 from model_worker.model.capture import KEEP_ALL, Keep, run_with_cache
 from model_worker.model.loading import LoadedModel
-from model_worker.model.prompting import Encoded, LabelReading, ReadPrompt, parse_head_names
+from model_worker.model.prompting import ReadPrompt, parse_head_names
 from model_worker.resources.gc_pause import without_gc
 from model_worker.run.details import head_details, with_towers
 from model_worker.run.state import PromptRun, final_projector
@@ -34,28 +33,18 @@ Head = tuple[int, int]
 def rerun(loaded: LoadedModel, result: AnalysisResult, k: int, keep: Keep) -> PromptRun:
     """One forward pass of `result`'s tokens, keeping `keep`, as the analysis' PromptRun
     (its target, labels and norm; `k` top tokens per view)."""
-    ids = torch.tensor([token.id for token in result.tokens])
-    texts = [token.text for token in result.tokens]
-    # the label spans' character offsets are not in a result; nothing downstream reads them
-    spans = tuple(LabelSpan(label.word, -1, label.position) for label in result.labels)
+    read = ReadPrompt.of_result(result)
     with loaded.lock:
         cache = run_with_cache(
             loaded.model,
             loaded.adapter,
             loaded.geometry,
-            ids[None].to(loaded.device),
+            read.encoded.ids[None].to(loaded.device),
             logits_to_keep=1,
             record_qk=True,
             keep=keep,
         )
     projector = final_projector(loaded, cache.resid_final[0, -1], result.norm)
-    read = ReadPrompt(  # the prompt as the analysis read it: its tokens, labels, demonstrations
-        text=result.prompt,
-        reading=LabelReading(result.prompt, notes=list(result.notes)),  # details read none of it
-        encoded=Encoded(ids=ids, offsets=[], texts=texts),
-        structure=IclStructure(result.separator, spans),
-        demonstrations=[label.demonstration for label in result.labels],
-    )
     return PromptRun(loaded, cache, read, projector, result.target.id, k)
 
 

@@ -521,11 +521,17 @@ def _slicer(
     interactive = interactive_queue_name(model)
     connection = job.connection
 
-    def interactive_waiting() -> bool:
+    def waiting(queue_name: str) -> bool:
         try:
-            return bool(connection.llen(rq_queue(interactive, connection).key))
+            return bool(connection.llen(rq_queue(queue_name, connection).key))
         except RedisError:
             return False
+
+    def interactive_waiting() -> bool:
+        return waiting(interactive)
+
+    def batch_waiting() -> bool:
+        return waiting(job.origin)
 
     return ChunkSlicer(
         connection,
@@ -535,6 +541,7 @@ def _slicer(
         job.worker_name or "",
         interactive_waiting,
         driver,
+        batch_waiting,
         chunk_s=settings.experiment_chunk_s,
     )
 

@@ -120,7 +120,7 @@ def test_analysis_is_submitted_once_then_cached(lab: Lab) -> None:
 def test_experiment_reports_progress(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
     session = Session()
     result = client(lab, session, poll_interval=0.2).experiment("heads", "sentiment-number", n=3)
-    assert isinstance(result, ExperimentResult) and result.metrics == {"steps": 5.0}
+    assert isinstance(result, ExperimentResult) and result.metrics["steps"] == 5.0
     progress = [
         body["progress"]
         for method, path, body in session.transport.answers
@@ -165,6 +165,14 @@ def test_cli_server_option(lab: Lab, tmp_path: Path) -> None:
     done = subprocess.run(experiment, cwd=ROOT, env=lab.env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "out" / "result.json").read_text())["metrics"]["steps"] == 5
+    # the design options and seeds reach the server (before: refused, "run locally only")
+    experiment += ["--seeds", "0,1", "--demonstrations", "8", "--labels", "meaningful"]
+    experiment += ["--design", "fftt", "--json"]
+    done = subprocess.run(experiment, cwd=ROOT, env=lab.env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads(done.stdout)["metrics"]
+    assert metrics["seeds"] == 2 and metrics["demos_per_label"] == 4
+    assert metrics["meaningful"] == 1 and metrics["fftt"] == 1
 
 
 def test_cli_unreachable_server_is_one_line_error() -> None:

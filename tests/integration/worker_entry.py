@@ -53,7 +53,14 @@ def fake_run_experiment(
         dataset=request.dataset,
         n=request.n,
         seed=request.seed,
-        metrics={"steps": float(FAKE_STEPS)},
+        # the design options as the worker got them (`--server` sends them all)
+        metrics={
+            "steps": float(FAKE_STEPS),
+            "seeds": float(len(request.seeds)),
+            "demos_per_label": float(request.demos_per_label),
+            "meaningful": float(request.labels == "meaningful"),
+            "fftt": float(request.design == "fftt"),
+        },
         tables={},
         figures={},
         report_markdown="",

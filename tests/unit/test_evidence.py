@@ -321,10 +321,6 @@ def test_cli_seeds_and_design_bad_input_exit_2_with_one_line() -> None:
         (["experiment", "accuracy", "--seeds", "0,x"], "--seeds must be integers"),
         (["experiment", "accuracy", "--seeds", ""], "--seeds must be integers"),
         (["experiment", "accuracy", "--design", "random"], "'counterbalanced', 'fftt'"),
-        (
-            ["experiment", "accuracy", "--seeds", "0,1", "--server", "http://127.0.0.1:9"],
-            "run locally only",
-        ),
     ]
     for args, message in cases:
         result = CliRunner().invoke(app, args)

@@ -122,10 +122,6 @@ def test_cli_design_options_bad_input_exit_2_with_one_line() -> None:
     cases = [
         (["experiment", "accuracy", "--demonstrations", "6"], "must be 4, 8 or 16"),
         (["experiment", "accuracy", "--labels", "names"], "'arbitrary', 'meaningful'"),
-        (
-            ["experiment", "accuracy", "--labels", "meaningful", "--server", "http://127.0.0.1:9"],
-            "run locally only",
-        ),
     ]
     for args, message in cases:
         result = CliRunner().invoke(app, args)
