@@ -597,6 +597,8 @@ def _claim_row(claim: tuple[str, str, str, str], stored: dict[str, dict[str, Any
         "not supported": "contradicts",
         "inconclusive": "cannot test at this n (inconclusive)",
     }[found["outcome"]]
+    if found["interval"].get("undefined"):  # no n would do: the data cannot support one
+        word = "cannot test (no interval: see why beside the measure)"
     if name != "accuracy" and not _adequate(stored, data):
         word = (
             "cannot test: the model is not shown to do ICL on the task under counterbalanced "

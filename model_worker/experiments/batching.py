@@ -192,6 +192,7 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
     block = block_rows(projector.vocab, device)
     out = torch.empty(len(rows), g.n_layers, g.n_heads)
     for layer in range(g.n_layers):
+        current_slicer().pause_point()  # a layer's table is ~1/30 of a slice's ~7 s (SmolLM2)
         w_o = loaded.adapter.w_out(loaded.model, layer, g).to(device)  # [H, d, D]
         scaled = (norm.center(w_o) * norm.weight).reshape(-1, w_o.shape[-1])
         # M_lᵀ per head, [H, V, d]: the weight layout of the unembedding product
@@ -424,6 +425,7 @@ def _run_part(
                 )
         done = offset + len(runs)
         progress(done / max(1, total), f"{label}: {done}/{total}")
+        current_slicer().pause_point()
     if wanted:
         progress(done / max(1, total), f"{label}: head increases of {len(wanted)} prompts")
         table = head_increase_table(loaded, list(wanted.values()))

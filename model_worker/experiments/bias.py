@@ -98,7 +98,7 @@ def positionless(loaded: LoadedModel, heads: Sequence[Head]) -> Intervene:
     return lambda _batch: positionless_heads(loaded, heads)
 
 
-def _reduction(columns: Any) -> Any:
+def majority_reduction_of(columns: Any) -> Any:
     """1 − |mean(bal) − mean(after)| / |mean(bal) − mean(before)| of columns [..., 3, n]
     (balanced, imbalanced, imbalanced + intervention correctness); NaN where undefined."""
     means = columns.mean(-1)
@@ -185,7 +185,7 @@ def _majority(
             step += 1
         after = acc_bal - statistics.fmean(fixed["imbalanced"])
         reduction = stats.bootstrap_stat(
-            [bal, plain["imbalanced"], fixed["imbalanced"]], _reduction
+            [bal, plain["imbalanced"], fixed["imbalanced"]], majority_reduction_of
         )
         control_gain = stats.bootstrap_diff(fixed["control"], plain["control"], paired=True)
         net = stats.bootstrap_mean(

@@ -50,6 +50,13 @@ class Slicer:
         if self._checkpoint is not None:
             self._checkpoint()
 
+    def pause_point(self) -> None:
+        """Inside a slice (after a batch, between two layers of a head-increase table): the
+        embedded server runs waiting interactive jobs here as between slices, so none waits
+        behind a whole slice (on SmolLM2 a slice with head increases takes ~7 s on one
+        thread); a lab chunk only stops for a cancel (`ChunkSlicer`)."""
+        self.checkpoint()
+
     def skipped(self, passes: int) -> None:
         """`passes` served from this process's memory instead (a located experiment's
         location): counted as asked for, so that messages number the passes alike whether

@@ -162,10 +162,13 @@ def _checked(
     sample: Sample | None,
 ) -> Interval:
     """An interval from bootstrap bounds, undefined (with `why`) where the data cannot support
-    it: too few usable resamples, fewer than 2 prompts, or every prompt giving the same values
-    (the resamples cannot show any spread: [x, x] is no interval)."""
+    it: too few usable resamples, fewer than 2 prompts, a statistic undefined on the prompts
+    themselves (the resamples that define it do not bound it), or every prompt giving the same
+    values (the resamples cannot show any spread: [x, x] is no interval)."""
     if why is None and n < 2:
         why = "fewer than 2 prompts"
+    if why is None and math.isnan(estimate):  # e.g. the reduction of a bias that is 0
+        why = "the estimate is undefined on these prompts (e.g. the reduction of a bias that is 0)"
     if why is None and sample is not None and _constant(sample):
         why = "every prompt gives the same value"
     if why is not None:

@@ -106,6 +106,13 @@ class ChunkSlicer(Slicer):
         if self._started is not None and time.monotonic() - self._started >= self.chunk_s:
             raise ChunkOver("chunk time spent")
 
+    def pause_point(self) -> None:
+        """Inside a slice: stop for a cancel only (a chunk ends between slices, where nothing
+        computed is lost)."""
+        who = self.connection.get(cancel_key(self.experiment_id))
+        if who is not None:
+            raise JobCancelled(cancelled_message(as_text(who)))
+
     def run(
         self,
         digest: str,

@@ -11,9 +11,10 @@ import pytest
 import torch
 from redis import Redis
 
+from model_worker.common.errors import JobCancelled
 from model_worker.service.chunks import WAIT_POLL_S, ChunkOver, ChunkSlicer, open_slices
 from model_worker.service.queue.heartbeats import WorkerBeat, write_beat
-from model_worker.service.queue.keys import slice_claims_key
+from model_worker.service.queue.keys import cancel_key, slice_claims_key
 from model_worker.service.queue.signing import ResultSigner
 from tests.integration.redis_support import private_db
 
@@ -76,4 +77,29 @@ def test_with_no_job_waiting_it_waits_for_the_slice_and_reads_it() -> None:
         )
         late.join()
         assert records == [[{"x": 1}]]
+        connection.close()
+
+
+@pytest.mark.redis
+def test_inside_a_slice_a_chunk_stops_for_a_cancel_only() -> None:
+    """A chunk ends between slices (nothing computed is lost); inside one it stops only when
+    the experiment is cancelled."""
+    with private_db() as url:
+        connection = Redis.from_url(url)
+        busy = ChunkSlicer(
+            connection=connection,
+            experiment_id=EXPERIMENT,
+            digest="d" * 16,
+            signer=SIGNER,
+            worker="w1",
+            interactive_waiting=lambda: True,
+            driver=True,
+            batch_waiting=lambda: True,
+        )
+        busy.pause_point()  # interactive and batch work wait: the slice goes on
+        with pytest.raises(ChunkOver):
+            busy.checkpoint()  # between slices it would end the chunk
+        connection.set(cancel_key(EXPERIMENT), "alice")
+        with pytest.raises(JobCancelled, match="alice"):
+            busy.pause_point()
         connection.close()

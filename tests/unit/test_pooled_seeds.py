@@ -11,6 +11,7 @@ import pytest
 
 from model_worker.contracts.experiments import ExperimentResult
 from model_worker.experiments import stats
+from model_worker.experiments.bias import majority_reduction_of as reduction
 from model_worker.experiments.evidence import Evidence, adequacy_of, contract_fields
 from model_worker.experiments.seeds import COMBINED_RULE, combine_seeds
 
@@ -125,6 +126,18 @@ def test_a_bootstrap_with_too_few_usable_resamples_is_undefined_not_x_x() -> Non
     assert math.isnan(found.low) and math.isnan(found.high)
     assert found.undefined is not None and "resamples usable" in found.undefined
     assert "undefined" in found.text()
+    assert stats.decide(found) == "inconclusive"
+
+
+def test_a_statistic_undefined_on_the_prompts_has_no_interval() -> None:
+    """The reduction of a bias that is 0 on the prompts (16 demonstrations: removing one true
+    one changed no answer) is undefined; the resamples where it is defined do not bound it
+    (before: stored as [0, 0] beside an undefined estimate)."""
+    balanced = [1.0] * 10 + [0.0, 1.0]
+    imbalanced = [1.0] * 10 + [1.0, 0.0]  # the same accuracy: no bias before
+    found = stats.bootstrap_stat([balanced, imbalanced, imbalanced], reduction)
+    assert math.isnan(found.estimate) and math.isnan(found.low) and math.isnan(found.high)
+    assert found.undefined is not None and found.undefined.startswith("the estimate is undefined")
     assert stats.decide(found) == "inconclusive"
 
 

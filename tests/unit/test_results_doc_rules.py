@@ -188,6 +188,26 @@ def test_nothing_settled_behind_a_failed_gate_and_only_passing_heads_located(
     assert "the measurement alone: inconclusive" in bias
 
 
+def test_a_claim_without_an_interval_is_not_blamed_on_the_sample_size(tmp_path: Path) -> None:
+    """An undefined interval (here: a reduction of a bias that is 0) cannot be decided by
+    more prompts: the claim row says there is no interval, not "cannot test at this n"."""
+    why = "the estimate is undefined on these prompts (e.g. the reduction of a bias that is 0)"
+    undefined = _interval(float("nan"), None, None, seeds=[0], undefined=why)
+    bias = _stored(
+        "bias",
+        [_verdict("majority_reduction", "inconclusive", COMBINED_RULE, undefined)],
+        adequate=True,
+    )
+    bias["seeds"] = [0]
+    row = next(
+        line
+        for line in _write(tmp_path / "r", bias).splitlines()
+        if line.startswith("| majority-label bias reduction")
+    )
+    assert f"[undefined: {why}]" in row and "**cannot test (no interval" in row
+    assert "at this n" not in row
+
+
 def test_each_section_says_the_design_its_stored_result_records(tmp_path: Path) -> None:
     """The "Run:" line and the command name the demonstrations per label and the labels (a
     result stored before they were recorded ran the paper's: 2 per label, foo/bar)."""
