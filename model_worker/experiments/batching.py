@@ -23,7 +23,14 @@ from model_worker.analysis.projection import unembed_matmul
 from model_worker.common.defaults import DEFAULT_MAX_PROMPT_TOKENS
 from model_worker.datasets import IclPrompt
 from model_worker.experiments.progress import ProgressFn, no_progress
-from model_worker.experiments.slices import Record, current_slicer, cut, merged
+from model_worker.experiments.slices import (
+    HEAVY_SLICE_PROMPTS,
+    SLICE_PROMPTS,
+    Record,
+    current_slicer,
+    cut,
+    merged,
+)
 from model_worker.model.capture import RunCache, run_with_cache
 from model_worker.model.loading import LoadedModel
 from model_worker.model.prompting import LabelReading, read_prompt, target_id
@@ -169,7 +176,9 @@ class LastToken:
     z_label: Tensor | None = None
 
 
-def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tensor:
+def head_increase_table(
+    loaded: LoadedModel, rows: Sequence[LastToken], direct: bool | None = None
+) -> Tensor:
     """I(head_{l,h} | resid_pre_l) [N, L, H] for the target of each row, as `analyze()` defines
     it (fixed norm mode), computed layer by layer for all rows at once.
 
@@ -178,6 +187,11 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
     M_{l,h} = W_O^h C Γ W_Uᵀ is built once per head and shared by all rows, so each head costs
     d_head · V multiply-adds per prompt instead of D · V. W_O is the adapter's `w_out` (any
     post-norm γ folded in); a final soft-cap applies to the summed logits.
+
+    Building every M costs as much as d_model rows' products, so for few rows (a slice of an
+    experiment's pass: 8–32 prompts) each head's write z_h W_O^h C Γ goes through W_Uᵀ
+    directly (`direct`; None: whichever costs fewer multiply-adds). On SmolLM2 (one thread) the
+    M matrices were ~6 s of every call, whatever its rows: a 4-prompt slice took 6–8 s.
     """
     g = loaded.geometry
     if not rows:
@@ -190,14 +204,17 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
     scale = norm.inv_scale(torch.stack([r.resid_final for r in rows]))  # [N, 1]
     targets = torch.tensor([r.target for r in rows], device=device)
     block = block_rows(projector.vocab, device)
+    if direct is None:  # rows · H · D · V against H · d · D · V + rows · H · d · V
+        direct = len(rows) * (g.d_model - g.d_head) < g.d_head * g.d_model
     out = torch.empty(len(rows), g.n_layers, g.n_heads)
     for layer in range(g.n_layers):
-        current_slicer().pause_point()  # a layer's table is ~1/30 of a slice's ~7 s (SmolLM2)
+        current_slicer().pause_point()  # a layer's table: ~1/30 of a slice
         w_o = loaded.adapter.w_out(loaded.model, layer, g).to(device)  # [H, d, D]
-        scaled = (norm.center(w_o) * norm.weight).reshape(-1, w_o.shape[-1])
-        # M_lᵀ per head, [H, V, d]: the weight layout of the unembedding product
-        m_t = unembed_matmul(w_u, scaled).view(-1, g.n_heads, g.d_head).transpose(0, 1)
-        m_t = m_t.contiguous()
+        scaled = norm.center(w_o) * norm.weight  # [H, d, D]: W_O^h C Γ
+        m_t = None
+        if not direct:  # M_lᵀ per head, [H, V, d]: the weight layout of the unembedding product
+            m_t = unembed_matmul(w_u, scaled.reshape(-1, w_o.shape[-1]))
+            m_t = m_t.view(-1, g.n_heads, g.d_head).transpose(0, 1).contiguous()
         normed = norm.center(bases[:, layer]) * scale * norm.weight
         if norm.bias is not None:
             normed = normed + norm.bias
@@ -210,7 +227,11 @@ def head_increase_table(loaded: LoadedModel, rows: Sequence[LastToken]) -> Tenso
         for head in range(g.n_heads):
             for start in range(0, len(rows), block):
                 part = slice(start, start + block)
-                full = unembed_matmul(z_layer[part, head], m_t[head]).add_(base[part])  # [n, V]
+                if m_t is None:
+                    write = z_layer[part, head] @ scaled[head]  # [n, D]
+                    full = unembed_matmul(write, w_u, kept=True).add_(base[part])  # [n, V]
+                else:
+                    full = unembed_matmul(z_layer[part, head], m_t[head]).add_(base[part])
                 full = projector.cap(full)
                 target = full.gather(1, targets[part, None])[:, 0]
                 logprob = target - logsumexp_(full)
@@ -284,7 +305,9 @@ def run_prompts(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     options = PassOptions(batch_size, increases, label_increases, intervene, extra, label)
-    parts = cut(len(items), batch_size)
+    parts = cut(
+        len(items), batch_size, SLICE_PROMPTS if increases == "none" else HEAVY_SLICE_PROMPTS
+    )
     total = len(items)
     progress(0.0, f"{label}: 0/{total}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,13 @@ from model_worker.common.export_names import NAMES
 from model_worker.contracts.experiments import EXPERIMENT_NAMES, ExperimentRequest
 from model_worker.contracts.report import plain_text
 from model_worker.datasets import Dataset, Example, build_prompts
-from model_worker.experiments import mrr
+from model_worker.experiments import batching, mrr
 from model_worker.experiments.batching import make_batches, prepare, run_prompts
 from model_worker.experiments.bias import minority
 from model_worker.experiments.data import ExperimentInputError, arrange, orders
 from model_worker.experiments.job import run_experiment
 from model_worker.experiments.locate import Location, locate_heads, location_note, n_located
-from model_worker.experiments.slices import Slicer, slicing
+from model_worker.experiments.slices import HEAVY_SLICE_PROMPTS, Slicer, cut, slicing
 from model_worker.model.loading import LoadedModel
 from model_worker.run.analyze import analyze
 from tests.tiny_models import EXAMPLE_PROMPT, tiny_gpt2
@@ -350,3 +351,25 @@ def test_a_slice_pauses_after_each_batch_and_each_layer_of_its_table() -> None:
     assert between_slices == 1 + 3  # before its one slice, then after each of 3 batches
     assert len(calls) - between_slices == 1 + 3 + loaded.geometry.n_layers
     assert [r.correct for r in plain] == [r.correct for r in with_table]
+
+
+def test_head_increases_are_the_same_direct_or_through_the_m_matrices(
+    tiny_model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few rows' writes go through W_Uᵀ directly, many through M = W_O C Γ W_Uᵀ: the same
+    table either way (the M matrices were ~6 s of every slice on SmolLM2)."""
+    items = prepare(tiny_model, build_prompts(TINY, 5, seed=4))
+    real = batching.head_increase_table
+    tables = {}
+    for direct in (True, False):
+        monkeypatch.setattr(batching, "head_increase_table", functools.partial(real, direct=direct))
+        runs = run_prompts(tiny_model, items, batch_size=4, increases="all")
+        tables[direct] = torch.stack([r.increases for r in runs if r.increases is not None])
+    assert tables[True].shape == (5, tiny_model.geometry.n_layers, tiny_model.geometry.n_heads)
+    assert torch.allclose(tables[True], tables[False], atol=1e-5)
+
+
+def test_a_pass_with_head_increases_is_cut_in_smaller_slices() -> None:
+    assert [len(r) for r in cut(40, 16)] == [32, 8]
+    assert [len(r) for r in cut(40, 16, HEAVY_SLICE_PROMPTS)] == [8] * 5
+    assert [len(r) for r in cut(20, 4, HEAVY_SLICE_PROMPTS)] == [8, 8, 4]  # whole batches
