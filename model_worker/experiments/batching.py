@@ -450,7 +450,7 @@ def _run_part(
         progress(done / max(1, total), f"{label}: {done}/{total}")
         current_slicer().pause_point()
     if wanted:
-        progress(done / max(1, total), f"{label}: head increases of {len(wanted)} prompts")
+        progress(done / max(1, total), f"{label}: {done}/{total}, their head increases")
         table = head_increase_table(loaded, list(wanted.values()))
         label_table = None
         if options.label_increases:
