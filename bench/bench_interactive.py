@@ -55,12 +55,10 @@ TINY_CSV = "text,label\n" + "".join(
 )
 
 
-#: The web tier's settings here: a store of its own (nothing cached from a last run), and
-#: as many experiments at once as the bench submits (one client submits them all).
-OWN_STORE_ANY_SHARE: dict[str, Any] = {
-    "data_dir": Path(tempfile.mkdtemp(prefix="bench-interactive-")),
-    "client_experiments": 1000,
-}
+def own_store_any_share(folder: Path) -> dict[str, Any]:
+    """The web tier's settings here: a store of its own in `folder` (nothing cached from a
+    last run), and as many experiments at once as the bench submits (one client submits all)."""
+    return {"data_dir": folder / "store", "client_experiments": 1000}
 
 
 def analysis_prompts(count: int, salt: int) -> list[str]:
@@ -142,13 +140,13 @@ def report(name: str, alone: list[float], loaded: list[float]) -> None:
     )
 
 
-def embedded(model: Path, count: int, n: int) -> None:
+def embedded(model: Path, folder: Path, count: int, n: int) -> None:
     settings = Settings(
         model=str(model),
         warm_up=False,
         write_rate_limit_per_minute=0,
         rate_limit_per_minute=0,
-        **OWN_STORE_ANY_SHARE,
+        **own_store_any_share(folder),
     )
 
     def loader() -> Any:
@@ -172,7 +170,9 @@ def lab(model: Path, folder: Path, workers: int, threads: int) -> Iterator[TestC
     with (
         OwnRedis(folder / "redis") as redis,
         serving_workers(model, redis.url, folder, count=workers, env=env, start_timeout=600),
-        TestClient(create_app(web_settings(model, redis.url, **OWN_STORE_ANY_SHARE))) as client,
+        TestClient(
+            create_app(web_settings(model, redis.url, **own_store_any_share(folder)))
+        ) as client,
     ):
         yield client
 
@@ -217,7 +217,7 @@ def main() -> None:
         folder = Path(tmp)
         model = args.model or save_tiny_model(folder / "tiny")
         if "embedded" in sections:
-            embedded(model, args.analyses, args.n)
+            embedded(model, folder / "embedded", args.analyses, args.n)
         if "lab" in sections:
             with lab(model, folder / "lab2", 2, args.threads) as client:
                 alone, loaded = under_load(client, args.analyses, args.n, salt=50)

@@ -96,9 +96,7 @@ class ChunkSlicer(Slicer):
 
     def checkpoint(self) -> None:
         """Stop for a cancel; end the chunk when time is up or an interactive job waits."""
-        who = self.connection.get(cancel_key(self.experiment_id))
-        if who is not None:
-            raise JobCancelled(cancelled_message(as_text(who)))
+        self.pause_point()
         if not self.driver and not self.connection.hexists(slices_key(self.experiment_id), OPEN):
             raise ChunkOver("the experiment is over", again=False)
         if self.interactive_waiting():

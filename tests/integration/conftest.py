@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,10 +11,8 @@ from redis import Redis
 from app.queue.redis_backend import RedisBackend
 from app.store import ResultStore, open_store
 from model_worker.common.settings import Settings
-from model_worker.service.queue.heartbeats import WorkerBeat, write_beat
-from model_worker.service.queue.keys import queue_name
 from tests.integration.db_support import fresh_postgres
-from tests.integration.redis_support import private_db, web_settings
+from tests.integration.redis_support import private_db, web_settings, write_fake_beat
 
 MODEL = "tiny-model"
 
@@ -28,17 +23,7 @@ def backend() -> Iterator[RedisBackend]:
     by hand, no process): jobs stay queued, so each step is driven by the test."""
     with private_db() as url:
         connection = Redis.from_url(url)
-        beat = WorkerBeat(
-            name="fake-worker",
-            model=MODEL,
-            fingerprint="f" * 16,
-            queue=queue_name(MODEL),
-            device="cpu",
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=time.time(),
-        )
-        write_beat(connection, beat, period_s=60)
+        write_fake_beat(connection, MODEL, period_s=60)
         backend = RedisBackend(web_settings(MODEL, url))  # type: ignore[arg-type]
         try:
             yield backend

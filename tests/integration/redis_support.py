@@ -22,7 +22,8 @@ from pydantic import BaseModel
 from redis import Redis
 
 from model_worker.common.settings import Settings
-from model_worker.service.queue.heartbeats import WorkerBeat, live_beats
+from model_worker.service.queue.heartbeats import WorkerBeat, live_beats, write_beat
+from model_worker.service.queue.keys import queue_name
 from model_worker.service.queue.result_parts import Parts
 from model_worker.service.queue.signing import request_digest, result_signer
 
@@ -155,6 +156,25 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = ""
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def write_fake_beat(
+    connection: Redis, model: str, period_s: float, name: str = "fake-worker"
+) -> WorkerBeat:
+    """A live worker of `model` that is only a heartbeat (no process: jobs stay queued),
+    alive for MISSED_BEATS × `period_s`."""
+    beat = WorkerBeat(
+        name=name,
+        model=model,
+        fingerprint="f" * 16,
+        queue=queue_name(model),
+        device="cpu",
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=time.time(),
+    )
+    write_beat(connection, beat, period_s=period_s)
+    return beat
 
 
 def wait_for_workers(redis_url: str, count: int, timeout: float = 90.0) -> list[WorkerBeat]:

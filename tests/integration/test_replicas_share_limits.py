@@ -14,7 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.redis_support import ROOT, free_port, private_db, start_server, stop
+from tests.integration.redis_support import (
+    ROOT,
+    free_port,
+    private_db,
+    start_server,
+    stop,
+    write_fake_beat,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 PER_MINUTE = 20
@@ -91,27 +98,12 @@ def replicas_guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repli
     """Two replicas with a token, a login-failure limit, a connection cap and shares of long
     polls, requests in flight and drawings, beside a fake live worker (a heartbeat, no
     process: jobs stay queued)."""
-    import socket
-
     from redis import Redis
-
-    from model_worker.service.queue.heartbeats import WorkerBeat, write_beat
-    from model_worker.service.queue.keys import queue_name
 
     tmp: Path = tmp_path_factory.mktemp("guarded")
     ports = [free_port(), free_port()]
     with private_db() as redis_url:
-        beat = WorkerBeat(
-            name="fake-worker",
-            model=MODEL,
-            fingerprint="f" * 16,
-            queue=queue_name(MODEL),
-            device="cpu",
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=time.time(),
-        )
-        write_beat(Redis.from_url(redis_url), beat, period_s=600)
+        write_fake_beat(Redis.from_url(redis_url), MODEL, period_s=600)
         env = os.environ | {
             "ICL_REDIS_URL": redis_url,
             "ICL_MODEL": MODEL,
