@@ -22,7 +22,7 @@ from app.deps import (
     heads_stage,
 )
 from app.job_wait import drawable_state
-from app.page_cache import page_cache
+from app.page_cache import page_cache, stray_parameters
 from app.queue.interface import Backend, BackendError
 from app.security.responses import NOT_IN_HISTORY
 from app.submission import AnalysisForm, CompareForm, form_problem
@@ -196,6 +196,12 @@ async def analyse(
     return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
 
 
+#: The query parameters the analysis page reads (besides the view preferences).
+ANALYSIS_READS = ("head",)
+#: What the compare page and its diff panel read.
+COMPARE_READS = ("a", "b")
+
+
 @router.get("/a/{job_id}", response_class=HTMLResponse)
 async def analysis_page(
     job_id: JobId, request: Request, backend: BackendDep, client: ClientDep, head: HeadQuery
@@ -203,12 +209,14 @@ async def analysis_page(
     """The permalink: rendered whole when done, else a poller that fills it in; `head` (checked
     against the head grammar, and the model's range once done) opens that head's panel. Its
     short wait holds one of the client's long-poll slots; with none free it does not wait."""
+    if (moved := stray_parameters(request, ANALYSIS_READS)) is not None:
+        return moved
     async with request.app.state.long_polls.slot(client) as waits:
         wait_s = PAGE_WAIT_S if waits else 0.0
         state = await drawable_state(backend, job_id, wait_s, gone=request.is_disconnected)
     pages = page_cache(request)
     done = state is not None and state.status == JobStatus.DONE
-    if done and (cached := pages.get(request)) is not None:
+    if done and (cached := pages.get(request, ANALYSIS_READS)) is not None:
         return cached
     if state is None:
         return render(
@@ -228,7 +236,10 @@ async def analysis_page(
     twin = url_path(request, "get_analysis", job_id=job_id)
     if done and result is not None:  # finished: built off the loop, kept
         return await pages.build(
-            request, client, lambda: render(request, "pages/analysis.html", context, alternate=twin)
+            request,
+            client,
+            lambda: render(request, "pages/analysis.html", context, alternate=twin),
+            ANALYSIS_READS,
         )
     return render(request, "pages/analysis.html", context, alternate=twin)
 
@@ -268,6 +279,8 @@ async def compare_page(
     """Two analyses side by side with the difference heatmap (B − A). A and B may be ids or
     permalinks (pasted): a permalink is redirected to the ids' URL; anything else comes back
     in the form with the reason, as typed. Once both are done, kept like the analysis page."""
+    if (moved := stray_parameters(request, COMPARE_READS)) is not None:
+        return moved
     context: dict[str, Any] = {"a": a, "b": b, "compare_presets": COMPARE_PRESETS}
     if not (a.strip() and b.strip()):
         return render(request, "pages/compare.html", context)
@@ -295,9 +308,9 @@ async def _compare_html(
     cache (kept by the two ids and the view; built in a thread, one build at a time per
     client), else rendered as it stands (an error, or a poller)."""
     a, b = context["a"], context["b"]
-    pages, view = page_cache(request), f"a={a}&b={b}"
+    pages = page_cache(request)
     done = await _both_done(backend, a, b)
-    if done and (cached := pages.get(request, view)) is not None:
+    if done and (cached := pages.get(request, COMPARE_READS)) is not None:
         return cached
     found = await compare_inputs(backend, a, b)
     summaries = found.pop("summaries", None)
@@ -309,7 +322,7 @@ async def _compare_html(
         comparison = {"comparison": Comparison.of(a, ra, b, rb)}
         return render(request, template, context | comparison, alternate=twin)
 
-    return await pages.build(request, client, build, view)
+    return await pages.build(request, client, build, COMPARE_READS)
 
 
 async def _both_done(backend: Backend, a: str, b: str) -> bool:
@@ -356,6 +369,8 @@ async def compare_panel(
     request: Request, backend: BackendDep, client: ClientDep, a: JobIdQuery, b: JobIdQuery
 ) -> Response:
     """The comparison body (polls until both analyses are done; then kept like the page)."""
+    if (moved := stray_parameters(request, COMPARE_READS)) is not None:
+        return moved
     twin = url_path(request, "compare_json", {"a": a, "b": b})
     template = "partials/_compare_body.html"
     return await _compare_html(request, backend, client, template, {"a": a, "b": b}, twin)

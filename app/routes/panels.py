@@ -26,7 +26,7 @@ from app.deps import (
     job_state,
 )
 from app.job_wait import long_poll_slot, next_state
-from app.page_cache import page_cache
+from app.page_cache import page_cache, stray_parameters
 from app.queue.interface import Backend
 from app.templating import render, url_path
 from app.views.panels import (
@@ -414,6 +414,10 @@ def _head_html(
     return render(request, template, {"panel": panel, "poll": poll}, alternate=twin)
 
 
+#: The query parameters a head's panel reads (besides the view preferences).
+HEAD_PANEL_READS = ("job", "towers", "position", "versus", "keys")
+
+
 @router.get("/a/{job_id}/heads/{name}", response_class=HTMLResponse)
 async def head_panel(
     job_id: JobId,
@@ -431,16 +435,21 @@ async def head_panel(
     outside the stored details (or its score decomposition, with `towers`, at `position` minus
     `versus`; its label-key tables, with `keys`). Computes nothing: what is not stored comes
     with a button that POSTs the same URL."""
+    if (moved := stray_parameters(request, HEAD_PANEL_READS)) is not None:
+        return moved
     at = TowersAt.of(towers, position, versus)
     pages = page_cache(request)
     done = (await job_state(backend, job_id)).status == JobStatus.DONE
-    if done and (cached := pages.get(request)) is not None:
+    if done and (cached := pages.get(request, HEAD_PANEL_READS)) is not None:
         return cached
     panel = await head_view(backend, job_id, name, job, client, at, keys)
     asked = _asked(at, keys)
     if isinstance(panel, HeadPanel):  # a finished head: built off the loop, kept
         return await pages.build(
-            request, client, lambda: _head_html(request, panel, job_id, name, asked)
+            request,
+            client,
+            lambda: _head_html(request, panel, job_id, name, asked),
+            HEAD_PANEL_READS,
         )
     return _head_html(request, panel, job_id, name, asked)
 

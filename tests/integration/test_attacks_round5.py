@@ -294,3 +294,40 @@ def test_a_finished_comparison_is_built_once_per_view(
     assert not any(builds)  # never on the event loop's thread
     swapped = client.get(f"/compare?a={other}&b={narrow}")  # B − A the other way: its own page
     assert swapped.status_code == 200 and len(builds) == 5
+
+
+def test_made_up_parameters_neither_miss_the_cache_nor_end_up_in_a_kept_page(
+    client: TestClient, narrow: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page was kept by its whole query: a loop adding `&n=1`, `&n=2`, … built every page
+    anew (within every limit), and the first such URL was echoed into the kept page's links.
+    Now a parameter the page does not read sends the client to the URL without it, and the
+    page is built once."""
+    from app.routes import pages, panels
+
+    other = analysed(client, OTHER_PROMPT, top_k_heads=1)
+    top = client.get(f"/api/analyses/{narrow}").json()["result"]["top_heads"][0]
+    builds: list[object] = []  # the templates rendered
+    for module in (pages, panels):
+        real = module.render
+
+        def spy(*args: object, real: object = real, **kwargs: object) -> object:
+            builds.append(args[1])
+            return real(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, "render", spy)
+    client.app.state.page_cache = PageCache()  # type: ignore[attr-defined]  # none kept yet
+    canonical = [
+        f"/a/{narrow}?head={top}&theme=dark",
+        f"/a/{narrow}/heads/{top}",
+        f"/compare?a={narrow}&b={other}",
+        f"/compare/panels/diff?a={narrow}&b={other}",
+    ]
+    for url in canonical:
+        joined = "&" if "?" in url else "?"
+        for n in range(3):
+            moved = client.get(f"{url}{joined}n={n}%22", follow_redirects=False)
+            assert moved.status_code == 303, (url, moved.status_code)
+            assert moved.headers["location"] == url
+        assert "%22" not in client.get(url).text and "n=0" not in client.get(url).text
+    assert len(builds) == len(canonical)  # each page built once, for its own URL
