@@ -8,6 +8,9 @@ huge one costs nothing to refuse), optionally inside spaces.
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
 
 #: More digits than any count, position or size the server takes.
 MAX_DIGITS = 18
@@ -20,3 +23,18 @@ def ascii_whole(text: str | None) -> int | None:
         return None
     stripped = text.strip(" \t")
     return int(stripped) if _WHOLE.fullmatch(stripped) else None
+
+
+def whole_or_refuse(value: object) -> object:
+    """`value` as a whole number when it is text in ASCII digits; ValueError for other text
+    (pydantic's own parsing takes '+3', '1_000' and ' 3 ' too); any other value unchanged."""
+    if not isinstance(value, str):
+        return value
+    whole = ascii_whole(value)
+    if whole is None:
+        raise ValueError(f"{value[:20]!r} is not a whole number in the digits 0-9")
+    return whole
+
+
+#: A whole number typed into a URL or a form: ASCII digits only.
+AsciiWhole = Annotated[int, BeforeValidator(whole_or_refuse)]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -94,13 +94,13 @@ def stray_parameters(request: Request, reads: tuple[str, ...]) -> Response | Non
     return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
 
 
-def page_key(request: Request, reads: tuple[str, ...]) -> str:
-    """What a page's HTML depends on: its path, the query parameters it reads (`reads`) and the
-    view preferences (cookie or query)."""
+def page_key(request: Request, reads: tuple[str, ...], also: str = "") -> str:
+    """What a page's HTML depends on: its path, the query parameters it reads (`reads`), the
+    view preferences (cookie or query) and `also` (what else it reads, e.g. a header's head)."""
     prefs = view_prefs(request)
     htmx = request.headers.get("hx-request") == "true"
     query = read_query(request, reads)
-    return f"{request.url.path}?{query}|{prefs['theme']}|{prefs['present']}|{htmx}"
+    return f"{request.url.path}?{query}|{prefs['theme']}|{prefs['present']}|{htmx}|{also}"
 
 
 class PageCache:
@@ -122,9 +122,9 @@ class PageCache:
         self._waiting: dict[str, int] = {}
         self._build_time: dict[str, BuildTime] = {}
 
-    def get(self, request: Request, reads: tuple[str, ...] = ()) -> Response | None:
-        """The kept page of `request` (`reads`: as `page_key` takes it), or None."""
-        key = page_key(request, reads)
+    def get(self, request: Request, reads: tuple[str, ...] = (), also: str = "") -> Response | None:
+        """The kept page of `request` (`reads`, `also`: as `page_key` takes them), or None."""
+        key = page_key(request, reads, also)
         page = self._pages.get(key)
         if page is None:
             return None
@@ -137,10 +137,11 @@ class PageCache:
         client: str,
         render: Callable[[], Response],
         reads: tuple[str, ...] = (),
+        also: str = "",
     ) -> Response:
         """`render()` in a thread, after `client`'s earlier builds and at its pace; a 200 is
         kept."""
-        key = page_key(request, reads)
+        key = page_key(request, reads, also)
         lock = self._builders.setdefault(client, asyncio.Lock())
         self._waiting[client] = self._waiting.get(client, 0) + 1
         try:
@@ -197,3 +198,19 @@ def page_cache(request: Request) -> PageCache:
         builds = SharedSlots.of(request.app.state.settings, 1, "page-builds")
         found = request.app.state.page_cache = PageCache(builds=builds)
     return found
+
+
+async def finished_page(
+    request: Request,
+    client: str,
+    prepare: Callable[[], Awaitable[Callable[[], Response]]],
+    reads: tuple[str, ...] = (),
+    also: str = "",
+) -> Response:
+    """The page of a finished result (the caller has read its job done): the kept one, else
+    the renderer `prepare()` reads the result for (on the loop), built off the event loop at
+    `client`'s pace and kept. A kept page reads nothing."""
+    pages = page_cache(request)
+    if (kept := pages.get(request, reads, also)) is not None:
+        return kept
+    return await pages.build(request, client, await prepare(), reads, also)

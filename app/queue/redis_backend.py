@@ -47,6 +47,7 @@ from app.store import (
     open_store,
     pin_caps,
 )
+from model_worker.checks.arguments import check_towers_positions
 from model_worker.checks.budget import BudgetError, check_analysis, check_experiment
 from model_worker.checks.patch_pairs import check_heads, check_pair
 from model_worker.common.errors import UserInputError, cancelled_message, cancelling_text
@@ -251,10 +252,11 @@ class RedisBackend(PartsReader):
                     handed = (self._handed(reuse, found[0], request),)
             else:
                 n_tokens = self._prompt_limit.check(self._redis, beats, request.prompt)
-                if n_tokens is not None:  # else the worker checks the budget
+                if n_tokens is not None:  # else the worker checks the budget and positions
+                    check_towers_positions(n_tokens, request)
                     check_analysis(n_tokens, request, self._settings.max_analysis_cost)
                 job_id = analysis_job_id(model, fingerprint, request)
-        except BudgetError as exc:
+        except (BudgetError, UserInputError) as exc:
             raise BackendError(str(exc), status=422) from exc
         return self._enqueue(job_id, request, model, fingerprint, beats, client, handed)
 
@@ -437,9 +439,13 @@ class RedisBackend(PartsReader):
             raise
 
     async def done_body(self, job_id: str) -> bytes | None:
+        """A done result's response body: the one kept in memory while the store still holds
+        the result (another web process may have pruned it), else read and kept."""
         body = self._bodies.get(job_id)
         if body is not None:
-            return body
+            if await self._call(self._store.has_result, job_id):
+                return body
+            self._bodies.forget([job_id])
         parts = await self._call(self._read_parts, job_id, None)
         if parts is None:
             return None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, cast
 
 from fastapi import (
@@ -19,8 +20,10 @@ from fastapi import (
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
+from app.ascii_numbers import AsciiWhole, ascii_whole
 from app.deps import BackendDep, ClientDep, ExperimentStateDep
 from app.figure_files import ThemeQuery, cached_file, figure_response
+from app.page_cache import finished_page, stray_parameters
 from app.queue.interface import Backend, BackendError
 from app.submission import ExperimentForm, form_problem, submit_responses, submitted
 from app.templating import render, url_path
@@ -62,7 +65,9 @@ def _form_page(
 @router.get("/experiments", response_class=HTMLResponse)
 async def experiments_page(
     request: Request,
-    n: Annotated[int | None, Query(ge=1, le=1000, description="Prompts, pre-filled.")] = None,
+    n: Annotated[
+        AsciiWhole | None, Query(ge=1, le=1000, description="Prompts, pre-filled.")
+    ] = None,
 ) -> HTMLResponse:
     """Choose an experiment, a dataset (built in or uploaded) and N (`n`: pre-filled, as the
     page's size links ask)."""
@@ -80,6 +85,10 @@ async def _read_upload(upload: UploadFile) -> tuple[str, str]:
     return data.decode("utf-8-sig"), name
 
 
+#: The experiment form's fields that are whole numbers (typed as text, shown again if refused).
+WHOLE_FIELDS = ("n", "seed", "demos_per_label")
+
+
 @router.post("/experiments", response_class=HTMLResponse)
 async def submit_experiment_form(
     request: Request,
@@ -90,11 +99,16 @@ async def submit_experiment_form(
 ) -> Response:
     """Queue the experiment and go to its page (the form again, with the reason, if refused)."""
     form = typed.model_dump()
+    for field in WHOLE_FIELDS:
+        if ascii_whole(form[field]) is None:
+            problem = f"{field} must be a whole number in the digits 0-9"
+            return _form_page(request, form, problem, status.HTTP_400_BAD_REQUEST)
     dataset = typed.dataset
     try:
         text = filename = None
         if dataset not in (*BUILTIN_DATASETS, "upload"):
             raise DatasetError(f"unknown dataset {dataset!r}; choose a built-in one or upload")
+
         if dataset == "upload":
             if file is None or not file.filename:
                 raise DatasetError("choose a CSV or JSONL file to upload")
@@ -118,39 +132,57 @@ async def _done_experiment(backend: Backend, state: JobState) -> ExperimentResul
     return await backend.experiment(state.id) if state.status == JobStatus.DONE else None
 
 
-async def _experiment_context(backend: Backend, state: JobState) -> dict[str, Any]:
-    """The job's state and, once it is done, its result's context (`done` says which); until
-    then its accepted request (`pending`), which names it in the heading."""
-    result = await _done_experiment(backend, state)
-    context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
-    if result is not None:
-        context["experiment"] = ExperimentPanel.of(result, state.id)
-    else:
-        accepted = await backend.accepted_request(state.id)
-        context["pending"] = accepted if isinstance(accepted, ExperimentRequest) else None
-    return context
+async def _pending_context(backend: Backend, state: JobState) -> dict[str, Any]:
+    """A running (or failed) job's context: its state and its accepted request (`pending`),
+    which names it in the heading."""
+    accepted = await backend.accepted_request(state.id)
+    pending = accepted if isinstance(accepted, ExperimentRequest) else None
+    return {"job_id": state.id, "state": state, "done": False, "pending": pending}
+
+
+async def _experiment_html(
+    request: Request, backend: Backend, client: str, state: JobState, template: str
+) -> Response:
+    """`template` for the experiment: once done, kept and built off the loop (its panel too);
+    until then its progress."""
+    twin = url_path(request, "get_analysis", job_id=state.id)
+    if state.status != JobStatus.DONE:
+        context = await _pending_context(backend, state)
+        return render(request, template, context, alternate=twin)
+
+    async def prepare() -> Callable[[], Response]:
+        result = await _done_experiment(backend, state)
+        if result is None:  # pruned since it read done
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment {state.id!r}")
+
+        def build() -> Response:
+            context = {"job_id": state.id, "state": state, "done": True}
+            context["experiment"] = ExperimentPanel.of(result, state.id)
+            return render(request, template, context, alternate=twin)
+
+        return build
+
+    return await finished_page(request, client, prepare)
 
 
 @router.get("/e/{job_id}", response_class=HTMLResponse)
 async def experiment_job_page(
-    request: Request, state: ExperimentStateDep, backend: BackendDep
-) -> HTMLResponse:
+    request: Request, state: ExperimentStateDep, backend: BackendDep, client: ClientDep
+) -> Response:
     """The experiment's permalink: figures and report when done, else a live progress bar."""
-    context = await _experiment_context(backend, state)
-    twin = url_path(request, "get_analysis", job_id=state.id)
-    return render(request, "pages/experiment.html", context, alternate=twin)
+    if (moved := stray_parameters(request, ())) is not None:
+        return moved
+    return await _experiment_html(request, backend, client, state, "pages/experiment.html")
 
 
 @router.get("/e/{job_id}/status", response_class=HTMLResponse)
 async def experiment_status(
-    request: Request, state: ExperimentStateDep, backend: BackendDep
-) -> HTMLResponse:
+    request: Request, state: ExperimentStateDep, backend: BackendDep, client: ClientDep
+) -> Response:
     """HTMX poll target: the progress partial, or the whole result once done."""
-    context = await _experiment_context(backend, state)
-    done = context["done"]
+    done = state.status == JobStatus.DONE
     template = "partials/_experiment_result.html" if done else "partials/_experiment_status.html"
-    twin = url_path(request, "get_analysis", job_id=state.id)
-    return render(request, template, context, alternate=twin)
+    return await _experiment_html(request, backend, client, state, template)
 
 
 @router.get("/e/{job_id}/download/{item}")

@@ -12,10 +12,25 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 
 from app.deps import BackendDep, JobId, check_head, done_summary
 from app.figure_files import ThemeQuery, built, cached_file, figure_response, registered
+from app.queue.interface import Backend
 from app.views.figure_kit.export import Format
+from app.views.figure_kit.themes import Theme
 from app.views.figures.analysis import comparable
+from model_worker.service.queue.states import JobStatus
 
 router = APIRouter(prefix="/figures", tags=["figures"])
+
+
+async def kept_file(
+    request: Request, theme: Theme, backend: Backend, *job_ids: str
+) -> Response | None:
+    """The figure file at this URL if it was served before and every job it draws still reads
+    done (a pruned result's files go with it, on every web process); else None."""
+    for job_id in job_ids:
+        state = await backend.status(job_id)
+        if state is None or state.status != JobStatus.DONE:
+            return None
+    return await cached_file(request, theme)
 
 
 @router.get("/{job_id}/{name}.{fmt}")
@@ -28,8 +43,8 @@ async def analysis_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """An analysis figure (heatmap, layers, flow) of analysis `job_id`."""
-    if (served := await cached_file(request, theme)) is not None:  # (before building anything)
-        return served
+    if (served := await kept_file(request, theme, backend, job_id)) is not None:
+        return served  # (before building anything)
     entry = registered("analysis", name, fmt)
     result = await done_summary(backend, job_id)
     figure = built(entry, result)
@@ -47,8 +62,8 @@ async def head_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """A head's figure from analysis `job_id` (which must hold that head's detail)."""
-    if (served := await cached_file(request, theme)) is not None:  # (before building anything)
-        return served
+    if (served := await kept_file(request, theme, backend, job_id)) is not None:
+        return served  # (before building anything)
     entry = registered("head", figure, fmt)
     result = await done_summary(backend, job_id)
     check_head(result, name)
@@ -73,8 +88,8 @@ async def compare_figure_file(
     theme: ThemeQuery = "light",
 ) -> Response:
     """A figure of two analyses compared (the difference heatmap B − A)."""
-    if (served := await cached_file(request, theme)) is not None:  # (before building anything)
-        return served
+    if (served := await kept_file(request, theme, backend, a, b)) is not None:
+        return served  # (before building anything)
     entry = registered("compare", name, fmt)
     ra, rb = await done_summary(backend, a), await done_summary(backend, b)
     problem = comparable(ra, rb)

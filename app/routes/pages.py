@@ -228,19 +228,19 @@ async def analysis_page(
     context: dict[str, Any] = {"job_id": job_id, "state": state, "open_head": head}
     partial = await heads_stage(backend, state)
     result = await backend.summary(job_id) if state.status == JobStatus.DONE else partial
-    if result is not None:
-        if head is not None:
-            check_head(result, head)
-        context["analysis"] = AnalysisView.of(result, job_id)
-        context["pending"] = partial is not None
+    if result is not None and head is not None:
+        check_head(result, head)
     twin = url_path(request, "get_analysis", job_id=job_id)
-    if done and result is not None:  # finished: built off the loop, kept
-        return await pages.build(
-            request,
-            client,
-            lambda: render(request, "pages/analysis.html", context, alternate=twin),
-            ANALYSIS_READS,
-        )
+    if done and result is not None:  # finished: its view and page built off the loop, kept
+        finished = result
+
+        def build() -> Response:
+            view = {"analysis": AnalysisView.of(finished, job_id), "pending": False}
+            return render(request, "pages/analysis.html", context | view, alternate=twin)
+
+        return await pages.build(request, client, build, ANALYSIS_READS)
+    if result is not None:
+        context |= {"analysis": AnalysisView.of(result, job_id), "pending": partial is not None}
     return render(request, "pages/analysis.html", context, alternate=twin)
 
 

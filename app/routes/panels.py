@@ -3,6 +3,7 @@ their JSON twins under `/api/analyses/{id}/...`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -26,7 +27,7 @@ from app.deps import (
     job_state,
 )
 from app.job_wait import long_poll_slot, next_state
-from app.page_cache import page_cache, stray_parameters
+from app.page_cache import finished_page, page_cache, stray_parameters
 from app.queue.interface import Backend
 from app.templating import render, url_path
 from app.views.panels import (
@@ -43,6 +44,7 @@ from model_worker.contracts.analysis import (
     AnalysisSummary,
     HeadDetail,
 )
+from model_worker.contracts.common import parse_head_name
 from model_worker.service.queue.states import JobState, JobStatus
 
 router = APIRouter(tags=["panels"])
@@ -317,27 +319,53 @@ async def status_panel(
         ready = state.status == JobStatus.DONE
         template = "partials/_details_ready.html" if ready else "partials/_details_pending.html"
         return render(request, template, {"job_id": job_id}, alternate=twin)
+    if state.status == JobStatus.DONE:  # the whole body: kept, built off the loop
+
+        async def prepare() -> Callable[[], Response]:
+            done = await backend.summary(job_id)
+            if done is None:  # pruned since it read done
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no analysis {job_id!r}")
+            return lambda: _body_html(request, job_id, done, False, twin)
+
+        head = current_head(request)
+        return await finished_page(request, client, prepare, also=f"head={head or ''}")
     partial = await heads_stage(backend, state)
-    result = await backend.summary(job_id) if state.status == JobStatus.DONE else partial
-    if result is not None:
-        context = {
-            "job_id": job_id,
-            "analysis": AnalysisView.of(result, job_id),
-            "pending": partial is not None,
-            "open_head": open_head(request, result),
-        }
-        return render(request, "partials/_analysis_body.html", context, alternate=twin)
+    if partial is not None:
+        return _body_html(request, job_id, partial, True, twin)
     context = {"job_id": job_id, "state": state}
     return render(request, "partials/_status.html", context, alternate=twin)
 
 
-def open_head(request: Request, result: AnalysisCore) -> str | None:
+def _body_html(
+    request: Request, job_id: str, result: AnalysisSummary, pending: bool, twin: str
+) -> Response:
+    """The analysis body of `result` (its per-head stage while `pending`)."""
+    context = {
+        "job_id": job_id,
+        "analysis": AnalysisView.of(result, job_id),
+        "pending": pending,
+        "open_head": open_head(request, result),
+    }
+    return render(request, "partials/_analysis_body.html", context, alternate=twin)
+
+
+def current_head(request: Request) -> str | None:
     """The head the page has open (`?head=` of the page's URL, which htmx sends as
-    HX-Current-URL), so that a body replacing the page's keeps it open; None unless it is a
-    head of this model."""
+    HX-Current-URL) if it is a head's name (a model's or not)."""
     query = urlsplit(request.headers.get("HX-Current-URL", "")).query
     head = parse_qs(query).get("head", [""])[0]
-    return head if is_head_of(result, head) else None
+    try:
+        parse_head_name(head)
+    except ValueError:
+        return None
+    return head
+
+
+def open_head(request: Request, result: AnalysisCore) -> str | None:
+    """The head the page has open (`current_head`), so that a body replacing the page's keeps
+    it open; None unless it is a head of this model."""
+    head = current_head(request)
+    return head if head is not None and is_head_of(result, head) else None
 
 
 def _add_panel(slug: str, model: type[Panel]) -> None:

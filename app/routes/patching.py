@@ -6,6 +6,7 @@ patches, and a head's per-position view; figures and tables as downloads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, Response, status
@@ -22,6 +23,7 @@ from app.deps import (
 )
 from app.figure_files import ThemeQuery, built, figure_response, registered
 from app.job_wait import long_poll_slot, next_state
+from app.page_cache import finished_page, stray_parameters
 from app.queue.interface import Backend, BackendError
 from app.submission import form_problem, submit_responses, submitted
 from app.templating import render, url_path
@@ -138,6 +140,14 @@ async def _done(backend: Backend, state: JobState) -> PatchingResult | None:
     return await backend.patching(state.id) if state.status == JobStatus.DONE else None
 
 
+async def _done_or_404(backend: Backend, state: JobState) -> PatchingResult:
+    """The result of a job read done; 404 if it was pruned since."""
+    result = await _done(backend, state)
+    if result is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no patching job {state.id!r} (expired)")
+    return result
+
+
 async def _done_or_409(backend: Backend, state: JobState) -> PatchingResult:
     result = await _done(backend, state)
     if result is None:
@@ -155,32 +165,69 @@ def _direction(result: PatchingResult, direction: str | None) -> Any:
     return found
 
 
-async def _context(
-    backend: Backend, state: JobState, direction: str | None, head: str | None
+def _done_context(
+    state: JobState, result: PatchingResult, direction: str | None, head: str | None
 ) -> dict[str, Any]:
-    result = await _done(backend, state)
-    context: dict[str, Any] = {"job_id": state.id, "state": state, "done": result is not None}
-    if result is not None:
-        chosen = _direction(result, direction)
-        context["patching"] = PANELS.made(
-            (state.id, chosen.direction), lambda: PatchingPanel.of(state.id, result, chosen)
+    """A finished patch's page context: its direction's panel (made once) and the open head."""
+    chosen = _direction(result, direction)
+    patching = PANELS.made(
+        (state.id, chosen.direction), lambda: PatchingPanel.of(state.id, result, chosen)
+    )
+    return {
+        "job_id": state.id,
+        "state": state,
+        "done": True,
+        "patching": patching,
+        "open_head": head,
+    }
+
+
+async def _page(
+    request: Request,
+    backend: Backend,
+    client: str,
+    state: JobState,
+    template: str,
+    direction: str | None,
+    head: str | None,
+) -> Response:
+    """`template` for the patching job: once done, kept and built off the loop (its panel
+    too); until then its progress."""
+    twin = _twin(request, state.id)
+    if state.status != JobStatus.DONE:
+        context = {"job_id": state.id, "state": state, "done": False}
+        return render(request, template, context, alternate=twin)
+
+    async def prepare() -> Callable[[], Response]:
+        result = await _done_or_404(backend, state)
+        return lambda: render(
+            request, template, _done_context(state, result, direction, head), alternate=twin
         )
-        context["open_head"] = head
-    return context
+
+    return await finished_page(request, client, prepare, PAGE_READS)
 
 
 def _twin(request: Request, job_id: str) -> str:
     return url_path(request, "get_analysis", job_id=job_id)
 
 
+#: The query parameters a patching page reads (besides the view preferences).
+PAGE_READS = ("head",)
+
+
 @router.get("/p/{job_id}", response_class=HTMLResponse)
 async def patching_page(
-    request: Request, state: PatchingStateDep, backend: BackendDep, head: HeadQuery
-) -> HTMLResponse:
+    request: Request,
+    state: PatchingStateDep,
+    backend: BackendDep,
+    client: ClientDep,
+    head: HeadQuery,
+) -> Response:
     """The patching job's permalink (its first direction): the figures when done, else its
     progress."""
-    context = await _context(backend, state, None, head)
-    return render(request, "pages/patching.html", context, alternate=_twin(request, state.id))
+    if (moved := stray_parameters(request, PAGE_READS)) is not None:
+        return moved
+    return await _page(request, backend, client, state, "pages/patching.html", None, head)
 
 
 @router.get("/p/{job_id}/status", response_class=HTMLResponse)
@@ -190,16 +237,16 @@ async def patching_status(
     backend: BackendDep,
     client: ClientDep,
     wait: Annotated[float, Query(ge=0, le=30, description="Long-poll up to this many s.")] = 0,
-) -> HTMLResponse:
+) -> Response:
     """HTMX poll target: the status partial, or the whole result once done; with `wait`, as
     soon as the job ends or reports progress (a long poll, as the analysis' status: the page
     shows the result when it is there, not at its next poll)."""
     if wait and state.status in (JobStatus.QUEUED, JobStatus.RUNNING):
         async with long_poll_slot(request.app.state.long_polls, client):
             state = await next_state(backend, state.id, wait, gone=request.is_disconnected)
-    context = await _context(backend, state, None, None)
-    name = "partials/_patching_body.html" if context["done"] else "partials/_patching_status.html"
-    return render(request, name, context, alternate=_twin(request, state.id))
+    done = state.status == JobStatus.DONE
+    name = "partials/_patching_body.html" if done else "partials/_patching_status.html"
+    return await _page(request, backend, client, state, name, None, None)
 
 
 @router.get("/p/{job_id}/download/{item}")
@@ -230,11 +277,13 @@ async def patching_direction_page(
     direction: DirectionPath,
     state: PatchingStateDep,
     backend: BackendDep,
+    client: ClientDep,
     head: HeadQuery,
-) -> HTMLResponse:
+) -> Response:
     """The patching page of one direction (denoising or noising)."""
-    context = await _context(backend, state, direction, head)
-    return render(request, "pages/patching.html", context, alternate=_twin(request, state.id))
+    if (moved := stray_parameters(request, PAGE_READS)) is not None:
+        return moved
+    return await _page(request, backend, client, state, "pages/patching.html", direction, head)
 
 
 @router.get("/p/{job_id}/{direction}/heads/{name}", response_class=HTMLResponse)
@@ -244,18 +293,29 @@ async def patching_head_panel(
     name: str,
     state: PatchingStateDep,
     backend: BackendDep,
-) -> HTMLResponse:
+    client: ClientDep,
+) -> Response:
     """One head's panel: its attribution, exact and direct effects and, when this result
-    patched it per position, its effect per source position."""
-    result = await _done_or_409(backend, state)
+    patched it per position, its effect per source position (kept, built off the loop)."""
     try:
         parse_head_name(name)
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
-    panel = PatchHeadPanel.of(state.id, result, _direction(result, direction), name)
-    if panel is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no head {name!r} in this model")
-    return render(request, "partials/_patch_head.html", {"head": panel, "job_id": state.id})
+    if state.status != JobStatus.DONE:
+        raise HTTPException(status.HTTP_409_CONFLICT, "the patching job has not finished")
+
+    async def prepare() -> Callable[[], Response]:
+        result = await _done_or_409(backend, state)
+
+        def build() -> Response:
+            panel = PatchHeadPanel.of(state.id, result, _direction(result, direction), name)
+            if panel is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no head {name!r} in this model")
+            return render(request, "partials/_patch_head.html", {"head": panel, "job_id": state.id})
+
+        return build
+
+    return await finished_page(request, client, prepare)
 
 
 @router.post("/p/{job_id}/heads", response_class=HTMLResponse)

@@ -102,3 +102,15 @@ def check_analysis_arguments(
         where = ".".join(str(part) for part in error["loc"])
         raise UserInputError(f"{where}: {error['msg']}") from None
     label_words(prompt, labels)  # LabelError naming the labels that do not occur
+
+
+def check_towers_positions(n_tokens: int, request: AnalysisRequest) -> None:
+    """UserInputError unless the decomposition's positions (`towers_position`, `towers_versus`)
+    are tokens of the prompt of `n_tokens` tokens: the web tier refuses them at submission
+    instead of a worker failing the job."""
+    for name in ("towers_position", "towers_versus"):
+        value = getattr(request, name)
+        if value is not None and value >= n_tokens:
+            raise UserInputError(
+                f"{name} {value} is outside the prompt (tokens 0 to {n_tokens - 1})"
+            )

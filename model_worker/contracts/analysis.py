@@ -40,8 +40,10 @@ class AnalysisRequest(Frozen):
     towers: list[HeadName] = Field(default_factory=list, max_length=4)
     #: the source position they are decomposed at (default: the label each attends to most),
     #: and a second one whose score is subtracted (default: top true − top false label)
-    towers_position: int | None = Field(default=None, ge=0)
-    towers_versus: int | None = Field(default=None, ge=0)
+    #: token positions: fewer than the prompt's characters (the checks compare them with its
+    #: tokens once it is read)
+    towers_position: int | None = Field(default=None, ge=0, lt=100_000)
+    towers_versus: int | None = Field(default=None, ge=0, lt=100_000)
     #: detailed heads whose label-key tables (`HeadDetail.keys`: every label's normalised
     #: layer input and earlier attention outputs, projected) are computed, "all" for every
     #: detailed head's; the others' are None, computed when a head's tables are opened (an

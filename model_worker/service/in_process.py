@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from model_worker.analysis.icl import label_words
+from model_worker.checks.arguments import check_towers_positions
 from model_worker.checks.budget import check_analysis
 from model_worker.checks.budget import check_patch as check_patch_cost
 from model_worker.common.errors import UserInputError
@@ -63,6 +64,7 @@ class InProcessEngine:
         for heads in (request.extra_heads, request.towers, keyed):
             parse_head_names(heads, loaded.geometry.n_layers, loaded.geometry.n_heads)
         check_length(n_tokens, token_limit(loaded, self._settings.max_prompt_tokens))
+        check_towers_positions(n_tokens, request)
         check_analysis(n_tokens, request, self._settings.max_analysis_cost)
         try:  # labels that no single token tells apart: refused now, naming their tokens
             _, words = label_words(request.prompt, request.labels)

@@ -164,6 +164,33 @@ def test_unicode_digits_are_a_422_never_a_500(client: TestClient, narrow: str, d
         assert answer.status_code == 422, (url, answer.status_code)
 
 
+@pytest.mark.parametrize("typed", ["+3", "1_000", "３", "4.0"])
+def test_numbers_typed_into_a_page_url_or_a_form_are_ascii_digits(
+    client: TestClient, typed: str
+) -> None:
+    """The second attack: `/experiments?n=1_000` and `+3` in the experiment form's n or seed
+    were taken (pydantic's own parsing of text), where the shared parser refuses them."""
+    assert client.get("/experiments", params={"n": typed}).status_code == 422
+    for field in ("n", "seed", "demos_per_label"):
+        form = {"name": "accuracy", "dataset": "sentiment-number", "n": "4", field: typed}
+        before = jobs_accepted(client)
+        refused = client.post("/experiments", data=form)
+        assert refused.status_code == 400 and "digits 0-9" in refused.text, (field, refused.text)
+        assert jobs_accepted(client) == before
+    assert client.get("/experiments", params={"n": "12"}).status_code == 200
+
+
+def test_a_decomposition_outside_the_prompt_is_refused_at_submission(client: TestClient) -> None:
+    """`towers_position` past the prompt was queued and failed in the job, with a traceback."""
+    asked = {"prompt": EXAMPLE_PROMPT, "towers": ["L0H1"]}
+    before = jobs_accepted(client)
+    for position, said in ((10**30, "less than"), (5_000, "outside the prompt")):
+        for field in ("towers_position", "towers_versus"):
+            refused = client.post("/api/analyses", json=asked | {field: position})
+            assert refused.status_code == 422 and said in refused.text, refused.text
+    assert jobs_accepted(client) == before
+
+
 @pytest.mark.parametrize(
     ("text", "value"),
     [("12", 12), (" 7 ", 7), ("0", 0), ("²", None), ("١", None), ("-1", None), ("1e3", None)]
@@ -331,3 +358,58 @@ def test_made_up_parameters_neither_miss_the_cache_nor_end_up_in_a_kept_page(
             assert moved.headers["location"] == url
         assert "%22" not in client.get(url).text and "n=0" not in client.get(url).text
     assert len(builds) == len(canonical)  # each page built once, for its own URL
+
+
+def test_every_finished_page_and_poll_answer_is_kept_and_built_off_the_loop(
+    client: TestClient, narrow: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second attack found one more page rendered on the event loop each time: the
+    status poll of a done analysis (the whole body, ~40 ms on a long prompt; 16 loops took a
+    colleague's `/healthz` ×118). It, the patching pages and panels, and the experiment page
+    and its poll are now kept once done, and built in a thread."""
+    import asyncio
+
+    from app.routes import atlas, experiments, panels, patching
+
+    fast = {"top_k": 2, "qkv_heads": 1, "directions": ["denoising"], "labels": ["foo", "bar"]}
+    patched = client.post("/api/patch", json={"prompt": EXAMPLE_PROMPT, **fast}).json()["id"]
+    experiment = {"name": "accuracy", "dataset": "sentiment-number", "n": 4}
+    run = client.post("/api/experiments", json=experiment).json()["id"]
+    for job in (patched, run):
+        for _ in range(1200):
+            if client.get(f"/api/analyses/{job}").json()["status"] == "done":
+                break
+            time.sleep(0.05)
+    builds: list[bool] = []  # each render: whether on the event loop's thread
+    for module in (panels, patching, experiments, atlas):
+        real = module.render
+
+        def spy(*args: object, real: object = real, **kwargs: object) -> object:
+            try:
+                asyncio.get_running_loop()
+                builds.append(True)
+            except RuntimeError:
+                builds.append(False)
+            return real(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, "render", spy)
+    client.app.state.page_cache = PageCache()  # type: ignore[attr-defined]  # none kept yet
+    top = client.get(f"/api/analyses/{narrow}").json()["result"]["top_heads"][0]
+    opened = {"HX-Request": "true", "HX-Current-URL": f"http://testserver/a/{narrow}?head={top}"}
+    asks = [
+        (f"/a/{narrow}/status", {"HX-Request": "true"}),
+        (f"/a/{narrow}/status?wait=1", opened),  # the open head is what the body keeps open
+        (f"/p/{patched}", {}),
+        (f"/p/{patched}/status", {"HX-Request": "true"}),
+        (f"/p/{patched}/denoising/heads/{top}", {"HX-Request": "true"}),
+        (f"/e/{run}", {}),
+        (f"/e/{run}/status", {"HX-Request": "true"}),
+    ]
+    for url, headers in asks:
+        answers = [client.get(url, headers=headers) for _ in range(3)]
+        assert all(a.status_code == 200 for a in answers), (url, answers[0].text[:200])
+        assert len({a.text for a in answers}) == 1, url
+    assert len(builds) == len(asks), builds  # each built once
+    assert not any(builds)  # none on the event loop's thread
+    kept_open = client.get(f"/a/{narrow}/status", headers=opened).text
+    assert kept_open != client.get(f"/a/{narrow}/status", headers={"HX-Request": "true"}).text

@@ -65,6 +65,20 @@ def test_a_patch_over_the_budget_is_refused_at_submission_naming_the_knobs(
         assert cheap.status_code == 202, cheap.text
 
 
+def test_a_decomposition_outside_the_prompt_is_refused_at_submission(
+    serving: tuple[Setup, BurstWorker], worker: BurstWorker
+) -> None:
+    """The second attack: `towers_position` 10**30 (or past the prompt's last token) was
+    queued, and the worker failed the job with a traceback in its log."""
+    asked = {"prompt": EXAMPLE_PROMPT, "towers": ["L0H1"]}
+    with web(serving) as client:
+        for position, said in ((10**30, "less than"), (5_000, "outside the prompt")):
+            for field in ("towers_position", "towers_versus"):
+                refused = client.post("/api/analyses", json=asked | {field: position})
+                assert refused.status_code == 422 and said in refused.text, refused.text
+        assert client.post("/api/analyses", json=asked | {"towers_position": 3}).status_code == 202
+
+
 def test_the_worker_prices_the_patch_again(
     serving: tuple[Setup, BurstWorker], worker: BurstWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

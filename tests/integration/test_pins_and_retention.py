@@ -20,11 +20,14 @@ from app.main import create_app
 from app.queue.redis_backend import RedisBackend
 from app.store import PinCaps, PinRefused, ResultStore, Retention
 from model_worker.contracts.analysis import AnalysisRequest
+from model_worker.run.analyze import analyze
 from model_worker.service.jobs import store_parts
 from model_worker.service.queue.keys import result_key
 from model_worker.service.queue.reaper import fetch_job
+from model_worker.service.queue.result_parts import analysis_parts
 from model_worker.service.queue.states import JobStatus
 from tests.integration.redis_support import signed_as_worker
+from tests.tiny_models import EXAMPLE_PROMPT, tiny_llama
 
 PART = b"x" * 10_000
 ALICE, BOB, CAROL = (
@@ -181,16 +184,41 @@ def test_a_result_pruned_by_another_web_process_is_not_adopted_again(
     backend: RedisBackend, fast_retention: None
 ) -> None:
     """Two web processes, one store: the second prunes; the first, which read the result
-    before, neither serves it nor brings it back from a Redis copy left behind."""
-    request = AnalysisRequest(prompt="dog : foo cat : bar dog :")
+    before (and kept its body in memory), neither serves it nor brings it back from a Redis
+    copy left behind. It served the kept body for up to a minute before."""
+    request = AnalysisRequest(prompt=EXAMPLE_PROMPT)
     job_id = backend._submit(request, "10.0.0.1").id
-    parts = {"core": b'{"x": 2}'}
+    parts = analysis_parts(analyze(tiny_llama(), EXAMPLE_PROMPT, top_k_heads=1))
     signed = signed_as_worker(backend._settings, job_id, request, parts)
     store_parts(backend._redis, job_id, signed, 3600)
     finished_by_a_worker(backend, job_id)
     assert backend._status(job_id).status == JobStatus.DONE  # type: ignore[union-attr]
+    assert asyncio.run(backend.done_body(job_id)) is not None  # kept in this process
     backend._store.prune(max_bytes=1)  # the other process's pass (it left the Redis copy)
     store_parts(backend._redis, job_id, signed, 3600)
+    assert asyncio.run(backend.done_body(job_id)) is None
     assert asyncio.run(backend.status(job_id)) is None
     assert backend._store.parts(job_id) is None and orphans(backend._store) == 0
     assert not backend._redis.exists(result_key(job_id))
+
+
+def test_a_pruned_results_figure_files_go_with_it(
+    backend: RedisBackend, fast_retention: None
+) -> None:
+    """A figure file kept in memory was served before anything was read: a pruned result's
+    heatmap still answered 200, on every web process, for as long as the process lived."""
+    request = AnalysisRequest(prompt=EXAMPLE_PROMPT, top_k_heads=2)
+    job_id = backend._submit(request, "10.0.0.1").id
+    parts = analysis_parts(analyze(tiny_llama(), EXAMPLE_PROMPT, top_k_heads=2))
+    signed = signed_as_worker(backend._settings, job_id, request, parts)
+    store_parts(backend._redis, job_id, signed, 3600)
+    finished_by_a_worker(backend, job_id)
+    client = app_of(backend)
+    url = f"/figures/{job_id}/heatmap.svg"
+    served = client.get(url, headers=as_user(ALICE))
+    assert served.status_code == 200 and "<svg" in served.text
+    assert client.get(url, headers=as_user(ALICE)).text == served.text  # kept
+    backend._store.prune(max_bytes=1)  # another web process's retention pass
+    backend._redis.delete(result_key(job_id))
+    gone = client.get(url, headers=as_user(ALICE))
+    assert gone.status_code == 404, gone.status_code
