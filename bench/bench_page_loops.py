@@ -1,7 +1,7 @@
 """Page loops beside a colleague (issue 37.2): one client loops on a finished analysis'
-permalink and head panels, another polls `/healthz`; its p50 alone and beside the loops, and
-their ratio, for the code in each `--root` (e.g. this tree and an export of the commit before),
-one `icl-heads serve` each over the tiny Llama saved to disk (embedded mode).
+permalink, its status poll and head panels, another polls `/healthz`; its p50 alone and beside
+the loops, and their ratio, for the code in each `--root` (e.g. this tree and an export of the
+commit before), one `icl-heads serve` each over the tiny Llama saved to disk (embedded mode).
 
 The looping client stays within its limits: the server keeps its default rate limits and the
 loops together send at most that many requests a minute (`--pace`, a fraction of it); `--bust`
@@ -99,7 +99,8 @@ class Loops:
 
 
 def every_view(job_id: str, result: dict[str, object]) -> list[str]:
-    """Every head's panel and the permalink opened on each head, in each theme and mode."""
+    """Every head's panel, the permalink opened on each head and the status poll's answer
+    (the whole body once done), in each theme and mode."""
     heads = [
         f"L{layer}H{head}"
         for layer in range(int(str(result["n_layers"])))
@@ -110,7 +111,11 @@ def every_view(job_id: str, result: dict[str, object]) -> list[str]:
         url
         for view in views
         for h in heads
-        for url in (f"/a/{job_id}/heads/{h}?{view}", f"/a/{job_id}?head={h}&{view}")
+        for url in (
+            f"/a/{job_id}/heads/{h}?{view}",
+            f"/a/{job_id}?head={h}&{view}",
+            f"/a/{job_id}/status?{view}",
+        )
     ]
 
 
@@ -160,10 +165,12 @@ def measure(root: Path, model: Path, options: argparse.Namespace) -> str:
             time.sleep(0.5)
         job_id = job["id"]
         heads = job["result"]["top_heads"]
-        paths = [f"/a/{job_id}"] + [f"/a/{job_id}/heads/{h}" for h in heads]
+        paths = [f"/a/{job_id}", f"/a/{job_id}/status"] + [f"/a/{job_id}/heads/{h}" for h in heads]
         paths += [f"/a/{job_id}?head={h}&theme=dark" for h in heads]
         if options.bust:
             paths = every_view(job_id, job["result"])
+        if options.only:
+            paths = [path for path in paths if options.only in path]
         seconds = options.seconds
         alone = healthz_times(url, seconds)
         per_second = options.pace * Settings().rate_limit_per_minute / 60
@@ -202,6 +209,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--limits", choices=("default", "off"), default="default")
     parser.add_argument("--pace", type=float, default=0.95, help="share of the rate limit")
+    parser.add_argument("--only", default="", help="loop only on the URLs holding this text")
     parser.add_argument("--wide", action="store_true", help="SmolLM2's heads, 301 tokens")
     parser.add_argument("--bust", action="store_true", help="a page not asked for before each time")
     options = parser.parse_args()
