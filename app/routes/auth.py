@@ -54,7 +54,7 @@ async def login(
         return response
     account = accounts.holder(token)
     if account is None:
-        await limiter.failed(address)
+        await limiter.failed(address, token)
         return login_page(request, next, "That token is not right.", 401)
     await limiter.succeeded(address)
     sessions: SessionStore = request.app.state.sessions

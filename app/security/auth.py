@@ -113,8 +113,10 @@ class AuthMiddleware:
                 return
             account = None
         authenticated = account is not None
-        if bearer is not None:
-            await (self.limiter.succeeded if authenticated else self.limiter.failed)(address)
+        if bearer is not None and authenticated:
+            await self.limiter.succeeded(address)
+        elif bearer is not None:
+            await self.limiter.failed(address, bearer)
         state = scope.setdefault("state", {})
         state["authenticated"] = authenticated
         if account is not None and account.user is not None:

@@ -7,14 +7,18 @@ client and per account, with no shared bucket one client could empty to lock eve
   the window, the server is under a spread-out attack; then only clients that have failed
   themselves must wait (ATTACK_PAUSE_S after their last failure): a client with no failure in
   the window may still try, so nobody who types the right token at once is ever locked out.
-A success forgets the client's failures. The counts are moving windows of the rate limits'
-storage (app.security.limit_storage): in Redis when ICL_REDIS_URL is set, so that every web
-process counts one client's failures together (N replicas give N guesses no more); a Redis
+A wrong token counts once per client in the window, however often it comes back: a script
+retrying a stale token behind a lab's shared address is one failure, not a lock-out of everyone
+behind that address, while every new guess still counts (only a hash of the token is kept, for
+the window). A success forgets the client's failures. The counts are moving windows of the rate
+limits' storage (app.security.limit_storage): in Redis when ICL_REDIS_URL is set, so that every
+web process counts one client's failures together (N replicas give N guesses no more); a Redis
 that does not answer lets the attempt through, as the rate limits do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 
@@ -43,6 +47,8 @@ class LoginLimiter:
         self._account: RateLimitItem = RateLimitItemPerSecond(
             per_account, window_s, namespace="login-account"
         )
+        #: the wrong tokens a client sent in the window (by hash): each counts once
+        self._seen: RateLimitItem = RateLimitItemPerSecond(1, window_s, namespace="login-seen")
         #: a client's last failure, kept ATTACK_PAUSE_S (cleared and hit again at each one)
         self._last: RateLimitItem = RateLimitItemPerSecond(
             1, ATTACK_PAUSE_S, namespace="login-last"
@@ -62,8 +68,12 @@ class LoginLimiter:
         last_until, recent = await self._limiter.window(self._last, key)
         return max(1, math.ceil(last_until - now)) if recent else None
 
-    async def failed(self, address: str) -> None:
+    async def failed(self, address: str, token: str) -> None:
+        """Count the wrong `token` from `address`, unless it counted already in the window."""
         key = client_key(address)
+        digest = hashlib.sha256(token.encode()).hexdigest()[:32]
+        if not await self._limiter.hit(self._seen, f"{key}:{digest}"):
+            return  # the same wrong token again: a retry, not a new guess
         await self._limiter.hit(self._client, key)
         await self._limiter.hit(self._account, ACCOUNT)
         await self._limiter.clear(self._last, key)

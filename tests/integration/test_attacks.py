@@ -179,17 +179,35 @@ def test_failed_logins_are_limited_per_client_without_locking_others_out() -> No
         def login(token: str, address: str) -> int:
             return from_address(one, address).post("/login", data={"token": token}).status_code
 
-        assert [login("wrong", "192.0.2.1") for _ in range(4)] == [401, 401, 401, 429]
+        assert [login(f"wrong{n}", "192.0.2.1") for n in range(4)] == [401, 401, 401, 429]
         assert login(TOKEN, "192.0.2.1") == 429  # even the right token waits for this client
         assert login(TOKEN, "192.0.2.2") == 303  # another client is not locked out
         # an IPv6 host rotating through its /64 is one client
-        assert [login("wrong", f"2001:db8::{n}") for n in range(1, 5)][-1] == 429
+        assert [login(f"wrong{n}", f"2001:db8::{n}") for n in range(1, 5)][-1] == 429
         # wrong bearer tokens are guesses too
         guesser = from_address(one, "192.0.2.9")
         answers = [
-            guesser.get("/api/models", headers={"Authorization": "Bearer x"}) for _ in "1234"
+            guesser.get("/api/models", headers={"Authorization": f"Bearer x{n}"}) for n in "1234"
         ]
         assert [answer.status_code for answer in answers] == [401, 401, 401, 429]
+
+
+def test_a_stale_token_retried_behind_a_shared_address_locks_nobody_out() -> None:
+    """The second attack: a colleague's script retrying a revoked token from the lab's one
+    address (a NAT) used up the address's failures in minutes, and everyone behind it got 429
+    for 15 minutes, right token or not. The same wrong token now counts once; new guesses
+    from that address still count, and lock it."""
+    with make_client(auth_token=TOKEN, login_failures_per_client=3) as one:
+        stale = {"Authorization": "Bearer revoked-token-0123456789"}
+        right = {"Authorization": f"Bearer {TOKEN}"}
+        for address in ("192.0.2.50", "192.0.2.51"):
+            lab = from_address(one, address)
+            assert {lab.get("/api/models", headers=stale).status_code for _ in range(20)} == {401}
+            assert lab.post("/login", data={"token": "revoked-token-0123456789"}).status_code == 401
+        assert from_address(one, "192.0.2.50").get("/api/models", headers=right).status_code == 200
+        guesser = from_address(one, "192.0.2.51")
+        guesses = [guesser.post("/login", data={"token": f"guess{n}"}).status_code for n in "123"]
+        assert guesses == [401, 401, 429]  # the stale token was one failure of the three
 
 
 def test_a_spread_out_attack_never_locks_out_a_client_that_has_not_failed() -> None:

@@ -144,7 +144,7 @@ def test_two_web_processes_count_one_clients_failed_logins_together(guarded: lis
     next attempt on either is 429 (before, each process counted its own: 2 × the guesses)."""
     with from_address("127.0.0.2", follow_redirects=False) as guesser:
         answers = [
-            guesser.post(f"{guarded[n % 2]}/login", data={"token": "wrong"}).status_code
+            guesser.post(f"{guarded[n % 2]}/login", data={"token": f"wrong{n}"}).status_code
             for n in range(LOGIN_FAILURES)
         ]
         assert answers == [401] * LOGIN_FAILURES
