@@ -373,10 +373,23 @@ def _add_panel(slug: str, model: type[Panel]) -> None:
     `/api/analyses/{id}/{slug}`, both from one `model` instance."""
     snake = slug.replace("-", "_")
 
-    async def panel_html(job_id: JobId, request: Request, result: DoneAnalysisDep) -> Response:
+    async def panel_html(
+        job_id: JobId, request: Request, backend: BackendDep, client: ClientDep
+    ) -> Response:
         twin = url_path(request, f"{snake}_json", job_id=job_id)
-        context = {"panel": model.of(result, job_id)}
-        return render(request, f"partials/_{snake}.html", context, alternate=twin)
+        if (await job_state(backend, job_id)).status != JobStatus.DONE:  # 404 if unknown
+            await done_summary(backend, job_id)  # 409 naming its state
+
+        async def prepare() -> Callable[[], Response]:
+            result = await done_summary(backend, job_id)
+
+            def build() -> Response:
+                context = {"panel": model.of(result, job_id)}
+                return render(request, f"partials/_{snake}.html", context, alternate=twin)
+
+            return build
+
+        return await finished_page(request, client, prepare)
 
     async def panel_json(result: DoneAnalysisDep) -> Panel:
         return model.of(result)

@@ -365,8 +365,8 @@ def test_every_finished_page_and_poll_answer_is_kept_and_built_off_the_loop(
 ) -> None:
     """The second attack found one more page rendered on the event loop each time: the
     status poll of a done analysis (the whole body, ~40 ms on a long prompt; 16 loops took a
-    colleague's `/healthz` ×118). It, the patching pages and panels, and the experiment page
-    and its poll are now kept once done, and built in a thread."""
+    colleague's `/healthz` ×118). It, the analysis' own panels, the patching pages and panels,
+    and the experiment page and its poll are now kept once done, and built in a thread."""
     import asyncio
 
     from app.routes import atlas, experiments, panels, patching
@@ -399,6 +399,8 @@ def test_every_finished_page_and_poll_answer_is_kept_and_built_off_the_loop(
     asks = [
         (f"/a/{narrow}/status", {"HX-Request": "true"}),
         (f"/a/{narrow}/status?wait=1", opened),  # the open head is what the body keeps open
+        (f"/a/{narrow}/panels/heatmap", {"HX-Request": "true"}),
+        (f"/a/{narrow}/panels/top-heads", {"HX-Request": "true"}),
         (f"/p/{patched}", {}),
         (f"/p/{patched}/status", {"HX-Request": "true"}),
         (f"/p/{patched}/denoising/heads/{top}", {"HX-Request": "true"}),

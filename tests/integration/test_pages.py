@@ -656,6 +656,7 @@ def test_partial_and_twin_come_from_one_model(
     client: TestClient, job: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rendered = rendered_contexts(monkeypatch, panel_routes)
+    client.app.state.page_cache = PageCache()  # type: ignore[attr-defined]  # (else served kept)
     for slug, model in ANALYSIS_PANELS.items():
         html = client.get(f"/a/{job}/panels/{slug}")
         assert html.status_code == 200
