@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import cpu_model  # noqa: E402
+from bench.tree_server import smol_shaped  # noqa: E402
 from model_worker.common.settings import Settings  # noqa: E402
 from tests.integration.redis_support import free_port, save_tiny_model, stop  # noqa: E402
 from tests.tiny_models import EXAMPLE_PROMPT  # noqa: E402
@@ -48,24 +49,9 @@ WIDE_PROMPT = " ".join([EXAMPLE_PROMPT.removesuffix(" one :")] * 30) + " one :"
 
 def save_wide_model(folder: Path) -> Path:
     """A random Llama with SmolLM2-135M's layers and heads, saved with the word tokenizer."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.tiny_models import word_tokenizer
 
-    from tests.tiny_models import WORDS, word_tokenizer
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(WORDS),
-        hidden_size=72,
-        intermediate_size=144,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=1024,
-        attn_implementation="eager",
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    smol_shaped(hidden_size=72).save_pretrained(folder)
     word_tokenizer().save_pretrained(folder)
     return folder
 
